@@ -1,0 +1,53 @@
+"""Stage ``sample``: corpus sentences become training queries (SPAR §4.1).
+
+Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` = reading order) and
+``queries-NNNNN.arrow`` shards (train and dev queries). The logic lives in :mod:`spar.sampling`.
+
+    spar sample --config configs/experiments/wiki-vital.yaml sample.max_queries=1000
+"""
+
+from __future__ import annotations
+
+from spar import schemas
+from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, fingerprint_dict, is_complete
+from spar.config import SparConfig
+from spar.readers import ReadStats, read_corpus
+from spar.sampling import write_query_set
+
+SECTIONS = ["experiment", "data", "sample"]
+SUMMARY = "split corpus passages into sentences and sample training queries (+ a dev split)"
+
+
+def run(cfg: SparConfig, force: bool = False) -> dict:
+    out = artifact_dir(cfg.output_dir, "queries")
+    corpus_fp = file_fingerprint(cfg.data.corpus)
+    passages_source = {"corpus": corpus_fp, "format": cfg.data.corpus_format, "on_bad_record": cfg.experiment.on_bad_record}
+    config = {"sample": cfg.sample.model_dump(mode="json"), "seed": cfg.experiment.seed, **passages_source}
+    writer = ArtifactWriter(out, kind="queries", config=config, inputs={"corpus": corpus_fp})
+    if not force and is_complete(out, writer.fingerprint):
+        return {"skipped": True}
+    s = cfg.sample
+    read_stats = ReadStats()
+    with writer as w:
+        stats = write_query_set(
+            read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats),
+            w.path,
+            strategy=s.strategy, seed=cfg.experiment.seed, exponential_base=s.exponential_base,
+            uniform_rate=s.uniform_rate, min_words=s.min_words, max_words=s.max_words,
+            position_field=s.position_field, dev_fraction=s.dev_fraction, max_dev_queries=s.max_dev_queries,
+            max_queries=s.max_queries, shard_size=s.shard_size, corpus_name=str(cfg.data.corpus),
+            on_bad_record=cfg.experiment.on_bad_record, read_stats=read_stats,
+        )
+        # Identifies passages.arrow for the teacher index (it does not change with the sampling options).
+        stats["passages_fingerprint"] = fingerprint_dict(passages_source)
+        stats["read"] = read_stats.as_dict()
+        w.stats.update(stats)
+        w.schema = {"passages.arrow": schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
+    sampling = stats["sampling"]
+    return {
+        "passages": stats["passages"],
+        "sentences": f"{sampling['sentences']:,} ({sampling['candidate_sentences']:,} with >= {s.min_words} words)",
+        "queries": f"{stats['queries_train']:,} train, {stats['queries_dev']:,} dev",
+        "records": read_stats.summary(),
+        "output": str(out),
+    }
