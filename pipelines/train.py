@@ -1,0 +1,70 @@
+"""Stage ``train``: the lexical model Λ learns to imitate the sparse teacher (SPAR §3, §4.1, §5.4).
+
+Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` and writes ``<output_dir>/lambda/``: the
+best-``valid_mrr`` Λ as a :class:`~spar.encoders.BiEncoder` folder (``query_encoder/``, ``passage_encoder/``,
+``spar_encoder.json``), ``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's
+figures. Training runs in ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic
+lives in :mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to
+``<output_dir>/wandb``.
+
+    spar train                                            # the embedded SciFact sample, on CPU in minutes
+    spar train -c configs/experiments/scifact.yaml train.devices=4 train.wandb_mode=online
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
+from spar.config import SparConfig
+from spar.training import is_primary_process, summarize, train_lambda
+
+SECTIONS = ["experiment", "data", "train"]
+SUMMARY = "train the lexical model Λ with Lightning on the teacher's labels (W&B-monitored, resumable) -> lambda/"
+
+#: Options that change how a run is executed or logged, never the trained Λ (kept out of the fingerprint, so
+#: changing them neither invalidates lambda/ nor discards a resumable lambda.partial/).
+RUNTIME_OPTIONS = ("num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
+                   "keep_checkpoint", "checkpoint_every_n_steps")
+
+
+def fingerprint_config(cfg: SparConfig) -> dict:
+    train = cfg.train.model_dump(mode="json")
+    for key in RUNTIME_OPTIONS:
+        train.pop(key, None)
+    return {"train": train, "seed": cfg.experiment.seed, "title_field": cfg.data.title_field}
+
+
+def run(cfg: SparConfig, force: bool = False) -> dict:
+    qdir = artifact_dir(cfg.output_dir, "queries")
+    ldir = artifact_dir(cfg.output_dir, "labels")
+    require(qdir, "queries")
+    require(ldir, "labels")
+    out = artifact_dir(cfg.output_dir, "lambda")
+    writer = ArtifactWriter(out, kind="lambda", config=fingerprint_config(cfg), resumable=True,
+                            inputs={"queries": manifest_fingerprint(qdir), "labels": manifest_fingerprint(ldir)})
+    if not force and is_complete(out, writer.fingerprint):
+        return {"skipped": True}
+    options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
+                   logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"))
+    if not is_primary_process():
+        # Extra DDP ranks train alongside rank 0 in the same work directory; rank 0 exports and finalises.
+        train_lambda(cfg.train, qdir / "passages.arrow", ldir, writer.path, **options)
+        return {"rank": "worker"}
+    if force and writer.path.exists():
+        shutil.rmtree(writer.path)  # --force: start over instead of resuming
+    with writer as w:
+        result = train_lambda(cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
+        w.stats.update(result.stats())
+        w.schema = {"query_encoder/": "Hugging Face model (safetensors)", "passage_encoder/": "idem, unless shared",
+                    "spar_encoder.json": "pooling, normalisation, prefixes, max lengths",
+                    "checkpoints/last.ckpt": "Lightning checkpoint (weights, optimiser, loops)"}
+    return {
+        "summary": summarize(result),
+        "steps": result.steps,
+        "epochs": result.epochs,
+        "passages/s": result.passages_per_s,
+        "valid_mrr": f"{result.initial_valid_mrr} -> {result.best_valid_mrr} (best at step {result.best_step})",
+        "logs": result.logger_dir,
+        "output": str(out),
+    }
