@@ -1,0 +1,105 @@
+"""Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
+
+Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
+``queries-test`` (``readers.evaluation_qrels`` + ``data.queries``, when configured). Every split is its own
+resumable artifact; see :mod:`spar.embeddings`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint, is_complete, read_manifest
+from spar.embeddings import EncodeOptions, directory_fingerprint, encode_passages, encode_queries, split_dir
+from spar.errors import ArtifactError
+
+SECTIONS = ["experiment", "data", "encode"]
+SUMMARY = "encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/"
+
+log = logging.getLogger(__name__)
+
+
+def passages_source(cfg) -> Path:
+    """``queries/passages.arrow`` when the sample stage wrote it (the rows labels refer to), else ``data.corpus``."""
+    arrow = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    return arrow if arrow.exists() else Path(cfg.data.corpus)
+
+
+def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
+    """``{"queries-dev": [(id, text)], "queries-test": [...]}`` for the splits the data section configures."""
+    from spar.readers import evaluation_qrels, read_queries
+
+    data = cfg.data
+    if not data.queries:
+        return {}
+    wanted = []
+    if data.qrels_dev or data.dev_holdout_fraction is not None:
+        wanted.append("dev")
+    if data.qrels_test:
+        wanted.append("test")
+    if not wanted:
+        return {}
+    qrels = {split: evaluation_qrels(data, split) for split in wanted}
+    texts = {q.id: q.text for q in read_queries(data.queries, cfg.experiment.on_bad_record)}
+    sets = {}
+    for split, judged in qrels.items():
+        missing = [q for q in judged if q not in texts]
+        if missing:
+            raise ArtifactError(f"{data.queries}: {len(missing)} {split} queries with judgments have no text "
+                                f"(first: {missing[0]!r})")
+        sets[f"queries-{split}"] = [(q, texts[q]) for q in judged]
+    return sets
+
+
+def load_encoder(cfg, name: str):
+    """(BiEncoder, weights fingerprint, extra manifest inputs) of ``base`` or ``lambda``."""
+    from spar.encoders import BiEncoder
+    from spar.models import model_fingerprint
+
+    if name == "base":
+        section = cfg.encode.base
+        weights = fingerprint_dict({"model": model_fingerprint(section.model), "passage_model":
+                                    model_fingerprint(section.passage_model) if section.passage_model else None})
+        return BiEncoder.from_section(section), weights, {}
+    lam = artifact_dir(cfg.output_dir, "lambda")
+    if not (lam / "spar_encoder.json").exists():
+        raise ArtifactError(f"{lam}: Λ is missing (run `spar train`, or drop 'lambda' from encode.encoders)")
+    extra = {"lambda_manifest": read_manifest(lam)["fingerprint"]} if is_complete(lam) else {}
+    # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights.
+    return BiEncoder.load(lam), directory_fingerprint(lam), extra
+
+
+def run(cfg, force: bool = False) -> dict:
+    enc = cfg.encode
+    root = artifact_dir(cfg.output_dir, "embeddings")
+    source = passages_source(cfg)
+    queries = query_sets(cfg)
+    options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
+                            engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
+    rows, all_skipped = [], True
+    for name in enc.encoders:
+        encoder, weights, extra = load_encoder(cfg, name)
+        common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
+                      options=options, force=force)
+        stats = encode_passages(encoder, source, split_dir(root, name, "passages"), corpus_format=cfg.data.corpus_format,
+                                on_bad_record=cfg.experiment.on_bad_record, use_titles=cfg.data.title_field,
+                                inputs=extra, **common)
+        rows.append((name, "passages", stats))
+        for split, pairs in queries.items():
+            qinputs = {**extra, "queries_file": file_fingerprint(cfg.data.queries)}
+            rows.append((name, split, encode_queries(encoder, pairs, split_dir(root, name, split), inputs=qinputs,
+                                                     **common)))
+        del encoder
+    all_skipped = all(s.get("skipped") for _, _, s in rows)
+    result: dict = {"skipped": True} if all_skipped else {}
+    result["source"] = str(source)
+    for name, split, s in rows:
+        if s.get("skipped"):
+            result[f"{name}/{split}"] = f"{s['count']:,} x {s['dim']} (up to date)"
+            continue
+        truncated = f", {s['truncated']:,} truncated at {s['max_length']} tokens" if s["truncated"] else ""
+        speed = f", {s['items_per_second']:,.1f}/s" if s.get("items_per_second") else ""
+        resumed = f", {s['resumed_shards']} shards resumed" if s.get("resumed_shards") else ""
+        result[f"{name}/{split}"] = f"{s['count']:,} x {s['dim']} {s['dtype']}{truncated}{speed}{resumed}"
+    return result

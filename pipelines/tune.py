@@ -1,0 +1,61 @@
+"""Stage ``tune``: choose μ (SPAR's weight of Λ) and α (the BM25 hybrid's weight) on the dev qrels.
+
+Reads ``embeddings/`` (passages; dev query vectors when present, else encodes the dev queries), ``lambda/`` and
+``teacher_index/``; writes ``tune/tune.json`` and ``tune/mu_curve.png`` (+ ``alpha_curve.png``) and logs them to
+W&B (``evaluate.wandb_mode``). Logic: :func:`spar.tuning.tune_experiment`.
+"""
+
+from __future__ import annotations
+
+from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, is_complete, write_json_atomic
+from spar.evaluation import ExperimentInputs, wandb_log
+from spar.tuning import plot_curve, tune_experiment
+
+SECTIONS = ["experiment", "data", "tune"]
+SUMMARY = "tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/"
+
+
+def _data_inputs(cfg) -> dict[str, str]:
+    d = cfg.data
+    files = {"queries": d.queries, "qrels_dev": d.qrels_dev, "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
+    return {name: file_fingerprint(path) for name, path in files.items() if path}
+
+
+def run(cfg, force: bool = False) -> dict:
+    inputs = ExperimentInputs(cfg)
+    out = artifact_dir(cfg.output_dir, "tune")
+    fingerprints = {**inputs.input_fingerprints(["dev"]), **_data_inputs(cfg)}
+    if inputs.bm25_fingerprint():
+        fingerprints["teacher_index"] = inputs.bm25_fingerprint()
+    config = {"tune": cfg.tune.model_dump(mode="json"), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
+              "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed}
+    writer = ArtifactWriter(out, kind="tune", config=config, inputs=fingerprints)
+    if not force and is_complete(out, writer.fingerprint):
+        return {"skipped": True}
+    report = tune_experiment(cfg, inputs)
+    tuned = report.payload
+    with writer as w:
+        write_json_atomic(w.path / "tune.json", tuned)
+        dev = tuned["dev_scores"]
+        plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",
+                   f"{cfg.experiment.name}: SPAR on dev ({tuned['dev_queries']} queries)",
+                   {"base": dev["base"], "Λ": dev["lambda"], "BM25": dev["bm25"]})
+        plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, cfg.tune.metric, "α",
+                   f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
+        w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries")}
+        w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants"}
+    curve_rows = [[variant, float(mu), float(score)] for variant, search in report.mu_searches.items()
+                  for mu, score in sorted(search.scores.items())]
+    alpha_rows = [[float(a), float(s)] for a, s in sorted(report.alpha_search.scores.items())]
+    wandb_log(cfg, "tune", {"mu": tuned["mu"], "alpha": tuned["alpha"], "confirmed": tuned["confirmed"],
+                            **{f"dev/{k}": v for k, v in tuned["dev_scores"].items()}},
+              tables={"mu_curve": (["variant", "mu", cfg.tune.metric], curve_rows),
+                      "alpha_curve": (["alpha", cfg.tune.metric], alpha_rows)},
+              images={"mu_curve_png": out / "mu_curve.png", "alpha_curve_png": out / "alpha_curve.png"})
+    stats = {"variant": tuned["variant"], "mu": tuned["mu"], f"dev {tuned['metric']}": tuned["dev_scores"]["spar"],
+             "confirmed": tuned["confirmed"], "alpha": tuned["alpha"], "extensions": tuned["extensions"],
+             "dev scores": tuned["dev_scores"], "output": str(out)}
+    for variant, info in tuned["variants"].items():
+        if variant != tuned["variant"]:
+            stats[f"mu ({variant})"] = info["mu"]
+    return stats

@@ -1,0 +1,723 @@
+"""Encode passages and queries with any :class:`~spar.encoders.BiEncoder` into sharded, resumable embeddings.
+
+Layout of one embeddings directory (``embeddings/<encoder>/<split>/`` in a pipeline run)::
+
+    part-00000.npy  part-00001.npy ...   float32 (or float16) [shard rows, dim], one per ``shard_size`` items
+    ids.arrow                            schemas.EMBEDDING_IDS: row (position in the split), id
+    manifest.json                        model fingerprint, pooling, normalize, dim, count, dtype, truncation counts
+
+How it runs:
+
+- **Streaming and sharded.** Items are read one shard at a time (``queries/passages.arrow`` is memory-mapped; a
+  corpus file is streamed with :func:`spar.readers.read_corpus`), so memory is flat in corpus size.
+- **Length-sorted batches** within a shard: each shard is tokenised once (the fast tokenizer, in chunks), its token
+  ids kept in one compact int32 buffer, and batches are cut from the length-sorted order, so padding is minimal.
+  Vectors are written back in input order.
+- **Resumable per shard.** Work happens in ``<dir>.partial/``; each finished shard is renamed into place
+  atomically. A killed run re-encodes only the missing shards, and because a shard's batches depend only on the
+  shard's own contents, a resumed run's shards are byte-identical to an uninterrupted one (deterministic device).
+- **One device: a plain inference loop. Several devices: Lightning's predict loop** (``Trainer.predict`` with
+  :class:`EncodeModule`, ``ddp_spawn``), each rank encoding every n-th batch of the shard and the main process
+  merging the ranks' vectors. On one CPU device Lightning's loop measured no faster than the plain loop (see
+  ``bench/encode_throughput.py``), so ``engine="auto"`` keeps the plain loop there; ``engine="lightning"``
+  forces the predict loop on any device count.
+- **Truncation is counted**: items longer than the encoder's max length are reported in the manifest stats.
+
+Example::
+
+    >>> import itertools, tempfile, pathlib
+    >>> from spar.encoders import BiEncoder
+    >>> from spar.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+    >>> from spar.readers import read_corpus
+    >>> enc = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True)
+    >>> passages = list(itertools.islice(read_corpus("data/scifact-sample/corpus.jsonl"), 32))
+    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> stats = encode_passages(enc, passages, out / "passages", shard_size=16, options=EncodeOptions(batch_size=16))
+    >>> emb = load_embeddings(out / "passages")
+    >>> emb.vectors.shape, emb.dim, emb.manifest["stats"]["shards"], emb.ids[0] == passages[0].id
+    ((32, 384), 384, 2, True)
+    >>> _ = encode_queries(enc, {"q1": "vitamin C and scurvy"}, out / "queries")
+    >>> load_embeddings(out / "queries").ids
+    ['q1']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict, is_complete, read_manifest
+from spar.encoders import BiEncoder, format_passage
+from spar.errors import ArtifactError
+from spar.schemas import EMBEDDING_IDS, read_table, write_table
+
+log = logging.getLogger(__name__)
+
+KIND = "embeddings"
+IDS_FILE = "ids.arrow"
+PART_PATTERN = "part-{:05d}.npy"
+Side = Literal["query", "passage"]
+Engine = Literal["auto", "loop", "lightning"]
+#: Texts tokenised per call when a shard is prepared (bounds the tokenizer's transient memory).
+TOKENIZE_CHUNK = 8192
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading embeddings
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Embeddings:
+    """Vectors and ids of one embeddings directory, as :func:`load_embeddings` returns them.
+
+    ``vectors`` is memory-mapped when the directory has one shard, else the shards are concatenated in memory on
+    first access; :attr:`sharded` (a memory-mapped view across shards) and :meth:`iter_shards` serve corpora that
+    do not fit in memory.
+    """
+
+    directory: Path
+    ids: list[str]
+    manifest: dict[str, Any]
+    part_files: list[Path]
+    _vectors: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["stats"]["dim"])
+
+    @property
+    def model_fingerprint(self) -> str:
+        """Identifies the encoder (weights and settings) that produced these vectors."""
+        return str(self.manifest["stats"]["model_fingerprint"])
+
+    @property
+    def encoder_name(self) -> str:
+        return str(self.manifest["stats"].get("encoder", "?"))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def iter_shards(self) -> Iterator[np.ndarray]:
+        """Each shard's vectors in order, memory-mapped."""
+        for part in self.part_files:
+            yield np.load(part, mmap_mode="r", allow_pickle=False)
+
+    @property
+    def sharded(self) -> ShardedVectors:
+        """All vectors as one memory-mapped matrix view (slices and row lookups; nothing loaded up front)."""
+        return ShardedVectors(list(self.iter_shards()), self.dim)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        if self._vectors is None:
+            shards = list(self.iter_shards())
+            if not shards:
+                self._vectors = np.zeros((0, self.dim), dtype=np.float32)
+            elif len(shards) == 1:
+                self._vectors = shards[0]
+            else:
+                self._vectors = np.concatenate(shards, axis=0)
+        return self._vectors
+
+
+class ShardedVectors:
+    """Read-only row access across memory-mapped shards as if they were one [n, dim] matrix.
+
+    Supports ``shape``, ``dtype``, ``len``, contiguous slices (``x[a:b]``) and integer index arrays (``x[rows]``),
+    which is what index building needs, without ever holding the whole corpus in memory.
+    """
+
+    def __init__(self, shards: Sequence[np.ndarray], dim: int):
+        self.shards = list(shards)
+        self.offsets = np.cumsum([0] + [len(s) for s in self.shards])
+        self.dtype = self.shards[0].dtype if self.shards else np.dtype(np.float32)
+        self.shape = (int(self.offsets[-1]), dim)
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.shape[0])
+            if step != 1:
+                raise IndexError("ShardedVectors supports contiguous slices only")
+            parts = []
+            for shard, lo, hi in zip(self.shards, self.offsets[:-1], self.offsets[1:]):
+                a, b = max(start, lo), min(stop, hi)
+                if a < b:
+                    parts.append(np.asarray(shard[a - lo:b - lo]))
+            return np.concatenate(parts) if parts else np.zeros((0, self.shape[1]), self.dtype)
+        rows = np.asarray(key, dtype=np.int64)
+        which = np.searchsorted(self.offsets, rows, side="right") - 1
+        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        for i in np.unique(which):
+            mask = which == i
+            out[mask] = self.shards[i][rows[mask] - self.offsets[i]]
+        return out
+
+
+def load_embeddings(directory: str | Path) -> Embeddings:
+    """Open an embeddings directory written by :func:`encode_passages` / :func:`encode_queries`.
+
+    Fails with :class:`~spar.errors.ArtifactError` naming the directory when it is incomplete or damaged.
+    """
+    d = Path(directory)
+    manifest = read_manifest(d)
+    if manifest.get("kind") != KIND:
+        raise ArtifactError(f"{d}: expected an '{KIND}' artifact, found '{manifest.get('kind')}'")
+    stats = manifest["stats"]
+    parts = [d / PART_PATTERN.format(i) for i in range(int(stats["shards"]))]
+    for f in [d / IDS_FILE, *parts]:
+        if not f.exists():
+            raise ArtifactError(f"{d}: missing file '{f.name}' (the embeddings are damaged; re-run `spar encode`)")
+    ids = read_table(d / IDS_FILE).column("id").to_pylist()
+    if len(ids) != int(stats["count"]):
+        raise ArtifactError(f"{d / IDS_FILE}: {len(ids)} ids but the manifest counts {stats['count']} vectors")
+    return Embeddings(d, ids, manifest, parts)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fingerprints
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def directory_fingerprint(directory: str | Path, full: bool = True) -> str:
+    """Content hash of a model directory's weight/config/vocabulary files (``full=False``: first 64 KiB each).
+
+    Used for Λ: a retrained Λ has new weights even when its config (and so its manifest fingerprint) is unchanged.
+    """
+    d = Path(directory)
+    h = hashlib.sha256()
+    for f in sorted(d.rglob("*")):
+        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model"):
+            h.update(str(f.relative_to(d)).encode())
+            h.update(str(f.stat().st_size).encode())
+            with f.open("rb") as fh:
+                if not full:
+                    h.update(fh.read(1 << 16))
+                    continue
+                while block := fh.read(1 << 22):
+                    h.update(block)
+    return h.hexdigest()[:16]
+
+
+def encoder_fingerprint(weights: str, encoder: BiEncoder) -> str:
+    """Identifies what produced a vector: the weights' fingerprint plus every setting that changes the vector.
+
+    ``weights`` is :func:`spar.models.model_fingerprint` of the base model, or the Λ artifact's manifest
+    fingerprint. Queries and passages of one encoder share this fingerprint; the index compares it.
+    """
+    s = encoder.settings
+    return fingerprint_dict({
+        "weights": weights, "pooling": s.pooling, "normalize": s.normalize, "query_prefix": s.query_prefix,
+        "passage_prefix": s.passage_prefix, "query_max_length": s.query_max_length,
+        "passage_max_length": s.passage_max_length,
+    })
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tokenised shards and batches
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenizedShard:
+    """A shard's token ids in one int32 buffer (``offsets``), with length-sorted batches of positions."""
+
+    flat_ids: np.ndarray
+    offsets: np.ndarray
+    truncated: int
+    batches: list[np.ndarray]
+    pad_id: int
+    with_token_types: bool
+    left_padding: bool
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def collate(self, positions: np.ndarray) -> dict[str, torch.Tensor]:
+        lengths = self.offsets[positions + 1] - self.offsets[positions]
+        width = int(lengths.max())
+        ids = np.full((len(positions), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(positions), width), dtype=np.int64)
+        for row, (pos, length) in enumerate(zip(positions, lengths)):
+            start = width - length if self.left_padding else 0
+            ids[row, start:start + length] = self.flat_ids[self.offsets[pos]:self.offsets[pos + 1]]
+            mask[row, start:start + length] = 1
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+        if self.with_token_types:
+            batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
+        return batch
+
+
+def format_items(encoder: BiEncoder, items: Sequence[Any], side: Side) -> list[str]:
+    """The exact strings the encoder's own ``tokenize_*`` would see (prefixes, ``title [SEP] text``)."""
+    s = encoder.settings
+    if side == "query":
+        return [s.query_prefix + t for t in items]
+    return [format_passage(p, encoder.sep, s.passage_prefix) for p in items]
+
+
+def tokenize_shard(encoder: BiEncoder, items: Sequence[Any], side: Side, batch_size: int) -> TokenizedShard:
+    """Tokenise a shard once (truncating at the encoder's max length) and cut length-sorted batches."""
+    tok = encoder.tokenizer
+    max_length = encoder.settings.query_max_length if side == "query" else encoder.settings.passage_max_length
+    texts = format_items(encoder, items, side)
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    truncated = 0
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        enc = tok(texts[start:start + TOKENIZE_CHUNK], truncation=True, max_length=max_length,
+                  return_attention_mask=False, return_token_type_ids=False)
+        ids = enc["input_ids"]
+        lengths[start:start + len(ids)] = [len(x) for x in ids]
+        chunks.append(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32))
+        if getattr(enc, "encodings", None):  # fast tokenizers keep what truncation cut off
+            truncated += sum(1 for e in enc.encodings if e.overflowing)
+        else:
+            truncated += sum(1 for x in ids if len(x) >= max_length)
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    # Longest first (an out-of-memory batch shows up at once); stable, so equal lengths keep input order.
+    order = np.argsort(-lengths, kind="stable")
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return TokenizedShard(
+        flat_ids=np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32), offsets=offsets,
+        truncated=truncated, batches=batches, pad_id=int(tok.pad_token_id or 0),
+        with_token_types="token_type_ids" in tok.model_input_names, left_padding=tok.padding_side == "left",
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Devices and engines
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def resolve_devices(accelerator: str, devices: int | str) -> tuple[str, int]:
+    """('cuda'|'cpu'|'mps', device count) for a Lightning-style accelerator/devices pair."""
+    acc = accelerator.lower()
+    if acc in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        available = torch.cuda.device_count()
+        if devices in ("auto", -1, "-1"):
+            return "cuda", available
+        if isinstance(devices, str) and "," in devices:
+            return "cuda", len([d for d in devices.split(",") if d.strip()])
+        return "cuda", max(1, min(int(devices), available))
+    if acc in ("gpu", "cuda"):
+        raise ArtifactError(f"encode.accelerator={accelerator!r} but no CUDA device is available")
+    if acc == "mps" or (acc == "auto" and torch.backends.mps.is_available()):
+        return "mps", 1
+    return "cpu", 1
+
+
+def autocast_dtype(device: str, precision: str) -> torch.dtype | None:
+    if precision == "32" or device == "cpu":
+        return None
+    if precision == "16-mixed":
+        return torch.float16
+    if precision == "bf16-mixed" or (device == "cuda" and torch.cuda.is_bf16_supported()):
+        return torch.bfloat16
+    return torch.float16
+
+
+def _forward(encoder: BiEncoder, side: Side) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+    return encoder.forward_queries if side == "query" else encoder.forward_passages
+
+
+@torch.inference_mode()
+def encode_shard_loop(encoder: BiEncoder, shard: TokenizedShard, side: Side, device: str,
+                      precision: str = "auto") -> np.ndarray:
+    """Encode one tokenised shard with a plain inference loop on one device; rows in input order."""
+    encoder.eval()
+    forward = _forward(encoder, side)
+    out = np.empty((len(shard), encoder.dim), dtype=np.float32)
+    amp = autocast_dtype(device, precision)
+    for positions in shard.batches:
+        batch = {k: v.to(device, non_blocking=True) for k, v in shard.collate(positions).items()}
+        with torch.autocast(device_type=device, dtype=amp, enabled=amp is not None):
+            out[positions] = forward(batch).float().cpu().numpy()
+    return out
+
+
+try:  # Lightning is a dependency; the guard keeps `import spar.embeddings` light when it is broken.
+    import lightning.pytorch as pl
+except ImportError:  # pragma: no cover
+    pl = None
+
+
+if pl is not None:
+
+    class ShardBatches(torch.utils.data.Dataset):
+        """One item per length-sorted batch of a tokenised shard (the DataLoader runs with ``batch_size=None``)."""
+
+        def __init__(self, shard: TokenizedShard):
+            self.shard = shard
+
+        def __len__(self) -> int:
+            return len(self.shard.batches)
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            positions = self.shard.batches[index]
+            batch = self.shard.collate(positions)
+            batch["positions"] = torch.from_numpy(np.asarray(positions, dtype=np.int64))
+            return batch
+
+    class EncodeModule(pl.LightningModule):
+        """Wraps a :class:`BiEncoder` for ``Trainer.predict``: returns (positions, vectors) per batch."""
+
+        def __init__(self, encoder: BiEncoder, side: Side):
+            super().__init__()
+            self.encoder = encoder
+            self.side = side
+
+        def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+            positions = batch.pop("positions")
+            return positions, _forward(self.encoder, self.side)(batch).float()
+
+    class RankVectorWriter(pl.callbacks.BasePredictionWriter):
+        """Each rank writes its (positions, vectors) as two .npy files; the main process merges them."""
+
+        def __init__(self, directory: Path):
+            super().__init__(write_interval="batch")
+            self.directory = Path(directory)
+            self.positions: list[torch.Tensor] = []
+            self.vectors: list[torch.Tensor] = []
+
+        def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                               dataloader_idx=0) -> None:
+            positions, vectors = prediction
+            self.positions.append(positions.cpu())
+            self.vectors.append(vectors.cpu())
+
+        def on_predict_epoch_end(self, trainer, pl_module) -> None:
+            dim = pl_module.encoder.dim
+            positions = torch.cat(self.positions).numpy() if self.positions else np.zeros(0, dtype=np.int64)
+            vectors = torch.cat(self.vectors).numpy() if self.vectors else np.zeros((0, dim), dtype=np.float32)
+            rank = trainer.global_rank
+            np.save(self.directory / f"rank-{rank}.positions.npy", positions, allow_pickle=False)
+            np.save(self.directory / f"rank-{rank}.vectors.npy", vectors, allow_pickle=False)
+            self.positions, self.vectors = [], []
+
+
+def encode_shard_lightning(encoder: BiEncoder, shard: TokenizedShard, side: Side, device: str, n_devices: int,
+                           precision: str = "auto", strategy: str = "auto", work_dir: Path | None = None) -> np.ndarray:
+    """Encode one tokenised shard with Lightning's predict loop (one or several devices); rows in input order."""
+    import tempfile
+
+    if pl is None:  # pragma: no cover
+        raise ImportError("lightning is required for engine='lightning'")
+    if strategy == "auto":
+        # ddp_spawn: the ranks are children of this process, so a CLI run is not re-executed per rank.
+        strategy = "ddp_spawn" if n_devices > 1 else "auto"
+    amp = autocast_dtype(device, precision)
+    lightning_precision = "32-true" if amp is None else ("bf16-mixed" if amp == torch.bfloat16 else "16-mixed")
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)  # once per shard
+        trainer = pl.Trainer(
+            accelerator="gpu" if device == "cuda" else device, devices=n_devices, strategy=strategy,
+            precision=lightning_precision, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, callbacks=[RankVectorWriter(Path(tmp))],
+        )
+        loader = torch.utils.data.DataLoader(ShardBatches(shard), batch_size=None, shuffle=False)
+        with warnings.catch_warnings():
+            # Batches are whole dicts with their own positions; Lightning's batch-index tracking is not needed.
+            warnings.filterwarnings("ignore", message=".*infer the batch indices.*")
+            trainer.predict(EncodeModule(encoder, side), dataloaders=loader, return_predictions=False)
+        out = np.empty((len(shard), encoder.dim), dtype=np.float32)
+        seen = np.zeros(len(shard), dtype=bool)
+        for pos_file in sorted(Path(tmp).glob("rank-*.positions.npy")):
+            positions = np.load(pos_file, allow_pickle=False)
+            out[positions] = np.load(str(pos_file).replace(".positions.", ".vectors."), allow_pickle=False)
+            seen[positions] = True
+    if not seen.all():
+        raise RuntimeError(f"Lightning predict returned {int(seen.sum())} of {len(shard)} vectors")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Writing embeddings
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EncodeOptions:
+    """How encoding runs (none of these change the vectors, so none is part of the output's fingerprint)."""
+
+    batch_size: int = 64
+    accelerator: str = "auto"
+    devices: int | str = "auto"
+    engine: Engine = "auto"
+    precision: str = "auto"
+    strategy: str = "auto"
+    show_progress: bool = True
+
+
+def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("wb") as fh:
+        np.save(fh, array, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def _shard_source(items: Iterable[tuple[str, Any]], shard_size: int) -> Iterator[list[tuple[str, Any]]]:
+    it = iter(items)
+    while chunk := list(itertools.islice(it, shard_size)):
+        yield chunk
+
+
+def _encode_split(
+    encoder: BiEncoder,
+    shards: Iterable[list[tuple[str, Any]]],
+    out_dir: Path,
+    side: Side,
+    weights_fingerprint: str,
+    inputs: dict[str, str],
+    encoder_name: str,
+    shard_size: int,
+    dtype: str,
+    options: EncodeOptions,
+    force: bool,
+    on_shard: Callable[[int, dict[str, Any]], None] | None,
+    expected_items: int | None = None,
+) -> dict[str, Any]:
+    model_fp = encoder_fingerprint(weights_fingerprint, encoder)
+    config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
+              "dtype": dtype}
+    writer = ArtifactWriter(out_dir, kind=KIND, config=config, inputs=inputs, resumable=True)
+    if not force and is_complete(out_dir, writer.fingerprint):
+        manifest = read_manifest(out_dir)
+        return {"skipped": True, **{k: manifest["stats"][k] for k in ("count", "dim")}}
+    device, n_devices = resolve_devices(options.accelerator, options.devices)
+    engine = options.engine
+    if engine == "auto":
+        engine = "lightning" if n_devices > 1 else "loop"
+    if engine == "loop" and n_devices > 1:
+        log.warning("engine='loop' uses one device; %d are available (use engine='lightning')", n_devices)
+    encoder.to(device).eval()
+    progress = _progress(options.show_progress, expected_items, f"encode {encoder_name}/{out_dir.name}")
+    shard_stats: list[dict[str, Any]] = []
+    count = encoded = 0
+    seconds = 0.0
+    with writer as w:
+        for index, items in enumerate(shards):
+            part = w.path / PART_PATTERN.format(index)
+            sidecar = w.path / f"part-{index:05d}.json"
+            ids_part = w.path / f"ids-{index:05d}.arrow"
+            if not force and part.exists() and sidecar.exists() and ids_part.exists():
+                stats = json.loads(sidecar.read_text())
+                stats["resumed"] = True
+            else:
+                start = time.perf_counter()
+                tokenized = tokenize_shard(encoder, [x for _, x in items], side, options.batch_size)
+                if engine == "lightning":
+                    vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices, options.precision,
+                                                     options.strategy, work_dir=w.path)
+                else:
+                    vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision)
+                elapsed = time.perf_counter() - start
+                write_table(ids_part, pa.table({"row": pa.array(range(count, count + len(items)), pa.int64()),
+                                                "id": pa.array([i for i, _ in items], pa.string())},
+                                               schema=EMBEDDING_IDS))
+                _save_npy_atomic(part, vectors.astype(dtype, copy=False))
+                stats = {"shard": index, "count": len(items), "truncated": tokenized.truncated,
+                         "seconds": round(elapsed, 3)}
+                sidecar.write_text(json.dumps(stats))  # last: its presence marks the shard complete
+                encoded += len(items)
+                seconds += elapsed
+                stats["resumed"] = False
+            count += stats["count"]
+            shard_stats.append(stats)
+            progress.update(stats["count"])
+            if on_shard is not None:
+                on_shard(index, stats)
+        progress.close()
+        _merge_ids(w.path, len(shard_stats))
+        for stale in itertools.chain(w.path.glob("part-*.npy"), w.path.glob("part-*.json")):
+            if int(stale.name[5:10]) >= len(shard_stats):  # from an older, longer input
+                stale.unlink()
+        w.files = [IDS_FILE] + [PART_PATTERN.format(i) for i in range(len(shard_stats))]
+        for i in range(len(shard_stats)):
+            (w.path / f"part-{i:05d}.json").unlink()
+        truncated = sum(s["truncated"] for s in shard_stats)
+        w.schema = {"ids": str(EMBEDDING_IDS), "vectors": f"{dtype} [count, dim] in part-NNNNN.npy, row order"}
+        w.stats = {
+            "encoder": encoder_name, "side": side, "model_fingerprint": model_fp,
+            "weights_fingerprint": weights_fingerprint, "pooling": encoder.settings.pooling,
+            "normalize": encoder.settings.normalize, "dim": encoder.dim, "count": count, "dtype": dtype,
+            "shards": len(shard_stats), "shard_size": shard_size,
+            "max_length": encoder.settings.query_max_length if side == "query" else encoder.settings.passage_max_length,
+            "truncated": truncated, "truncated_fraction": round(truncated / count, 6) if count else 0.0,
+            "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in shard_stats),
+            "items_per_second": round(encoded / seconds, 2) if seconds else None,
+            "engine": engine, "device": device, "devices": n_devices,
+        }
+    if truncated:
+        log.info("%s: %d of %d items were longer than %d tokens and truncated", out_dir, truncated, count,
+                 w.stats["max_length"])
+    return dict(w.stats)
+
+
+def _merge_ids(directory: Path, n_shards: int) -> None:
+    """Stream the per-shard id tables into one ``ids.arrow`` (one record batch per shard) and drop them."""
+    target = directory / IDS_FILE
+    tmp = directory / f".{IDS_FILE}.tmp-{os.getpid()}"
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, EMBEDDING_IDS) as writer:
+        for i in range(n_shards):
+            writer.write_table(read_table(directory / f"ids-{i:05d}.arrow"))
+    os.replace(tmp, target)
+    for f in directory.glob("ids-*.arrow"):
+        f.unlink()
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(show: bool, total: int | None, desc: str):
+    if not show:
+        return _NoProgress()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="item", mininterval=2.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public entry points
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_format: str, on_bad_record: str,
+                    use_titles: bool = True) -> tuple[Iterable[list[tuple[str, Any]]], dict[str, str], int | None]:
+    """Shards of (id, (title, text)) from ``passages.arrow``, a corpus file, or an iterable of passages."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.exists():
+            raise ArtifactError(f"passages not found: {path}")
+        if path.suffix == ".arrow":
+            table = read_table(path)
+            n = table.num_rows
+
+            def arrow_shards() -> Iterator[list[tuple[str, Any]]]:
+                for start in range(0, n, shard_size):
+                    piece = table.slice(start, shard_size)
+                    ids, titles, texts = (piece.column(c).to_pylist() for c in ("id", "title", "text"))
+                    yield list(zip(ids, zip(titles if use_titles else [""] * len(ids), texts)))
+
+            return arrow_shards(), {"passages": file_fingerprint(path)}, n
+        from spar.readers import read_corpus
+
+        stream = ((p.id, (p.title if use_titles else "", p.text))
+                  for p in read_corpus(path, corpus_format, on_bad_record))
+        return _shard_source(stream, shard_size), {"passages": file_fingerprint(path)}, None
+
+    def items(records: Iterable) -> Iterator[tuple[str, Any]]:
+        for p in records:
+            pid, title, text = (p.id, p.title, p.text) if hasattr(p, "id") else p
+            yield pid, (title if use_titles else "", text)
+
+    if isinstance(source, Sequence):  # in memory: its content identifies it
+        h = hashlib.sha256()
+        for pid, (title, text) in items(source):
+            h.update(json.dumps([pid, title, text], ensure_ascii=False).encode())
+        return _shard_source(items(source), shard_size), {"passages": h.hexdigest()[:16]}, len(source)
+    return _shard_source(items(source), shard_size), {}, None
+
+
+def encode_passages(
+    encoder: BiEncoder,
+    passages: str | Path | Iterable,
+    out_dir: str | Path,
+    *,
+    weights_fingerprint: str | None = None,
+    encoder_name: str = "encoder",
+    shard_size: int = 100_000,
+    dtype: str = "float32",
+    options: EncodeOptions | None = None,
+    inputs: dict[str, str] | None = None,
+    corpus_format: str = "auto",
+    on_bad_record: str = "fail",
+    use_titles: bool = True,
+    force: bool = False,
+    on_shard: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Encode passages into ``out_dir`` (``part-NNNNN.npy`` + ``ids.arrow`` + manifest); returns the stats.
+
+    ``passages``: ``queries/passages.arrow`` (schemas.PASSAGES), a corpus file (any format
+    :func:`spar.readers.read_corpus` reads), or a list/iterable of :class:`spar.readers.Passage` /
+    ``(id, title, text)``. ``weights_fingerprint`` identifies the weights (default: a hash of the encoder's
+    parameters); ``inputs`` adds fingerprints of what the passages came from. Files and lists are fingerprinted
+    by content; a one-pass iterator without ``inputs`` is always encoded from scratch (nothing to resume against).
+    A complete ``out_dir`` with the same fingerprint is left alone (``{"skipped": True, ...}``) unless ``force``.
+    ``use_titles=False`` encodes the text alone (``data.title_field``). ``on_shard(index, stats)`` is called after
+    every shard (progress hooks, tests).
+    """
+    shards, source_inputs, total = _passage_shards(passages, shard_size, corpus_format, on_bad_record, use_titles)
+    if not source_inputs and not inputs:
+        # A one-pass iterator cannot be fingerprinted up front: never reuse output or shards it cannot vouch for.
+        force = True
+    if not use_titles:
+        source_inputs["titles"] = "dropped"
+    return _encode_split(
+        encoder, shards, Path(out_dir), "passage", weights_fingerprint or parameters_fingerprint(encoder),
+        {**source_inputs, **(inputs or {})}, encoder_name, shard_size, dtype, options or EncodeOptions(), force,
+        on_shard, total,
+    )
+
+
+def encode_queries(
+    encoder: BiEncoder,
+    queries: Mapping[str, str] | Sequence[tuple[str, str]],
+    out_dir: str | Path,
+    *,
+    weights_fingerprint: str | None = None,
+    encoder_name: str = "encoder",
+    shard_size: int = 100_000,
+    dtype: str = "float32",
+    options: EncodeOptions | None = None,
+    inputs: dict[str, str] | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Encode queries (``{id: text}`` or ``[(id, text)]``, order kept) with the query encoder into ``out_dir``."""
+    pairs = list(queries.items()) if isinstance(queries, Mapping) else list(queries)
+    content = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()[:16]
+    return _encode_split(
+        encoder, _shard_source(pairs, shard_size), Path(out_dir), "query",
+        weights_fingerprint or parameters_fingerprint(encoder), {"queries": content, **(inputs or {})},
+        encoder_name, shard_size, dtype, options or EncodeOptions(), force, None, len(pairs),
+    )
+
+
+def parameters_fingerprint(encoder: BiEncoder) -> str:
+    """Fallback weights fingerprint: a hash of a few values of every parameter tensor (cheap, order-stable)."""
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, param in itertools.chain(encoder.query_model.named_parameters(),
+                                           encoder.passage_model.named_parameters()):
+            flat = param.detach().reshape(-1)
+            step = max(1, flat.numel() // 64)
+            h.update(name.encode())
+            h.update(flat[::step][:64].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def split_dir(embeddings_root: str | Path, encoder_name: str, split: str) -> Path:
+    """``embeddings/<encoder>/<split>``: encoder in {base, lambda}, split in {passages, queries-dev, queries-test}."""
+    return Path(embeddings_root) / encoder_name / split

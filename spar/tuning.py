@@ -1,0 +1,589 @@
+"""Tuning the weight of the lexical model (μ) and of the BM25 hybrid (α) on dev qrels, without one index per value.
+
+Both combinations are *affine* in their weight. SPAR concat scores ``⟨[Q, μQΛ], [P, PΛ]⟩ = sim + μ·simΛ``; the
+weighted sum scores ``⟨Q + μQΛ, P + PΛ⟩ = Q·(P+PΛ) + μ·QΛ·(P+PΛ)``; the hybrid scores ``dense + α·bm25``. So for
+every query we gather a candidate set once (the union of each part's top ``candidates``), hold both parts'
+exact scores in two matrices, and rank ``s0 + w·s1`` with numpy for every w of the grid (:class:`AffineCandidates`).
+Only the candidate set is an approximation (a passage outside every part's top-k could in principle enter the
+combined top-k); :func:`confirm_mu` therefore re-checks the chosen μ with one real search of the combined FAISS
+index.
+
+The grid (:func:`default_grid`) is {0.1, ..., 1.0} ∪ reciprocals (19 values). When the best value lies at an
+edge the grid is extended by one decade beyond it (:func:`extend_grid`), up to ``max_extensions`` times: the
+scores of two models can differ by orders of magnitude (SciFact, MiniLM + Λ: μ ≈ 0.01).
+
+Example::
+
+    >>> from spar.tuning import default_grid, grid_search
+    >>> len(default_grid())
+    19
+    >>> import math
+    >>> result = grid_search(lambda mu: -abs(math.log10(mu) + 2), default_grid(), max_extensions=3)
+    >>> result.best, result.extensions
+    (0.01, 2)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+
+from spar.metrics import Qrels, evaluate_run, measure_depth
+
+log = logging.getLogger(__name__)
+
+Variant = Literal["concat", "sum"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The grid
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _clean(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def default_grid() -> list[float]:
+    """{0.1, 0.2, ..., 1.0} ∪ {1/0.9, 1/0.8, ..., 10}: 19 values, log-symmetric around 1."""
+    tenths = [i / 10 for i in range(1, 11)]
+    return sorted({_clean(v) for v in tenths} | {_clean(1 / v) for v in tenths})
+
+
+def extend_grid(grid: Sequence[float], side: Literal["low", "high"]) -> list[float]:
+    """Add one decade beyond an edge: the grid's outermost decade scaled by 1/10 (low) or 10 (high).
+
+    ``default_grid()`` extended low gains 0.01, ..., 0.09; extended high it gains 11.1, 12.5, ..., 100.
+    """
+    values = sorted(set(grid))
+    if not values or values[0] <= 0:
+        raise ValueError("grid values must be positive")
+    if side == "low":
+        edge = values[0]
+        decade = [v for v in values if v < edge * 10 - 1e-12] or [edge]
+        new = {_clean(v / 10) for v in decade}
+    elif side == "high":
+        edge = values[-1]
+        decade = [v for v in values if v > edge / 10 + 1e-12] or [edge]
+        new = {_clean(v * 10) for v in decade}
+    else:
+        raise ValueError(f"side must be 'low' or 'high', not {side!r}")
+    return sorted(set(values) | new)
+
+
+@dataclass
+class GridSearch:
+    """Outcome of :func:`grid_search`: the best value, every value tried and its score."""
+
+    best: float
+    best_score: float
+    grid: list[float]
+    scores: dict[float, float]
+    extensions: int = 0
+    at_edge: bool = False  # still at an edge after max_extensions
+
+    def scores_by_name(self) -> dict[str, float]:
+        """Scores keyed by the value's short decimal form (JSON keys)."""
+        return {f"{v:g}": round(self.scores[v], 6) for v in sorted(self.scores)}
+
+
+def _pick_best(scores: Mapping[float, float]) -> float:
+    # Ties go to the value closest to 1 in log space: no needless extension on a plateau that reaches an edge.
+    top = max(scores.values())
+    tied = [v for v, s in scores.items() if s >= top - 1e-12]
+    return min(tied, key=lambda v: (abs(math.log(v)), v))
+
+
+def grid_search(objective: Callable[[float], float], grid: Sequence[float] | None = None,
+                max_extensions: int = 4) -> GridSearch:
+    """Maximise ``objective`` over ``grid`` (default :func:`default_grid`), extending it past an edge optimum."""
+    values = sorted(set(grid)) if grid else default_grid()
+    scores: dict[float, float] = {}
+    extensions = 0
+    while True:
+        for v in values:
+            if v not in scores:
+                scores[v] = float(objective(v))
+        best = _pick_best(scores)
+        side = "low" if best == values[0] else "high" if best == values[-1] else None
+        if side is None or extensions >= max_extensions or len(values) == 1:
+            break
+        values = extend_grid(values, side)
+        extensions += 1
+        log.info("best weight %g is at the %s edge of the grid; extending to %g..%g", best, side, values[0], values[-1])
+    at_edge = len(values) > 1 and best in (values[0], values[-1])
+    if at_edge:
+        log.warning("best weight %g is still at the edge of the grid after %d extensions", best, extensions)
+    return GridSearch(best, scores[best], values, scores, extensions, at_edge)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Exact re-scoring of a candidate set
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AffineCandidates:
+    """Per query, candidate passages with the two parts of an affine score ``s0 + w·s1``.
+
+    ``rows``: [n_queries, width] int64 passage rows (-1 pads); ``s0``/``s1``: the two parts' exact scores
+    (padding holds -inf in ``s0``). ``doc_ids[row]`` names the passage.
+    """
+
+    query_ids: list[str]
+    rows: np.ndarray
+    s0: np.ndarray
+    s1: np.ndarray
+    doc_ids: Sequence[str]
+    stats: dict = field(default_factory=dict)
+
+    def top_columns(self, weight: float, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Candidate columns [n, depth] and scores of the top ``depth`` under ``s0 + weight·s1``, best first
+        (padding has score -inf)."""
+        total = self.s0 + np.asarray(weight, dtype=self.s0.dtype) * self.s1
+        top_scores, top = _topk(total, depth, sorted=True)
+        return top, top_scores
+
+    def top(self, weight: float, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """Passage rows [n, depth] (-1 where a query has fewer candidates) and scores of the top ``depth`` under
+        ``s0 + weight·s1``, best first."""
+        top, top_scores = self.top_columns(weight, depth)
+        top_rows = np.take_along_axis(self.rows, top, axis=1)
+        top_rows = np.where(np.isfinite(top_scores), top_rows, -1)
+        return top_rows, top_scores
+
+    def ranking(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
+        """One query's (passage id, score) list from a row of :meth:`top`."""
+        keep = rows >= 0
+        return [(self.doc_ids[r], float(s)) for r, s in zip(rows[keep].tolist(), scores[keep].tolist())]
+
+    def rank(self, weight: float, depth: int) -> dict[str, list[tuple[str, float]]]:
+        """The top-``depth`` ranking of every query under ``s0 + weight·s1`` (padding never ranks)."""
+        rows, scores = self.top(weight, depth)
+        return {qid: self.ranking(rows[i], scores[i]) for i, qid in enumerate(self.query_ids)}
+
+
+class IncrementalMetric:
+    """``metric`` of the top-``depth`` rankings under successive weights, with ir_measures called only for rankings
+    it has not judged before.
+
+    Rank-based measures (nDCG, RR, R, P, AP, ...) depend on a query's ranking only through the relevance grades
+    down the list (its *signature*: grade at each rank, -1 unjudged, -2 past the end). Each query keeps a memo
+    signature -> value; along a μ grid most queries keep their signature, so only the rest go to ir_measures (with
+    their real passages and scores). Judged queries without candidates count 0; the mean is over every judged query.
+    """
+
+    def __init__(self, candidates: AffineCandidates, qrels: Qrels, metric: str):
+        from spar.metrics import per_query_values
+
+        self._per_query = per_query_values
+        self.candidates, self.qrels, self.metric = candidates, qrels, metric
+        self.depth = measure_depth(metric)
+        self.judged = [q for q in qrels if qrels[q]]
+        judged = set(self.judged)
+        self.rows_judged = np.array([i for i, q in enumerate(candidates.query_ids) if q in judged], dtype=np.int64)
+        self.grades = self._grade_matrix()
+        self.memo: dict[int, dict[bytes, float]] = {int(i): {} for i in self.rows_judged}
+        self.doc_names = np.asarray(candidates.doc_ids, dtype=object)
+        self.evaluated_queries = 0
+
+    def _grade_matrix(self) -> np.ndarray:
+        """Grade of every judged query's candidates (-1: unjudged), [n_judged, width]."""
+        c = self.candidates
+        row_of = {doc: r for r, doc in enumerate(c.doc_ids)}
+        grades = np.full((len(self.rows_judged), c.rows.shape[1]), -1, dtype=np.int32)
+        for k, i in enumerate(self.rows_judged.tolist()):
+            for doc, grade in self.qrels[c.query_ids[i]].items():
+                r = row_of.get(doc)
+                if r is not None:
+                    grades[k, c.rows[i] == r] = grade
+        return grades
+
+    def __call__(self, weight: float) -> float:
+        c = self.candidates
+        columns, scores = c.top_columns(weight, self.depth)
+        columns, scores = columns[self.rows_judged], scores[self.rows_judged]
+        signature = np.take_along_axis(self.grades, columns, axis=1)
+        signature[~np.isfinite(scores)] = -2
+        values = np.empty(len(self.rows_judged))
+        misses = []
+        for k, i in enumerate(self.rows_judged.tolist()):
+            value = self.memo[i].get(signature[k].tobytes())
+            if value is None:
+                misses.append(k)
+            else:
+                values[k] = value
+        if misses:
+            run = {}
+            for k in misses:
+                keep = np.isfinite(scores[k])
+                rows = c.rows[self.rows_judged[k], columns[k][keep]]
+                run[c.query_ids[self.rows_judged[k]]] = dict(zip(self.doc_names[rows].tolist(),
+                                                                 scores[k][keep].tolist()))
+            run = {q: hits for q, hits in run.items() if hits}
+            computed = self._per_query({q: self.qrels[q] for q in run}, run, self.metric) if run else {}
+            for k in misses:
+                i = int(self.rows_judged[k])
+                values[k] = computed.get(c.query_ids[i], 0.0)
+                self.memo[i][signature[k].tobytes()] = values[k]
+            self.evaluated_queries += len(misses)
+        return float(values.sum() / len(self.judged))
+
+
+def top_k(queries: np.ndarray, passages: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first."""
+    import faiss
+
+    k = min(k, passages.shape[0])
+    scores, rows = faiss.knn(np.ascontiguousarray(queries, dtype=np.float32),
+                             np.ascontiguousarray(passages, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
+    return scores, rows
+
+
+#: Up to this many query x passage scores, a part's whole score matrix is computed with one BLAS call (cheaper
+#: than a top-k search followed by a gather when the candidates are a large share of a small corpus).
+FULL_MATRIX_LIMIT = 32 << 20
+
+
+def _part_top_k(queries: np.ndarray, passages: np.ndarray, k: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """(all scores or None, top-k rows) of one score part: the full matrix for small problems, else FAISS."""
+    n_q, n_p = queries.shape[0], passages.shape[0]
+    if n_q * n_p > FULL_MATRIX_LIMIT:
+        return None, top_k(queries, passages, k)[1]
+    full = np.asarray(queries, dtype=np.float32) @ np.asarray(passages, dtype=np.float32).T
+    if k >= n_p:
+        return full, np.broadcast_to(np.arange(n_p), full.shape).copy()
+    return full, _topk(full, k, sorted=False)[1]
+
+
+def _topk(matrix: np.ndarray, k: int, sorted: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise top-k (values, column indices) via torch.topk (several times faster than np.argpartition)."""
+    import torch
+
+    k = min(k, matrix.shape[1])
+    if matrix.shape[1] <= 4096:  # narrow rows: numpy's introselect beats torch's threaded top-k
+        part = np.argpartition(-matrix, k - 1, axis=1)[:, :k] if k < matrix.shape[1] else \
+            np.broadcast_to(np.arange(matrix.shape[1]), matrix.shape)
+        values = np.take_along_axis(matrix, part, axis=1)
+        if sorted:
+            order = np.argsort(-values, axis=1, kind="stable")
+            part, values = np.take_along_axis(part, order, axis=1), np.take_along_axis(values, order, axis=1)
+        return values, np.ascontiguousarray(part)
+    values, indices = torch.topk(torch.from_numpy(np.ascontiguousarray(matrix)), k, dim=1, sorted=sorted)
+    return values.numpy(), indices.numpy()
+
+
+def _union_rows(*row_sets: np.ndarray) -> np.ndarray:
+    """Row-wise union of candidate lists: sorted, duplicates and FAISS's -1 replaced by -1 (padding)."""
+    joined = np.sort(np.concatenate(row_sets, axis=1), axis=1)
+    dup = np.zeros_like(joined, dtype=bool)
+    dup[:, 1:] = joined[:, 1:] == joined[:, :-1]
+    joined[dup] = -1
+    return joined
+
+
+def _gather_dot(queries: np.ndarray, passages: np.ndarray, rows: np.ndarray,
+                max_bytes: int = 256 << 20) -> np.ndarray:
+    """``out[i, j] = queries[i] · passages[rows[i, j]]`` computed exactly, in query blocks bounded in memory."""
+    n, width = rows.shape
+    dim = passages.shape[1]
+    out = np.empty((n, width), dtype=np.float32)
+    block = max(1, max_bytes // max(1, width * dim * 4))
+    for start in range(0, n, block):
+        r = rows[start:start + block]
+        vecs = np.asarray(passages[np.where(r >= 0, r, 0).ravel()], dtype=np.float32).reshape(len(r), width, dim)
+        out[start:start + block] = np.einsum("nwd,nd->nw", vecs, queries[start:start + block].astype(np.float32))
+    return out
+
+
+def spar_candidates(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
+                    query_ids: Sequence[str], doc_ids: Sequence[str], variant: Variant = "concat",
+                    candidates: int = 1000) -> AffineCandidates:
+    """Candidate sets and exact score parts for tuning μ of a SPAR ``variant``.
+
+    concat: ``s0 = Q·P``, ``s1 = QΛ·PΛ``; sum: ``s0 = Q·(P+PΛ)``, ``s1 = QΛ·(P+PΛ)``. Candidates are the union of
+    each part's exact top-``candidates``.
+    """
+    if len(query_ids) != base_q.shape[0] or base_q.shape[0] != lambda_q.shape[0]:
+        raise ValueError("base and Λ query vectors and query ids must have the same length")
+    if base_p.shape[0] != lambda_p.shape[0] or base_p.shape[0] != len(doc_ids):
+        raise ValueError("base and Λ passage vectors and passage ids must have the same length")
+    if variant == "concat":
+        p0, p1 = base_p, lambda_p
+    elif variant == "sum":
+        if base_p.shape[1] != lambda_p.shape[1]:
+            raise ValueError(f"variant 'sum' needs equal dimensions, got {base_p.shape[1]} and {lambda_p.shape[1]}")
+        p0 = p1 = np.asarray(base_p, dtype=np.float32) + np.asarray(lambda_p, dtype=np.float32)
+    else:
+        raise ValueError(f"unknown variant {variant!r}")
+    full0, rows0 = _part_top_k(base_q, p0, candidates)
+    full1, rows1 = _part_top_k(lambda_q, p1, candidates)
+    rows = _union_rows(rows0, rows1)
+    safe = np.where(rows >= 0, rows, 0)
+    s0 = np.take_along_axis(full0, safe, axis=1) if full0 is not None else _gather_dot(base_q, p0, rows)
+    s1 = np.take_along_axis(full1, safe, axis=1) if full1 is not None else _gather_dot(lambda_q, p1, rows)
+    s0[rows < 0] = -np.inf
+    s1[rows < 0] = 0.0
+    width = (rows >= 0).sum(axis=1)
+    return AffineCandidates(list(query_ids), rows, s0, s1, doc_ids,
+                            {"candidates_per_query": float(width.mean()), "candidates_max": int(width.max())})
+
+
+def hybrid_fuse(dense: Sequence[tuple[str, float]], sparse: Sequence[tuple[str, float]], alpha: float,
+                normalize: bool = False, k: int | None = None) -> list[tuple[str, float]]:
+    """Pyserini's dense-sparse hybrid (``HybridSearcher._hybrid_results``): ``dense + alpha·sparse``.
+
+    The union of both lists is scored; a passage missing from one list gets that list's minimum score. With
+    ``normalize`` each list is first centred on its mid-range and divided by its range. Best ``k`` returned.
+    """
+    dense_hits, sparse_hits = dict(dense), dict(sparse)
+    d_min, d_max = (min(dense_hits.values()), max(dense_hits.values())) if dense_hits else (0.0, 0.0)
+    s_min, s_max = (min(sparse_hits.values()), max(sparse_hits.values())) if sparse_hits else (0.0, 0.0)
+    fused = []
+    for doc in dense_hits.keys() | sparse_hits.keys():
+        d = dense_hits.get(doc, d_min)
+        s = sparse_hits.get(doc, s_min)
+        if normalize:
+            d = _norm(d, d_min, d_max)
+            s = _norm(s, s_min, s_max)
+        fused.append((doc, d + alpha * s))
+    fused.sort(key=lambda x: (-x[1], x[0]))
+    return fused[:k] if k is not None else fused
+
+
+def _norm(x: float, lo: float, hi: float) -> float:
+    return (x - (lo + hi) / 2) / (hi - lo) if hi > lo else 0.0
+
+
+def hybrid_candidates(dense: Mapping[str, Sequence[tuple[str, float]]],
+                      sparse: Mapping[str, Sequence[tuple[str, float]]], normalize: bool = False) -> AffineCandidates:
+    """The hybrid of :func:`hybrid_fuse` as an affine candidate set (``s0`` dense, ``s1`` sparse), for tuning α."""
+    query_ids = list(dense)
+    doc_index: dict[str, int] = {}
+    per_query = []
+    for qid in query_ids:
+        d_hits, s_hits = dict(dense[qid]), dict(sparse.get(qid, []))
+        d_min, d_max = (min(d_hits.values()), max(d_hits.values())) if d_hits else (0.0, 0.0)
+        s_min, s_max = (min(s_hits.values()), max(s_hits.values())) if s_hits else (0.0, 0.0)
+        docs = list(d_hits.keys() | s_hits.keys())
+        d = [d_hits.get(doc, d_min) for doc in docs]
+        s = [s_hits.get(doc, s_min) for doc in docs]
+        if normalize:
+            d = [_norm(x, d_min, d_max) for x in d]
+            s = [_norm(x, s_min, s_max) for x in s]
+        per_query.append(([doc_index.setdefault(doc, len(doc_index)) for doc in docs], d, s))
+    width = max((len(r) for r, _, _ in per_query), default=1)
+    rows = np.full((len(query_ids), width), -1, dtype=np.int64)
+    s0 = np.full((len(query_ids), width), -np.inf, dtype=np.float64)
+    s1 = np.zeros((len(query_ids), width), dtype=np.float64)
+    for i, (r, d, s) in enumerate(per_query):
+        rows[i, :len(r)], s0[i, :len(r)], s1[i, :len(r)] = r, d, s
+    doc_ids = list(doc_index)
+    return AffineCandidates(query_ids, rows, s0, s1, doc_ids, {"candidates_per_query": float((rows >= 0).sum(1).mean())})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tuning
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def tune_weight(candidates: AffineCandidates, qrels: Qrels, metric: str = "nDCG@10",
+                grid: Sequence[float] | None = None, max_extensions: int = 4) -> GridSearch:
+    """Grid-search the weight w of ``s0 + w·s1`` for ``metric`` (ir_measures) on ``qrels``."""
+    known = set(candidates.query_ids)
+    missing = [q for q in qrels if q not in known]
+    if missing:
+        log.warning("%d judged queries have no candidates (they score 0), e.g. %s", len(missing), missing[:3])
+
+    return grid_search(IncrementalMetric(candidates, qrels, metric), grid, max_extensions)
+
+
+def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
+               query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, mu: float, metric: str,
+               variant: Variant = "concat", depth: int | None = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
+    """One real search of the combined FAISS index (:func:`spar.index.build_spar_index`, flat) at ``mu``.
+
+    Returns the metric and the ranking, so callers can compare it with the re-scored sweep.
+    """
+    from spar.index import build_spar_index, spar_query_vectors
+
+    depth = depth or measure_depth(metric)
+    index = build_spar_index(np.asarray(base_p, dtype=np.float32), np.asarray(lambda_p, dtype=np.float32),
+                             variant, "flat")
+    q = spar_query_vectors(base_q, lambda_q, mu, variant)
+    scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), min(depth, len(doc_ids)))
+    ranked = {qid: [(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0]
+              for i, qid in enumerate(query_ids)}
+    return evaluate_run(qrels, ranked, [metric])[metric], ranked
+
+
+def plot_curve(path, results: Mapping[str, GridSearch], metric: str, xlabel: str = "μ",
+               title: str | None = None, references: Mapping[str, float] | None = None) -> None:
+    """Log-x plot of metric against weight, one line per labelled search, the best point marked; ``references``
+    (e.g. the base retriever's and BM25's dev scores) are drawn as dashed horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for label, result in results.items():
+        xs = sorted(result.scores)
+        ax.plot(xs, [result.scores[x] for x in xs], marker="o", markersize=3, label=label)
+        ax.scatter([result.best], [result.best_score], s=60, zorder=3, facecolors="none", edgecolors="black")
+    for (label, value), style in zip((references or {}).items(), ("--", ":", "-.", (0, (5, 1)))):
+        ax.axhline(value, color="grey", linestyle=style, linewidth=1, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric)
+    if title:
+        ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def grid_values(values: Iterable[float] | None) -> list[float] | None:
+    """Validate a configured grid: positive values, sorted, deduplicated (None stays None)."""
+    if values is None:
+        return None
+    out = sorted({float(v) for v in values})
+    if not out or out[0] <= 0:
+        raise ValueError(f"a weight grid needs positive values, got {list(values)}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The tune stage
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MuTuning:
+    """μ of one SPAR variant: the grid search over re-scored candidates and the confirming real search."""
+
+    variant: str
+    search: GridSearch
+    confirmed: float | None
+    candidates: dict
+    seconds: dict[str, float]
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "mu": self.search.best, "grid": self.search.grid,
+                "scores": self.search.scores_by_name(), "confirmed": _round(self.confirmed),
+                "extensions": self.search.extensions, "at_edge": self.search.at_edge,
+                "candidates": self.candidates, "seconds": self.seconds}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
+def resolve_candidates(candidates: int | None, metric: str) -> int:
+    """``tune.candidates``, or by default 10 x the metric's cutoff and at least 100 (nDCG@10: 100, R@100: 1000)."""
+    if candidates is not None:
+        return int(candidates)
+    return max(100, 10 * measure_depth(metric, default=100))
+
+
+def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
+            query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, metric: str = "nDCG@10",
+            variant: Variant = "concat", candidates: int | None = None, grid: Sequence[float] | None = None,
+            max_extensions: int = 4, confirm: bool = True) -> MuTuning:
+    """Tune μ of ``variant`` on ``qrels``: re-scored candidate sweep, then one real combined-index search."""
+    import time
+
+    start = time.perf_counter()
+    candidates = resolve_candidates(candidates, metric)
+    cands = spar_candidates(base_q, lambda_q, base_p, lambda_p, query_ids, doc_ids, variant, candidates)
+    gathered = time.perf_counter()
+    search = tune_weight(cands, qrels, metric, grid, max_extensions)
+    swept = time.perf_counter()
+    confirmed = None
+    if confirm:
+        confirmed, _ = confirm_mu(base_q, lambda_q, base_p, lambda_p, query_ids, doc_ids, qrels, search.best, metric,
+                                  variant)
+        if abs(confirmed - search.best_score) > 1e-4:
+            log.warning("%s: the real search at μ=%g gives %s=%.4f, the re-scored candidates %.4f (raise "
+                        "tune.candidates)", variant, search.best, metric, confirmed, search.best_score)
+    done = time.perf_counter()
+    seconds = {"candidates": round(gathered - start, 3), "sweep": round(swept - gathered, 3),
+               "confirm": round(done - swept, 3)}
+    return MuTuning(variant, search, confirmed, cands.stats, seconds)
+
+
+@dataclass
+class TuneReport:
+    """What the tune stage found: ``payload`` is ``tune/tune.json``; the searches feed the plots."""
+
+    payload: dict
+    mu_searches: dict[str, GridSearch]
+    alpha_search: GridSearch
+
+
+def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info) -> TuneReport:
+    """The ``tune`` stage on an experiment's artifacts: μ (configured variant, and the other one when
+    ``tune.tune_both_variants``) and the hybrid's α, on the dev qrels only (never the test qrels)."""
+    import time
+
+    from spar.evaluation import ExperimentInputs, dense_search, split_queries
+
+    t = cfg.tune
+    inputs = inputs or ExperimentInputs(cfg)
+    dev = split_queries(cfg, "dev")  # never the test split
+    base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
+    doc_ids = inputs.doc_ids
+    base_q = inputs.query_vectors("base", dev)
+    lambda_q = inputs.query_vectors("lambda", dev)
+    grid = grid_values(t.grid)
+    candidates = resolve_candidates(t.candidates, t.metric)
+
+    variants = [t.variant]
+    other = "sum" if t.variant == "concat" else "concat"
+    if t.tune_both_variants and (other == "concat" or base_p.shape[1] == lambda_p.shape[1]):
+        variants.append(other)
+    tuned: dict[str, MuTuning] = {}
+    for variant in variants:
+        progress(f"tuning μ ({variant}) on {len(dev.ids)} dev queries, {t.metric}")
+        tuned[variant] = tune_mu(base_q, lambda_q, base_p, lambda_p, dev.ids, doc_ids, dev.qrels, t.metric, variant,
+                                 candidates, grid, t.max_extensions, t.confirm)
+
+    progress(f"tuning α of base + α·BM25 on {len(dev.ids)} dev queries")
+    start = time.perf_counter()
+    base_deep = dense_search(base_q, base_p, dev.ids, doc_ids, candidates)
+    bm25_deep = inputs.bm25_search(dev, candidates)
+    searched = time.perf_counter()
+    alpha = tune_weight(hybrid_candidates(base_deep, bm25_deep, t.hybrid_normalize), dev.qrels, t.metric,
+                        grid_values(t.hybrid_alphas), t.max_extensions)
+    base_score = evaluate_run(dev.qrels, base_deep, [t.metric])[t.metric]
+    bm25_score = evaluate_run(dev.qrels, bm25_deep, [t.metric])[t.metric]
+    lambda_score = evaluate_run(dev.qrels, _top(lambda_q, lambda_p, dev.ids, doc_ids, measure_depth(t.metric)),
+                                [t.metric])[t.metric]
+
+    main = tuned[t.variant]
+    payload = {
+        "variant": t.variant, "metric": t.metric, "mu": main.search.best, "grid": main.search.grid,
+        "scores": main.search.scores_by_name(), "confirmed": _round(main.confirmed),
+        "alpha": alpha.best, "alpha_grid": alpha.grid, "alpha_scores": alpha.scores_by_name(),
+        "split": "dev", "dev_queries": len(dev.ids), "candidates": candidates,
+        "extensions": main.search.extensions, "at_edge": main.search.at_edge,
+        "dev_scores": {"bm25": _round(bm25_score), "base": _round(base_score), "lambda": _round(lambda_score),
+                       "spar": _round(main.search.best_score), "hybrid": _round(alpha.best_score)},
+        "hybrid": {"normalize": t.hybrid_normalize, "alpha_extensions": alpha.extensions,
+                   "at_edge": alpha.at_edge, "seconds": {"searches": round(searched - start, 3),
+                                                         "sweep": round(time.perf_counter() - searched, 3)}},
+        "variants": {v: m.to_json() for v, m in tuned.items()},
+    }
+    return TuneReport(payload, {v: m.search for v, m in tuned.items()}, alpha)
+
+
+def _top(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], k: int):
+    scores, rows = top_k(q, p, k)
+    return {qid: [(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0]
+            for i, qid in enumerate(query_ids)}
