@@ -1,0 +1,134 @@
+"""Stage ``publish``: export the combined SPAR encoders as one self-contained model directory -> ``model/``.
+
+Reads ``lambda/`` (Λ), ``tune/tune.json`` (μ and the variant), ``index/`` (recorded so ``spar search MODEL_DIR``
+finds it; copied in with ``publish.copy_index=true``) and the base retriever from ``encode.base``; writes the model
+directory (``publish.output``, default ``<output_dir>/model``) with a model card, and uploads it when
+``publish.push_to_hub=REPO_ID`` is set. Logic and layout: :mod:`spar.publish`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
+                            write_json_atomic)
+from spar.errors import ArtifactError
+
+SECTIONS = ["experiment", "data", "publish"]
+SUMMARY = "export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> model/"
+
+#: Marker of the last successful upload (dot file: never uploaded itself).
+PUSH_MARKER = ".hub_push.json"
+
+
+def model_output(cfg) -> Path:
+    return Path(cfg.publish.output) if cfg.publish.output else artifact_dir(cfg.output_dir, "model")
+
+
+def _manifest_or_empty(path: Path) -> dict:
+    return read_manifest(path) if is_complete(path) else {}
+
+
+def _command(cfg) -> str:
+    """The command that made this model: the CLI invocation when there is one, else the equivalent ``spar run``."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if (argv0.name == "spar" or argv0.parent.name == "spar") and len(sys.argv) > 1:
+        return shlex.join(["spar", *sys.argv[1:]])
+    return shlex.join(["spar", "run", *([cfg.source] if cfg.source else [])])
+
+
+def run(cfg, force: bool = False) -> dict:
+    from spar.models import model_fingerprint
+
+    out = model_output(cfg)
+    lam_dir = artifact_dir(cfg.output_dir, "lambda")
+    tune_dir = artifact_dir(cfg.output_dir, "tune")
+    index_dir = artifact_dir(cfg.output_dir, "index")
+    if not (lam_dir / "spar_encoder.json").exists():
+        raise ArtifactError(f"{lam_dir}: Λ is missing (run `spar train` first)")
+    if not (tune_dir / "tune.json").exists():
+        raise ArtifactError(f"{tune_dir}: missing file 'tune.json' (run `spar tune` first)")
+    if not (index_dir / "index.faiss").exists():
+        raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
+    results_md = Path(cfg.experiment.results_dir) / f"{cfg.experiment.name}.md"
+    base = cfg.encode.base
+    inputs = {
+        "lambda": read_manifest(lam_dir)["fingerprint"] if is_complete(lam_dir) else file_fingerprint(
+            lam_dir / "spar_encoder.json"),
+        "tune": file_fingerprint(tune_dir / "tune.json"),
+        "index": file_fingerprint(index_dir / "index.json") if (index_dir / "index.json").exists() else
+        file_fingerprint(index_dir / "index.faiss"),
+        "base_model": model_fingerprint(base.model),
+    }
+    if results_md.exists():
+        inputs["results"] = file_fingerprint(results_md)
+    # Upload settings do not change the directory's contents, so they are not part of its fingerprint.
+    publish_config = cfg.publish.model_dump(mode="json", exclude={"push_to_hub", "private"})
+    config = {"publish": publish_config, "base": base.model_dump(mode="json")}
+    writer = ArtifactWriter(out, kind="model", config=config, inputs=inputs)
+    skipped = not force and is_complete(out, writer.fingerprint)
+    stats: dict = {"skipped": True} if skipped else {}
+    if not skipped:
+        stats = _write(cfg, writer, lam_dir, tune_dir, index_dir, results_md)
+    if cfg.publish.push_to_hub:
+        stats.update(_push(cfg, out))
+    return stats
+
+
+def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tune_dir: Path, index_dir: Path, results_md: Path) -> dict:
+    from spar.config import dump_config
+    from spar.encoders import BiEncoder
+    from spar.publish import SparEncoder, gather_card_facts, publish_model
+
+    tune = json.loads((tune_dir / "tune.json").read_text(encoding="utf-8"))
+    index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
+    variant = tune.get("variant") or index_info.get("variant") or cfg.index.variant
+    if index_info.get("variant") and index_info["variant"] != variant:
+        raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
+                            f"({tune_dir / 'tune.json'}); rebuild the index or re-tune with tune.variant")
+    base = BiEncoder.from_section(cfg.encode.base)
+    lam = BiEncoder.load(lam_dir)
+    provenance = {
+        "experiment": cfg.experiment.name,
+        "base_model": cfg.encode.base.model,
+        "lambda_init": cfg.train.encoder.model,
+        "teacher": cfg.label.teacher,
+        "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant")},
+        "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
+    }
+    encoder = SparEncoder(base, lam, float(tune["mu"]), variant, metadata={"provenance": provenance})
+    manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
+    manifests["lambda"] = _manifest_or_empty(lam_dir)
+    facts = gather_card_facts(cfg, encoder, tune, manifests,
+                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, _command(cfg))
+    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    with writer as w:
+        publish_model(encoder, w.path, facts, dump_config(cfg), index_dir=index_dir,
+                      passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
+        w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
+                   "index": "copied" if cfg.publish.copy_index else str(index_dir.resolve())}
+        w.schema = {"spar_model.json": "format, variant, mu, dims, encoders, index, provenance",
+                    "modules.json": "sentence-transformers Router (query/document routes)"}
+    out = writer.final
+    return {"output": str(out), "variant": variant, "mu": encoder.mu, "dim": encoder.dim,
+            "load": f'SentenceTransformer("{out}", trust_remote_code=True) or SparEncoder.from_pretrained("{out}")',
+            "search": f'spar search {out} "your query"'}
+
+
+def _push(cfg, out: Path) -> dict:
+    from spar.publish import push_to_hub
+
+    marker = out / PUSH_MARKER
+    manifest = read_manifest(out)
+    if marker.exists():
+        done = json.loads(marker.read_text())
+        if done.get("repo_id") == cfg.publish.push_to_hub and done.get("fingerprint") == manifest["fingerprint"]:
+            return {"hub": f"{cfg.publish.push_to_hub} (already uploaded)"}
+    url = push_to_hub(out, cfg.publish.push_to_hub, private=cfg.publish.private,
+                      commit_message=f"spar publish: {cfg.experiment.name} (mu={manifest['stats'].get('mu')})")
+    write_json_atomic(marker, {"repo_id": cfg.publish.push_to_hub, "fingerprint": manifest["fingerprint"],
+                               "commit": url})
+    return {"hub": url}

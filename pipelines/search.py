@@ -1,0 +1,38 @@
+"""``spar search PATH "query text" [-k 10] [--mu M]``: top-k passages with a published SPAR model.
+
+``PATH`` is a published model directory (``spar publish`` records the run's index in it, or copies it in with
+``publish.copy_index=true``) or a run's ``index/`` directory (the run's published ``model/`` beside it encodes the
+query). Logic: :class:`spar.publish.SparSearcher`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+#: Characters of passage text shown per hit.
+SNIPPET_CHARS = 200
+
+
+def search_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from spar.publish import SparSearcher
+
+    query = " ".join(args.query)
+    searcher = SparSearcher.open(args.index_dir)
+    mu = searcher.encoder.mu if args.mu is None else args.mu
+    hits = searcher.search([query], k=args.k, mu=mu)[0]
+    console = Console(highlight=False)
+    console.print(f"[bold]{escape(query)}[/bold]  μ={mu:g} ({searcher.encoder.variant}), "
+                  f"{len(searcher.index):,} passages, model {searcher.model_dir}")
+    for hit in hits:
+        text = " ".join(hit.text.split())
+        text = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rstrip() + "…"
+        console.print(f"{hit.rank:>3}. [cyan]{escape(hit.id)}[/cyan]  {hit.score:.4f}  [bold]{escape(hit.title)}[/bold]",
+                      soft_wrap=True)
+        if text:
+            console.print(f"     {escape(text)}", soft_wrap=True)
+    if searcher.passages is None:
+        console.print("[yellow]passages.arrow not found: showing ids only[/yellow]")
+    return 0

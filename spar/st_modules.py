@@ -1,0 +1,263 @@
+"""Sentence-transformers module that runs SPAR's two encoders on one input and combines their vectors.
+
+A published SPAR model is a ``SentenceTransformer`` whose only top-level module is a
+:class:`~sentence_transformers.base.modules.Router` with a ``query`` and a ``document`` route. Each route is one
+:class:`SparCombination`: it tokenises the input for the base encoder and for Λ (each with its own tokenizer,
+prefix and max length), runs both Hugging Face encoders, pools (``cls``/``mean``), optionally L2-normalises,
+scales each vector by its weight and concatenates (``concat``) or adds (``sum``) them:
+
+- query route:    ``[Q(q), μ·QΛ(q)]``  (weights ``1, μ``)
+- document route: ``[P(p), PΛ(p)]``    (weights ``1, 1``)
+
+so ``model.similarity`` with the dot product is exactly ``sim(q, p) + μ·simΛ(q, p)``.
+
+On disk a combination is a folder with ``spar_combination.json`` and one plain Hugging Face model folder per
+encoder (``base/``, ``lambda/``: ``config.json``, ``model.safetensors``, tokenizer files), so every encoder also
+loads with ``transformers.AutoModel``.
+
+This file imports nothing from ``spar``: :mod:`spar.publish` copies it into every published model directory as
+``spar_modules.py`` so that ``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
+(sentence-transformers >= 6 asks for ``trust_remote_code=True`` for every module class outside its own package).
+With spar installed, :func:`load_sentence_transformer` builds the same model through the public ``Router.load``
+API without that flag.
+
+Example::
+
+    >>> from spar.st_modules import load_sentence_transformer          # doctest: +SKIP
+    >>> model = load_sentence_transformer("runs/scifact-sample/model")  # doctest: +SKIP
+    >>> q = model.encode_query(["what causes scurvy"])                  # doctest: +SKIP
+    >>> p = model.encode_document([("Scurvy", "Scurvy is caused by a lack of vitamin C.")])  # doctest: +SKIP
+    >>> model.similarity(q, p)                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+try:
+    from typing import Self
+except ImportError:  # Python < 3.11
+    from typing_extensions import Self
+
+from sentence_transformers.base.modules.input_module import InputModule
+
+COMBINATION_CONFIG = "spar_combination.json"
+#: The class reference written into published models (the module file is shipped beside them).
+SHIPPED_MODULE_FILE = "spar_modules.py"
+SHIPPED_CLASS_REF = "spar_modules.SparCombination"
+VARIANTS = ("concat", "sum")
+POOLINGS = ("cls", "mean")
+
+
+def format_passage(passage: Any, sep: str, prefix: str = "") -> str:
+    """``title [SEP] text`` with the tokenizer's separator, or the text alone (same rule as ``spar.encoders``)."""
+    if isinstance(passage, str):
+        return prefix + passage
+    if isinstance(passage, dict):
+        passage = (passage.get("title") or "", passage.get("text") or "")
+    title, text = passage
+    return f"{prefix}{title} {sep} {text}" if title else prefix + text
+
+
+def _check_encoder_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    required = ("name", "pooling", "normalize", "max_length")
+    missing = [key for key in required if key not in spec]
+    if missing:
+        raise ValueError(f"{COMBINATION_CONFIG}: encoder entry {spec} lacks {missing}")
+    if spec["pooling"] not in POOLINGS:
+        raise ValueError(f"{COMBINATION_CONFIG}: unknown pooling {spec['pooling']!r} (expected one of {POOLINGS})")
+    out = {"prefix": "", "weight": 1.0, "input": "query", **spec}
+    if out["input"] not in ("query", "passage"):
+        raise ValueError(f"{COMBINATION_CONFIG}: 'input' must be 'query' or 'passage', got {out['input']!r}")
+    return out
+
+
+class SparCombination(InputModule):
+    """Runs several Hugging Face encoders on the same input and combines their pooled, weighted vectors.
+
+    Args:
+        encoders: one dict per encoder, in output order: ``name`` (sub-folder), ``pooling`` (``cls``/``mean``),
+            ``normalize`` (bool), ``max_length`` (tokens), ``prefix`` (text prepended), ``weight`` (the vector is
+            multiplied by it: μ for Λ on the query side), ``input`` (``query``: plain text; ``passage``:
+            ``(title, text)`` pairs are formatted ``title [SEP] text`` with each encoder's own separator).
+        variant: ``concat`` (vectors side by side) or ``sum`` (added; needs equal dimensions).
+        models: the loaded ``transformers`` models by name (``load`` fills these).
+        tokenizers: the matching tokenizers by name.
+    """
+
+    config_keys = ["variant", "encoders"]
+    config_file_name = COMBINATION_CONFIG
+    save_in_root = False
+
+    def __init__(
+        self,
+        encoders: list[dict[str, Any]],
+        variant: str = "concat",
+        models: dict[str, nn.Module] | None = None,
+        tokenizers: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"{COMBINATION_CONFIG}: unknown variant {variant!r} (expected one of {VARIANTS})")
+        self.variant = variant
+        self.encoders = [_check_encoder_spec(dict(spec)) for spec in encoders]
+        names = [spec["name"] for spec in self.encoders]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{COMBINATION_CONFIG}: duplicate encoder names {names}")
+        models = models or {}
+        tokenizers = tokenizers or {}
+        absent = [n for n in names if n not in models or n not in tokenizers]
+        if absent:
+            raise ValueError(f"SparCombination: no model/tokenizer given for {absent}")
+        self.models = nn.ModuleDict({n: models[n] for n in names})
+        self.tokenizers = {n: tokenizers[n] for n in names}
+        if variant == "sum":
+            dims = {n: self._hidden_size(n) for n in names}
+            if len(set(dims.values())) > 1:
+                raise ValueError(f"variant 'sum' needs encoders of equal dimension, got {dims}")
+
+    # -- sentence-transformers interface -------------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        """The first encoder's tokenizer (what sentence-transformers shows as the model's tokenizer)."""
+        return self.tokenizers[self.encoders[0]["name"]]
+
+    @property
+    def max_seq_length(self) -> int:
+        return max(int(spec["max_length"]) for spec in self.encoders)
+
+    def _hidden_size(self, name: str) -> int:
+        return int(self.models[name].config.hidden_size)
+
+    def get_embedding_dimension(self) -> int:
+        dims = [self._hidden_size(spec["name"]) for spec in self.encoders]
+        return sum(dims) if self.variant == "concat" else dims[0]
+
+    def set_weight(self, name: str, weight: float) -> None:
+        """Change one encoder's weight (e.g. μ of ``lambda`` on the query route) in place."""
+        for spec in self.encoders:
+            if spec["name"] == name:
+                spec["weight"] = float(weight)
+                return
+        raise KeyError(f"no encoder named {name!r}; have {[s['name'] for s in self.encoders]}")
+
+    def preprocess(
+        self, inputs: Sequence[Any], prompt: str | None = None, **kwargs
+    ) -> dict[str, torch.Tensor | Any]:
+        """Tokenise every input once per encoder; features are keyed ``<encoder>.<tensor name>``."""
+        features: dict[str, Any] = {}
+        for spec in self.encoders:
+            name, tokenizer = spec["name"], self.tokenizers[spec["name"]]
+            prefix = (prompt or "") + spec["prefix"]
+            if spec["input"] == "passage":
+                sep = tokenizer.sep_token or " "
+                texts = [format_passage(item, sep, prefix) for item in inputs]
+            else:
+                texts = [prefix + (item if isinstance(item, str) else " ".join(item)) for item in inputs]
+            batch = tokenizer(texts, padding=True, truncation=True, max_length=int(spec["max_length"]),
+                              return_tensors="pt")
+            for key in ("input_ids", "attention_mask", "token_type_ids"):
+                if key in batch:
+                    features[f"{name}.{key}"] = batch[key]
+        return features
+
+    def forward(self, features: dict[str, torch.Tensor | Any], **kwargs) -> dict[str, torch.Tensor | Any]:
+        vectors = []
+        for spec in self.encoders:
+            name = spec["name"]
+            inputs = {key: features[f"{name}.{key}"] for key in ("input_ids", "attention_mask", "token_type_ids")
+                      if f"{name}.{key}" in features}
+            hidden = self.models[name](**inputs).last_hidden_state
+            mask = inputs["attention_mask"]
+            if spec["pooling"] == "cls":
+                vec = hidden[:, 0]
+            else:
+                m = mask.unsqueeze(-1).to(hidden.dtype)
+                vec = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            vec = vec.float()
+            if spec["normalize"]:
+                vec = torch.nn.functional.normalize(vec, dim=-1)
+            weight = float(spec["weight"])
+            vectors.append(vec if weight == 1.0 else vec * weight)
+        if self.variant == "concat":
+            combined = torch.cat(vectors, dim=-1)
+        else:
+            combined = torch.stack(vectors, dim=0).sum(0)
+        features["sentence_embedding"] = combined
+        return features
+
+    # -- persistence ----------------------------------------------------------------------------------------
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "encoders": [dict(spec) for spec in self.encoders]}
+
+    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
+        os.makedirs(output_path, exist_ok=True)
+        for spec in self.encoders:
+            target = os.path.join(output_path, spec["name"])
+            self.models[spec["name"]].save_pretrained(target, safe_serialization=True)
+            self.tokenizers[spec["name"]].save_pretrained(target)
+        self.save_config(output_path)
+
+    @classmethod
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        **kwargs,
+    ) -> Self:
+        from transformers import AutoModel, AutoTokenizer
+
+        hub = {"token": token, "cache_folder": cache_folder, "revision": revision,
+               "local_files_only": local_files_only}
+        config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
+        if not config:
+            raise FileNotFoundError(f"{os.path.join(str(model_name_or_path), subfolder, COMBINATION_CONFIG)}: "
+                                    "missing (not a SPAR model route)")
+        model_kwargs = dict(kwargs.get("model_kwargs") or {})
+        trust_remote_code = bool(kwargs.get("trust_remote_code", False))  # for custom encoder architectures
+        models, tokenizers = {}, {}
+        for spec in config["encoders"]:
+            sub = f"{subfolder}/{spec['name']}" if subfolder else spec["name"]
+            for required in ("config.json", "model.safetensors"):
+                if cls.load_file_path(model_name_or_path, filename=required, subfolder=sub, **hub) is None:
+                    raise FileNotFoundError(f"{os.path.join(str(model_name_or_path), sub, required)}: missing "
+                                            "(the SPAR model directory is incomplete)")
+            local = cls.load_dir_path(model_name_or_path, subfolder=sub, **hub)
+            models[spec["name"]] = AutoModel.from_pretrained(local, use_safetensors=True,
+                                                             trust_remote_code=trust_remote_code, **model_kwargs)
+            tokenizers[spec["name"]] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
+        return cls(config["encoders"], config.get("variant", "concat"), models, tokenizers)
+
+
+def load_sentence_transformer(path: str, mu: float | None = None, device: str | None = None, **kwargs):
+    """Load a published SPAR model as a ``SentenceTransformer`` with spar's own module class (no
+    ``trust_remote_code`` needed); ``mu`` overrides the query-side weight of Λ."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Router
+
+    router = Router.load(str(path), module_classes={SHIPPED_CLASS_REF: SparCombination,
+                                                   f"{__name__}.SparCombination": SparCombination})
+    model = SentenceTransformer(modules=[router], device=device, similarity_fn_name="dot", **kwargs)
+    if mu is not None:
+        set_query_mu(model, mu)
+    return model
+
+
+def set_query_mu(model, mu: float, lambda_name: str = "lambda") -> None:
+    """Set μ (the weight of Λ's query vector) of a loaded SPAR ``SentenceTransformer`` in place."""
+    router = model[0]
+    for module in router.sub_modules["query"]:
+        if hasattr(module, "set_weight"):
+            module.set_weight(lambda_name, mu)
+            return
+    raise ValueError("not a SPAR model: the query route has no SparCombination module")
