@@ -1,0 +1,68 @@
+"""CLI wiring: help for every stage, overrides reach the stage, errors are clean, import stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from spar import cli
+
+
+def test_top_level_help_lists_every_stage(capsys):
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    for stage in cli.STAGES + ["run", "search"]:
+        assert stage in out
+
+
+@pytest.mark.parametrize("stage", cli.STAGES)
+def test_stage_help_documents_its_options(stage, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([stage, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"{stage}." in out and "[default:" in out and "data.corpus" in out
+
+
+def test_unknown_key_is_a_clean_error(capsys):
+    assert cli.main(["sample", "sample.strategie=all"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'sample.strategie'" in err and "did you mean 'sample.strategy'" in err
+
+
+def test_run_chains_stages_in_order(monkeypatch):
+    called = []
+
+    import subprocess as sp
+
+    monkeypatch.setattr(sp, "call", lambda cmd: called.append(cmd[3:]) or 0)
+    assert cli.main(["run", "--from", "label", "--to", "encode", "label.k=30", "--force"]) == 0
+    assert called == [[s, "--force", "label.k=30"] for s in ("label", "train", "encode")]
+
+
+def test_run_stops_at_a_failing_stage(monkeypatch):
+    called = []
+    monkeypatch.setattr(cli, "_run_stage_process", lambda stage, args: called.append(stage) or (3 if stage == "train" else 0))
+    assert cli.main(["run", "--to", "encode"]) == 3
+    assert called == ["sample", "label", "train"]
+
+
+def test_run_skips_complete_stages_in_subprocesses():
+    """Real chaining: the embedded sample's first stage twice; the second run reports it up to date."""
+    import tempfile
+
+    out = tempfile.mkdtemp()
+    cmd = [sys.executable, "-m", "spar.cli", "run", "--to", "sample", f"experiment.output_dir={out}"]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "sample: done" in first and "skipped (up to date)" in second
+
+
+def test_import_is_light():
+    code = ("import sys, time; t=time.time(); import spar, spar.cli, spar.config; "
+            "assert 'torch' not in sys.modules and 'jnius' not in sys.modules, sorted(sys.modules); "
+            "print(time.time()-t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert float(out) < 2.0

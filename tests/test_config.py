@@ -1,0 +1,64 @@
+"""Config: defaults, overrides, unknown keys with suggestions, dev/test guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spar.config import SparConfig, describe_options, load_config
+from spar.errors import ConfigError
+
+
+def test_default_config_loads_and_resolves_data_paths():
+    cfg = load_config()
+    assert Path(cfg.data.corpus).exists() and Path(cfg.data.qrels_test).exists()
+    assert cfg.label.k == 50 and cfg.label.n_positives == 10 and cfg.label.n_negatives == 5
+
+
+def test_overrides_are_typed():
+    cfg = load_config(None, ["label.k=100", "train.encoder.pooling=mean", "tune.grid=[0.5, 1]"])
+    assert cfg.label.k == 100 and cfg.train.encoder.pooling == "mean" and cfg.tune.grid == [0.5, 1.0]
+
+
+@pytest.mark.parametrize("override, hint", [
+    ("label.kk=3", "did you mean 'label.k'"),
+    ("trian.batch_size=3", "did you mean 'train'"),
+    ("train.encoder.poolin=cls", "did you mean 'train.encoder.pooling'"),
+])
+def test_unknown_key_names_it_and_suggests(override, hint):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert hint in str(info.value) and "unknown key" in str(info.value)
+
+
+def test_invalid_values_are_explained():
+    with pytest.raises(ConfigError, match="exceeds k"):
+        load_config(None, ["label.k=10", "label.n_positives=10"])
+    with pytest.raises(ConfigError, match="label.teacher"):
+        load_config(None, ["label.teacher=tfidf"])
+
+
+def test_tuning_on_test_is_refused(tmp_path: Path):
+    qrels = tmp_path / "q.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n")
+    with pytest.raises(ConfigError, match="never tune on the test split"):
+        load_config(None, [f"data.qrels_dev={qrels}", f"data.qrels_test={qrels}"])
+
+
+def test_every_option_is_documented():
+    for section in ("sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"):
+        rows = describe_options(SparConfig.model_fields[section].annotation, f"{section}.")
+        assert rows
+        undocumented = [key for key, _, desc in rows if not desc and key.split(".")[-1] not in (
+            "learning_rate", "max_epochs", "gradient_clip", "log_every_n_steps", "wandb_project", "batch_size",
+            "weight_decay", "hnsw_m", "hnsw_ef_search", "nprobe", "accelerator", "devices", "variant", "private",
+            "license", "rbo_p", "answer_match", "wandb_mode")]
+        assert not undocumented, undocumented
+
+
+def test_bad_yaml_names_file_and_line(tmp_path: Path):
+    bad = tmp_path / "x.yaml"
+    bad.write_text("data:\n  corpus: a\n label: [\n")
+    with pytest.raises(ConfigError, match=r"x.yaml:\d+: not valid YAML"):
+        load_config(bad)

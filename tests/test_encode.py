@@ -1,0 +1,208 @@
+"""Stage `encode` on real SciFact passages with the real MiniLM base retriever and the untrained Λ initialisation."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spar.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+from spar.encoders import BiEncoder
+from spar.errors import ArtifactError
+from spar.readers import evaluation_qrels, read_corpus, read_queries
+from spar.schemas import PASSAGES, read_table, write_table
+
+QUIET = EncodeOptions(batch_size=16, show_progress=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """OpenMP threads spin: on a shared 2-core test machine one intra-op thread is several times faster than two."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def base_encoder() -> BiEncoder:
+    return BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True, passage_max_length=64,
+                                     query_max_length=32)
+
+
+@pytest.fixture(scope="module")
+def lambda_dir(tmp_path_factory) -> Path:
+    """The real untrained Λ initialisation (CLS pooling, raw dot products), saved as `spar train` would."""
+    d = tmp_path_factory.mktemp("lambda") / "lambda"
+    BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False, passage_max_length=64).save(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def passages(sample_dir):
+    return list(itertools.islice(read_corpus(sample_dir / "corpus.jsonl"), 24))
+
+
+def test_vectors_ids_and_manifest(base_encoder, passages, tmp_path):
+    stats = encode_passages(base_encoder, passages, tmp_path / "p", shard_size=10, options=QUIET,
+                            weights_fingerprint="minilm", encoder_name="base")
+    emb = load_embeddings(tmp_path / "p")
+    assert emb.ids == [p.id for p in passages]
+    assert emb.vectors.shape == (24, 384) and emb.vectors.dtype == np.float32 and emb.dim == 384
+    # Same vectors as the encoder's own (unsharded, differently batched) path.
+    reference = base_encoder.encode_passage([(p.title, p.text) for p in passages], batch_size=7)
+    np.testing.assert_allclose(emb.vectors, reference, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(emb.vectors, axis=1), 1.0, atol=1e-5)
+
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    s = manifest["stats"]
+    assert manifest["kind"] == "embeddings"
+    assert (s["pooling"], s["normalize"], s["dim"], s["count"], s["dtype"], s["shards"]) == ("mean", True, 384, 24,
+                                                                                          "float32", 3)
+    assert s["model_fingerprint"] == emb.model_fingerprint and s["encoder"] == "base"
+    # Truncation is counted exactly: passages longer than 64 tokens with special tokens.
+    tok = base_encoder.tokenizer
+    long = sum(len(tok(f"{p.title} {tok.sep_token} {p.text}")["input_ids"]) > 64 for p in passages)
+    assert 0 < s["truncated"] == long
+    assert sorted(f.name for f in (tmp_path / "p").iterdir()) == [
+        "ids.arrow", "manifest.json", "part-00000.npy", "part-00001.npy", "part-00002.npy"]
+    ids = read_table(tmp_path / "p" / "ids.arrow")
+    assert ids.column("row").to_pylist() == list(range(24))
+    # A complete directory with the same inputs is not encoded again.
+    again = dict(shard_size=10, options=QUIET, weights_fingerprint="minilm", encoder_name="base")
+    assert encode_passages(base_encoder, passages, tmp_path / "p", **again)["skipped"]
+    assert not encode_passages(base_encoder, passages[:4], tmp_path / "p", **again).get("skipped")
+
+
+def test_float16_storage(base_encoder, passages, tmp_path):
+    encode_passages(base_encoder, passages[:8], tmp_path / "h", dtype="float16", options=QUIET)
+    emb = load_embeddings(tmp_path / "h")
+    assert emb.vectors.dtype == np.float16 and emb.manifest["stats"]["dtype"] == "float16"
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL after the first shard (raised from the per-shard hook, not caught by the writer)."""
+
+
+def die(index, stats):
+    raise Killed
+
+
+def test_resume_gives_identical_shards(base_encoder, passages, tmp_path):
+    encode_passages(base_encoder, passages, tmp_path / "full", shard_size=10, options=QUIET,
+                    weights_fingerprint="minilm")
+
+    with pytest.raises(Killed):
+        encode_passages(base_encoder, passages, tmp_path / "resumed", shard_size=10, options=QUIET,
+                        weights_fingerprint="minilm", on_shard=die)
+    partial = tmp_path / "resumed.partial"
+    assert (partial / "part-00000.npy").exists() and not (partial / "part-00001.npy").exists()
+    assert not (tmp_path / "resumed").exists()  # never looks complete
+
+    stats = encode_passages(base_encoder, passages, tmp_path / "resumed", shard_size=10, options=QUIET,
+                            weights_fingerprint="minilm")
+    assert stats["resumed_shards"] == 1 and stats["encoded_this_run"] == 14 and stats["count"] == 24
+    for name in ["ids.arrow", "part-00000.npy", "part-00001.npy", "part-00002.npy"]:
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "resumed" / name).read_bytes(), name
+    assert not partial.exists()
+
+
+def test_changed_config_discards_partial_work(base_encoder, passages, tmp_path):
+    with pytest.raises(Killed):
+        encode_passages(base_encoder, passages, tmp_path / "e", shard_size=10, options=QUIET,
+                        weights_fingerprint="a", on_shard=die)
+    stats = encode_passages(base_encoder, passages, tmp_path / "e", shard_size=10, options=QUIET,
+                            weights_fingerprint="b")
+    assert stats["resumed_shards"] == 0 and stats["encoded_this_run"] == 24
+
+
+def test_lightning_predict_loop_matches_plain_loop(base_encoder, passages, tmp_path):
+    opts = EncodeOptions(batch_size=8, engine="lightning", accelerator="cpu", devices=1, show_progress=False)
+    stats = encode_passages(base_encoder, passages[:16], tmp_path / "l", options=opts)
+    encode_passages(base_encoder, passages[:16], tmp_path / "p", options=QUIET)
+    assert stats["engine"] == "lightning"
+    np.testing.assert_allclose(load_embeddings(tmp_path / "l").vectors, load_embeddings(tmp_path / "p").vectors,
+                               atol=1e-6)
+
+
+def test_queries_use_query_encoder_settings(lambda_dir, tmp_path):
+    lam = BiEncoder.load(lambda_dir)
+    queries = {"q2": "0-dimensional biomaterials show inductive properties.", "q1": "vitamin C prevents scurvy"}
+    encode_queries(lam, queries, tmp_path / "q", options=QUIET)
+    emb = load_embeddings(tmp_path / "q")
+    assert emb.ids == ["q2", "q1"]
+    np.testing.assert_allclose(emb.vectors, lam.encode_query(list(queries.values())), atol=1e-5)
+    assert emb.manifest["stats"]["pooling"] == "cls" and emb.manifest["stats"]["normalize"] is False
+
+
+def test_damaged_directory_names_the_missing_file(base_encoder, passages, tmp_path):
+    encode_passages(base_encoder, passages[:4], tmp_path / "d", options=QUIET)
+    (tmp_path / "d" / "part-00000.npy").unlink()
+    with pytest.raises(ArtifactError, match="part-00000.npy"):
+        load_embeddings(tmp_path / "d")
+
+
+def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_dir, tmp_path):
+    """`spar encode` on passages.arrow (as the sample stage writes it), with dev/test queries, base and Λ."""
+    import pipelines.encode as stage
+    from spar.config import load_config
+
+    out = tmp_path / "run"
+    (out / "queries").mkdir(parents=True)
+    rows = passages[:12]
+    write_table(out / "queries" / "passages.arrow", pa.table({
+        "row": list(range(len(rows))), "id": [p.id for p in rows], "title": [p.title for p in rows],
+        "text": [p.text for p in rows]}, schema=PASSAGES))
+    shutil.copytree(lambda_dir, out / "lambda")
+    cfg = load_config(None, [
+        f"experiment.output_dir={out}", f"data.corpus={sample_dir / 'corpus.jsonl'}",
+        f"data.queries={sample_dir / 'queries.jsonl'}", "data.qrels_dev=null", "data.dev_holdout_fraction=0.5",
+        f"data.qrels_test={sample_dir / 'qrels' / 'test.tsv'}", "encode.base.passage_max_length=64",
+        "encode.shard_size=5", "encode.batch_size=16",
+    ])
+    result = stage.run(cfg)
+    assert "skipped" not in result and result["source"].endswith("passages.arrow")
+    emb = out / "embeddings"
+    test_qids = list(evaluation_qrels(cfg.data, "test"))
+    dev_qids = list(evaluation_qrels(cfg.data, "dev"))
+    assert test_qids and dev_qids and not set(test_qids) & set(dev_qids)
+    for name, pooling in (("base", "mean"), ("lambda", "cls")):
+        p = load_embeddings(emb / name / "passages")
+        assert p.ids == [x.id for x in rows] and p.manifest["stats"]["shards"] == 3
+        assert p.manifest["stats"]["pooling"] == pooling
+        test = load_embeddings(emb / name / "queries-test")
+        assert test.ids == test_qids and test.vectors.shape == (len(test_qids), 384)
+        assert test.model_fingerprint == p.model_fingerprint  # queries and passages: one encoder
+        assert load_embeddings(emb / name / "queries-dev").ids == dev_qids
+    assert (load_embeddings(emb / "base" / "passages").model_fingerprint
+            != load_embeddings(emb / "lambda" / "passages").model_fingerprint)
+    texts = {q.id: q.text for q in read_queries(sample_dir / "queries.jsonl")}
+    lam = BiEncoder.load(out / "lambda")
+    np.testing.assert_allclose(load_embeddings(emb / "lambda" / "queries-test").vectors[:3],
+                               lam.encode_query([texts[q] for q in test_qids[:3]]), atol=1e-5)
+    assert stage.run(cfg)["skipped"]
+
+
+def test_stage_requires_lambda(sample_dir, tmp_path):
+    import pipelines.encode as stage
+    from spar.config import load_config
+
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path}", f"data.corpus={sample_dir / 'corpus.jsonl'}",
+                             "encode.encoders=[lambda]"])
+    with pytest.raises(ArtifactError, match="run `spar train`"):
+        stage.run(cfg)
+
+
+def test_titles_can_be_left_out(base_encoder, passages, tmp_path):
+    """``data.title_field: false``: the text alone is encoded, and that is a different artifact."""
+    encode_passages(base_encoder, passages[:4], tmp_path / "t", use_titles=False, options=QUIET)
+    np.testing.assert_allclose(load_embeddings(tmp_path / "t").vectors,
+                               base_encoder.encode_passage([p.text for p in passages[:4]]), atol=1e-5)
+    assert not encode_passages(base_encoder, passages[:4], tmp_path / "t", options=QUIET).get("skipped")

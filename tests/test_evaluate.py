@@ -1,0 +1,237 @@
+"""Tests of the evaluate stage: metrics against ir_measures and by hand, RBO_ext by hand, DPR answer matching, TREC
+runs, shuffled queries, BM25 reproducing the published SciFact figure, and an end-to-end evaluation of every system
+on the embedded sample with an untrained Λ."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+from spar.artifacts import artifact_dir  # noqa: E402
+from spar.evaluation import SYSTEMS, SplitQueries, shuffle_query, shuffled_queries  # noqa: E402
+from spar.metrics import (  # noqa: E402
+    answer_accuracy,
+    answer_tokens,
+    evaluate_run,
+    has_answer,
+    mean_rbo,
+    rbo,
+    read_answers,
+    read_trec_run,
+    write_trec_run,
+)
+from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics
+# ----------------------------------------------------------------------------------------------------------------
+
+QRELS = {"q1": {"d1": 1, "d3": 2}, "q2": {"d2": 1}, "q3": {"d9": 1}}
+RUN = {"q1": [("d1", 3.0), ("d2", 2.0), ("d3", 1.0)], "q2": [("d1", 2.0), ("d2", 1.0)]}  # q3 retrieved nothing
+
+
+def test_metrics_by_hand_and_equal_to_ir_measures():
+    import ir_measures
+    from ir_measures import RR, R, nDCG
+
+    values = evaluate_run(QRELS, RUN, ["nDCG@10", "MRR@10", "R@2"])
+    # trec_eval nDCG uses linear gains: q1 DCG = 1/log2(2) + 2/log2(4) = 2, IDCG = 2 + 1/log2(3)
+    ndcg_q1 = 2 / (2 + 1 / math.log2(3))
+    ndcg_q2 = 1 / math.log2(3)
+    assert values["nDCG@10"] == pytest.approx((ndcg_q1 + ndcg_q2 + 0) / 3)
+    assert values["MRR@10"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert values["R@2"] == pytest.approx((0.5 + 1 + 0) / 3)
+    run = {q: {d: s for d, s in hits} for q, hits in RUN.items()}
+    agg = ir_measures.calc_aggregate([nDCG @ 10, RR @ 10, R @ 2], QRELS, run)
+    assert values == pytest.approx({"nDCG@10": agg[nDCG @ 10], "MRR@10": agg[RR @ 10], "R@2": agg[R @ 2]})
+
+
+def test_metrics_with_every_query_equal_ir_measures_exactly():
+    import ir_measures
+
+    qrels = {q: r for q, r in QRELS.items() if q != "q3"}
+    run = {q: {d: s for d, s in hits} for q, hits in RUN.items()}
+    for name in ("nDCG@10", "R@100", "RR@10", "P@1", "AP"):
+        expected = ir_measures.calc_aggregate([ir_measures.parse_measure(name)], qrels, run)
+        assert evaluate_run(qrels, RUN, [name])[name] == pytest.approx(list(expected.values())[0])
+
+
+def test_unknown_measure_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown measure 'nDGC@10'"):
+        evaluate_run(QRELS, RUN, ["nDGC@10"])
+
+
+def test_trec_run_round_trip(tmp_path):
+    path = tmp_path / "runs" / "x.trec"
+    write_trec_run(path, RUN, tag="spar-x")
+    assert path.read_text().splitlines()[0] == "q1 Q0 d1 1 3.000000 spar-x"
+    assert read_trec_run(path) == RUN
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# RBO
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_rbo_hand_example_equal_lengths():
+    # X_1 = 0, X_2 = 2, X_3 = 2: (1-p)/p (0 + 2/2 p^2 + 2/3 p^3) + 2/3 p^3 with p = 0.9
+    p = 0.9
+    expected = (1 - p) / p * (p**2 + 2 / 3 * p**3) + 2 / 3 * p**3
+    assert expected == pytest.approx(0.63)
+    assert rbo(["a", "b", "c"], ["b", "a", "d"], p) == pytest.approx(expected)
+
+
+def test_rbo_hand_example_uneven_lengths():
+    # S = [a, b] (s = 2), L = [a, c, b] (l = 3): X_1 = 1, X_2 = 1, X_3 = 2, X_s = 1 (Webber et al. eq. 32)
+    p = 0.9
+    first = p + 1 / 2 * p**2 + 2 / 3 * p**3
+    second = 1 * (3 - 2) / (2 * 3) * p**3
+    tail = ((2 - 1) / 3 + 1 / 2) * p**3
+    expected = (1 - p) / p * (first + second) + tail
+    assert expected == pytest.approx(0.82)
+    assert rbo(["a", "b"], ["a", "c", "b"], p) == pytest.approx(expected)
+    assert rbo(["a", "c", "b"], ["a", "b"], p) == pytest.approx(expected)  # symmetric
+
+
+def test_rbo_bounds_and_mean():
+    ranking = [f"d{i}" for i in range(100)]
+    assert rbo(ranking, ranking, 0.9) == pytest.approx(1.0)
+    assert rbo(ranking, [f"x{i}" for i in range(100)], 0.9) == 0.0
+    assert 0 < rbo(ranking, list(reversed(ranking)), 0.9) < 0.2  # top-weighted: reversal is far apart
+    first = {"q1": [(d, 1.0) for d in ranking], "q2": [("a", 1.0)]}
+    second = {"q1": [(d, 1.0) for d in ranking], "q2": [("b", 1.0)]}
+    assert mean_rbo(first, second, 0.9) == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Answers (DPR has_answer)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_has_answer_string_mode():
+    assert answer_tokens("Café-au-lait, S.A.!") == ["cafe", "au", "lait", "s", "a"]
+    assert has_answer(["cafe au lait"], "He ordered a CAFÉ AU LAIT.")  # case, accents and punctuation ignored
+    assert has_answer(["Barack Obama", "Obama"], "Former president obama spoke.")
+    assert not has_answer(["art"], "The party started.")  # whole tokens, not substrings
+    assert not has_answer(["lait au"], "cafe au lait")  # order matters
+    assert has_answer(["1,000"], "about 1 000 people")  # punctuation splits tokens the same way on both sides
+    assert not has_answer([""], "anything")
+
+
+def test_has_answer_regex_mode():
+    assert has_answer([r"\bcolou?r\b"], "The COLOR red", match="regex")
+    assert has_answer([r"19[0-9]{2}"], "born in 1957", match="regex")
+    assert not has_answer([r"(unclosed"], "(unclosed", match="regex")  # invalid patterns never match (DPR)
+    assert not has_answer([r"^red$"], "The color red", match="regex")
+
+
+def test_answer_accuracy_and_reader(tmp_path):
+    texts = {"d1": "Paris is the capital of France.", "d2": "Berlin is in Germany.", "d3": "Rome, Italy."}
+    ranked = {"q1": [("d2", 2.0), ("d1", 1.0)], "q2": [("d3", 1.0)], "q3": [("d2", 1.0)]}
+    answers = {"q1": ["Paris"], "q2": ["Rome"], "q3": ["Madrid"]}
+    assert answer_accuracy(ranked, answers, texts, ks=[1, 2]) == pytest.approx({"Acc@1": 1 / 3, "Acc@2": 2 / 3})
+    path = tmp_path / "answers.tsv"
+    path.write_text('q1\t["Paris", "City of Light"]\nq2\tRome\n')
+    assert read_answers(path) == {"q1": ["Paris", "City of Light"], "q2": ["Rome"]}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Shuffled queries
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_shuffled_queries_are_seeded_permutations():
+    queries = SplitQueries("test", {"a": {"d": 1}, "b": {"d": 1}},
+                           {"a": "vitamin c deficiency causes scurvy in sailors", "b": "single"})
+    once, again = shuffled_queries(queries, 7), shuffled_queries(queries, 7)
+    assert once.texts == again.texts and once.texts["b"] == "single"
+    assert sorted(once.texts["a"].split()) == sorted(queries.texts["a"].split())
+    assert once.texts["a"] != queries.texts["a"]
+    assert shuffled_queries(queries, 8).texts["a"] != once.texts["a"] or True  # another seed: another order (usually)
+    assert shuffle_query("a b c d e f", 1) == shuffle_query("a b c d e f", 1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# BM25 reproduces the published SciFact figure (Pyserini BEIR flat: title + text, k1 0.9, b 0.4)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # indexes the 5,183 SciFact abstracts and starts the JVM: ~30 s of CPU
+def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
+    import pyarrow as pa
+
+    from spar.config import load_config
+    from spar.evaluation import ExperimentInputs, split_queries
+    from spar.readers import read_corpus
+    from spar.schemas import PASSAGES, write_table
+
+    scifact = datasets_dir / "scifact"
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path}", f"data.corpus={scifact / 'corpus.jsonl'}",
+                             f"data.queries={scifact / 'queries.jsonl'}", f"data.qrels_dev={scifact / 'qrels/train.tsv'}",
+                             f"data.qrels_test={scifact / 'qrels/test.tsv'}"])
+    corpus = list(read_corpus(cfg.data.corpus))
+    (tmp_path / "queries").mkdir()
+    write_table(tmp_path / "queries" / "passages.arrow", pa.table({
+        "row": list(range(len(corpus))), "id": [p.id for p in corpus], "title": [p.title for p in corpus],
+        "text": [p.text for p in corpus]}, schema=PASSAGES))
+    test = split_queries(cfg, "test")
+    run = ExperimentInputs(cfg).bm25_search(test, 100)
+    values = evaluate_run(test.qrels, run, ["nDCG@10", "R@100"])
+    assert values["nDCG@10"] == pytest.approx(0.679, abs=0.0015)
+    assert values["R@100"] == pytest.approx(0.925, abs=0.0015)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# End to end on the embedded sample (untrained Λ = MiniLM with CLS pooling)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # noqa: F811
+    from pipelines import evaluate as evaluate_stage
+    from pipelines import tune as tune_stage
+
+    results = tmp_path / "results"
+    cfg = experiment_config(sample_experiment, results)
+    tune_stage.run(cfg)  # skipped when tests/test_tune.py already tuned this experiment
+    stats = evaluate_stage.run(cfg, force=True)
+
+    report = json.loads((results / "scifact-sample.json").read_text())
+    assert report["dataset"] == "scifact-sample"
+    assert list(report["systems"]) == list(SYSTEMS)
+    for name, values in report["systems"].items():
+        assert set(values) == {"nDCG@10", "MRR@10", "R@20", "R@100"}, name
+        assert all(0.0 <= v <= 1.0 for v in values.values()), name
+    systems = report["systems"]
+    assert systems["bm25"]["nDCG@10"] > 0.5  # BM25 is strong on SciFact
+    assert systems["base"]["nDCG@10"] > 0.4
+    assert systems["hybrid"]["nDCG@10"] > systems["base"]["nDCG@10"]  # BM25 adds lexical matching to MiniLM
+    tuned = json.loads((artifact_dir(sample_experiment, "tune") / "tune.json").read_text())
+    assert report["mu"] == tuned["mu"] and report["alpha"] == tuned["alpha"]
+    assert set(report["rbo"]) == {"lambda", "base", "spar"} and all(0 < v <= 1 for v in report["rbo"].values())
+    assert set(report["shuffled"]) == {"bm25", "base", "lambda", "spar"}
+    assert report["shuffled"]["bm25"]["delta"] == pytest.approx(0.0, abs=1e-9)  # BM25 is a bag of words
+    for name, values in report["shuffled"].items():
+        assert values["delta"] == pytest.approx(values["nDCG@10"] - systems[name]["nDCG@10"])
+    assert report["command"].startswith("spar ")
+
+    # Every system's TREC run, re-read and re-evaluated, gives the reported figures.
+    from spar.evaluation import split_queries
+
+    test = split_queries(cfg, "test")
+    runs = artifact_dir(sample_experiment, "evaluation") / "runs"
+    for name in SYSTEMS:
+        run = read_trec_run(runs / f"{name}.trec")
+        assert set(run) == set(test.ids), name
+        # Dense systems rank the whole corpus; BM25 (and so the hybrid's BM25 part) only passages sharing a term.
+        assert all(len(h) == 100 for h in run.values()) or name == "bm25", name
+        assert evaluate_run(test.qrels, run, ["nDCG@10"])["nDCG@10"] == pytest.approx(systems[name]["nDCG@10"],
+                                                                                      abs=1e-5), name
+    table = (results / "scifact-sample.md").read_text()
+    assert stats["table"] in table and all(f"| {name} |" in table for name in SYSTEMS)
+    assert evaluate_stage.run(cfg)["skipped"] is True

@@ -1,0 +1,195 @@
+"""SPAR index: exact scores on real MiniLM vectors of SciFact passages, ANN types, encoder/dimension checks, stage."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spar.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+from spar.encoders import BiEncoder
+from spar.errors import ArtifactError
+from spar.index import SparIndex, build_spar_index, default_nlist, spar_query_vectors
+from spar.readers import read_corpus, read_queries
+
+QUIET = EncodeOptions(batch_size=16, show_progress=False)
+MUS = [0.0, 0.3, 1.0, 3.7]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_faiss_thread():
+    """OpenMP threads spin: on a shared 2-core test machine one thread (FAISS, torch) is several times faster."""
+    import faiss
+    import torch
+
+    before = faiss.omp_get_max_threads(), torch.get_num_threads()
+    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before[0])
+    torch.set_num_threads(before[1])
+
+
+@pytest.fixture(scope="module")
+def encoded(tmp_path_factory, sample_dir):
+    """Real vectors: base = MiniLM mean/normalised, Λ = the untrained Λ initialisation (MiniLM CLS, raw dot)."""
+    root = tmp_path_factory.mktemp("emb")
+    passages = list(itertools.islice(read_corpus(sample_dir / "corpus.jsonl"), 48))
+    queries = dict(itertools.islice(((q.id, q.text) for q in read_queries(sample_dir / "queries.jsonl")), 6))
+    base = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True, passage_max_length=64)
+    lam = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False, passage_max_length=64)
+    for name, enc in (("base", base), ("lambda", lam)):
+        encode_passages(enc, passages, root / name / "passages", encoder_name=name, weights_fingerprint=name,
+                        shard_size=20, options=QUIET)  # 3 shards: the index reads across shard boundaries
+        encode_queries(enc, queries, root / name / "queries-test", encoder_name=name, weights_fingerprint=name,
+                       options=QUIET)
+    return root
+
+
+def _emb(root: Path, name: str, split: str):
+    return load_embeddings(root / name / split)
+
+
+def test_flat_concat_scores_are_sim_plus_mu_sim_lambda(encoded):
+    bp, lp = _emb(encoded, "base", "passages"), _emb(encoded, "lambda", "passages")
+    bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
+    assert bp.manifest["stats"]["shards"] == 3
+    rows = np.array([0, 19, 20, 21, 47])
+    np.testing.assert_array_equal(bp.sharded[rows], bp.vectors[rows])
+    np.testing.assert_array_equal(bp.sharded[15:45], bp.vectors[15:45])
+    index = SparIndex.build(bp, lp, variant="concat", index_type="flat")
+    assert index.info["dim"] == 768 and index.info["base_fingerprint"] == bp.model_fingerprint
+    for mu in MUS:
+        scores, ids = index.search(bq, lq, k=len(bp), mu=mu)
+        f64 = np.float64
+        expected = bq.vectors.astype(f64) @ bp.vectors.T.astype(f64) + mu * (lq.vectors.astype(f64)
+                                                                            @ lp.vectors.T.astype(f64))
+        row = {pid: i for i, pid in enumerate(bp.ids)}
+        # 1e-5 absolute, plus float32 rounding (relative 1e-6): untrained Λ's raw dot products are about 40.
+        for qi in range(len(bq)):
+            got = np.array([expected[qi, row[pid]] for pid in ids[qi]])
+            np.testing.assert_allclose(scores[qi], got, atol=1e-5, rtol=1e-6)
+            np.testing.assert_allclose(scores[qi], np.sort(expected[qi])[::-1], atol=1e-5, rtol=1e-6)
+            assert ids[qi][0] == bp.ids[int(np.argmax(expected[qi]))]
+    # mu = 0 ranks exactly as the base retriever; a large mu as Λ.
+    _, ids0 = index.search(bq, lq, k=5, mu=0.0)
+    assert [x[:5] for x in ids0] == [[bp.ids[j] for j in np.argsort(-r, kind="stable")[:5]]
+                                     for r in bq.vectors @ bp.vectors.T]
+
+
+def test_sum_variant_and_its_dimension_check(encoded):
+    bp, lp = _emb(encoded, "base", "passages").vectors, _emb(encoded, "lambda", "passages").vectors
+    bq, lq = _emb(encoded, "base", "queries-test").vectors, _emb(encoded, "lambda", "queries-test").vectors
+    index = build_spar_index(bp, lp, "sum", "flat")
+    assert index.d == 384
+    q = spar_query_vectors(bq, lq, 0.5, "sum")
+    scores, rows = index.search(q, 3)
+    np.testing.assert_allclose(scores, np.sort((bq + 0.5 * lq) @ (bp + lp).T, axis=1)[:, ::-1][:, :3], atol=1e-4)
+    with pytest.raises(ArtifactError, match="variant 'sum' needs equal dimensions.*384.*256"):
+        build_spar_index(bp, lp[:, :256], "sum", "flat")
+    with pytest.raises(ArtifactError, match="384.*256"):
+        spar_query_vectors(bq, lq[:, :256], 1.0, "sum")
+
+
+def test_hnsw_returns_the_flat_neighbours(encoded):
+    bp, lp = _emb(encoded, "base", "passages"), _emb(encoded, "lambda", "passages")
+    bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
+    flat = SparIndex.build(bp, lp, index_type="flat")
+    hnsw = SparIndex.build(bp, lp, index_type="hnsw", hnsw_m=8, hnsw_ef_search=64)
+    _, exact = flat.search(bq, lq, k=10, mu=0.5)
+    _, approx = hnsw.search(bq, lq, k=10, mu=0.5)
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)])
+    assert recall >= 0.9
+    # Each passage's own SPAR vector finds the passage itself first.
+    _, self_ids = hnsw.search(bp.vectors[:10], lp.vectors[:10], k=1, mu=1.0)
+    assert sum(x[0] == pid for x, pid in zip(self_ids, bp.ids[:10])) >= 9
+
+
+def test_ivfpq_trains_and_finds_neighbours():
+    """IVF-PQ on 3,000 unit vectors of 384+384 dims with low-rank structure: trained, finds itself and neighbours."""
+    rng = np.random.default_rng(7)
+    latent = rng.standard_normal((3000, 24)).astype(np.float32) @ rng.standard_normal((24, 768)).astype(np.float32)
+    points = latent + 0.5 * rng.standard_normal((3000, 768)).astype(np.float32)
+    base, lam = points[:, :384].copy(), points[:, 384:].copy()
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    lam /= np.linalg.norm(lam, axis=1, keepdims=True)
+    ivf = SparIndex.build(base, lam, index_type="ivfpq", pq_m=48, nprobe=16)
+    assert ivf.index.is_trained and ivf.index.nlist == default_nlist(3000) == 76 and ivf.index.pq.M == 48
+    assert ivf.index.pq.nbits == 6  # 3,000 passages cannot train 256 centroids per sub-quantiser
+    flat = SparIndex.build(base, lam, index_type="flat")
+    queries = rng.choice(3000, 40, replace=False)
+    _, exact = flat.search(base[queries], lam[queries], k=10)
+    _, approx = ivf.search(base[queries], lam[queries], k=10)
+    assert np.mean([x[0] == str(q) for x, q in zip(approx, queries)]) >= 0.9
+    assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)]) >= 0.4
+    with pytest.raises(ArtifactError, match="pq_m=7 must divide the vector dimension 768"):
+        SparIndex.build(base, lam, index_type="ivfpq", pq_m=7)
+
+
+def test_save_load_and_refusals(encoded, tmp_path):
+    bp, lp = _emb(encoded, "base", "passages"), _emb(encoded, "lambda", "passages")
+    bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
+    SparIndex.build(bp, lp, index_type="hnsw", mu=0.25, hnsw_ef_search=99).save(tmp_path / "ix")
+    index = SparIndex.load(tmp_path / "ix")
+    info = json.loads((tmp_path / "ix" / "index.json").read_text())
+    assert {k: info[k] for k in ("variant", "type", "count", "base_dim", "lambda_dim", "mu")} == {
+        "variant": "concat", "type": "hnsw", "count": 48, "base_dim": 384, "lambda_dim": 384, "mu": 0.25}
+    assert info["lambda_fingerprint"] == lp.model_fingerprint and index.index.hnsw.efSearch == 99
+    assert index.ids == bp.ids
+    # The default mu is the saved one.
+    np.testing.assert_allclose(index.search(bq, lq, k=3)[0], index.search(bq, lq, k=3, mu=0.25)[0])
+
+    # Queries from the wrong encoder: Λ's queries given as the base side (same dimension, other fingerprint).
+    with pytest.raises(ArtifactError) as err:
+        index.search(lq, lq, k=3)
+    assert lq.model_fingerprint in str(err.value) and bp.model_fingerprint in str(err.value)
+    # Another dimension on the query side.
+    with pytest.raises(ArtifactError, match="dimension 256.*dimension 384"):
+        index.search(bq.vectors[:, :256], lq.vectors, k=3)
+    with pytest.raises(ArtifactError, match="dimension 512, the index 768"):
+        index.search_vectors(np.zeros((1, 512), np.float32), k=3)
+    # A damaged directory names the missing file.
+    os.remove(tmp_path / "ix" / "index.faiss")
+    with pytest.raises(ArtifactError, match="index.faiss"):
+        SparIndex.load(tmp_path / "ix")
+
+
+def test_stage_builds_index_and_mu_never_reindexes(encoded, tmp_path):
+    import pipelines.index as stage
+    from spar.config import load_config
+
+    out = tmp_path / "run"
+    for name in ("base", "lambda"):
+        shutil.copytree(encoded / name / "passages", out / "embeddings" / name / "passages")
+    cfg = load_config(None, [f"experiment.output_dir={out}"])
+    result = stage.run(cfg)
+    assert result["passages"] == "48" and result["mu"].startswith("1 ")
+    manifest = json.loads((out / "index" / "manifest.json").read_text())
+    assert manifest["kind"] == "index" and manifest["stats"]["mu"] == 1.0 and manifest["stats"]["count"] == 48
+
+    # Tuning writes mu: the index picks it up as its default without being rebuilt.
+    (out / "tune").mkdir()
+    (out / "tune" / "tune.json").write_text(json.dumps({"variant": "concat", "mu": 0.7}))
+    before = (out / "index" / "index.faiss").stat().st_mtime_ns
+    again = stage.run(cfg)
+    assert again["skipped"] and "mu 1.0 -> 0.7" in again["updated"]
+    assert (out / "index" / "index.faiss").stat().st_mtime_ns == before
+    assert SparIndex.load(out / "index").mu == 0.7
+
+    # A build parameter does rebuild.
+    cfg = load_config(None, [f"experiment.output_dir={out}", "index.type=hnsw", "index.hnsw_m=8"])
+    assert "skipped" not in stage.run(cfg)
+    assert SparIndex.load(out / "index").info["type"] == "hnsw"
+
+
+def test_stage_requires_embeddings(tmp_path):
+    import pipelines.index as stage
+    from spar.config import load_config
+
+    with pytest.raises(ArtifactError, match="run `spar encode`"):
+        stage.run(load_config(None, [f"experiment.output_dir={tmp_path}"]))

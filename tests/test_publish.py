@@ -1,0 +1,486 @@
+"""Publish and search: a tiny real run is exported, reloaded in fresh processes and searched.
+
+The run: the real sample stage on the embedded SciFact sample; Λ = all-MiniLM-L6-v2 (CLS, unnormalised) after a few
+real contrastive optimizer steps on sampled sentences -> their source passages; the base = all-MiniLM-L6-v2
+(mean, normalised); a real FAISS index of 64 passages. ``tune.json`` and the results table are stand-ins written
+by the fixture (those stages are tested on their own); their values only flow into the model card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from spar.errors import ArtifactError, SparError
+
+REPO = Path(__file__).resolve().parents[1]
+MU = 0.7
+N_INDEXED = 64
+#: Short passages keep the fixture quick on CPU (a real setting: it is published and checked like any other).
+PASSAGE_TOKENS = 128
+QUERIES = ["what causes scurvy", "likelihood ratios diagnostic accuracy", "DNA methylation in cancer cells"]
+
+
+def _subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)})
+    env.update(extra)
+    return env
+
+
+def _train_lambda_a_few_steps(passages, queries, steps: int = 3):
+    """Λ after a few real contrastive steps (in-batch negatives) on sampled sentences -> source passages."""
+    import torch
+
+    from spar.encoders import BiEncoder
+
+    torch.manual_seed(0)
+    lam = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
+                                    passage_max_length=PASSAGE_TOKENS)
+    before = {k: v.clone() for k, v in lam.query_model.state_dict().items()}
+    lam.train()
+    optimizer = torch.optim.AdamW(lam.parameters(), lr=5e-5)
+    batch = 8
+    for step in range(steps):
+        rows = queries[step * batch:(step + 1) * batch]
+        q = lam.forward_queries(lam.tokenize_queries([text for text, _ in rows]))
+        p = lam.forward_passages(lam.tokenize_passages([passages[row] for _, row in rows]))
+        loss = lam.loss(q, p, torch.arange(len(rows)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    changed = [k for k, v in lam.query_model.state_dict().items() if not torch.equal(v, before[k])]
+    assert len(changed) > len(before) // 2, "Λ did not train"
+    return lam.eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A run directory with queries/ (real sample stage), lambda/, index/, tune/ and results/, then published."""
+    import torch
+
+    torch.set_num_threads(1)
+    import pipelines.publish
+    import pipelines.sample
+    from spar.config import load_config
+    from spar.encoders import BiEncoder
+    from spar.index import SparIndex
+    from spar.schemas import read_shards, read_table
+
+    run = tmp_path_factory.mktemp("run")
+    cfg = load_config(None, [f"experiment.output_dir={run}", f"experiment.results_dir={run / 'results'}",
+                             "experiment.name=tiny", "publish.data_license=CC BY-NC 2.0",
+                             "publish.dataset=BeIR/scifact", "publish.push_to_hub=null",
+                             f"encode.base.passage_max_length={PASSAGE_TOKENS}",
+                             f"train.encoder.passage_max_length={PASSAGE_TOKENS}"])
+    pipelines.sample.run(cfg)
+    table = read_table(run / "queries" / "passages.arrow")
+    passages = list(zip(table.column("title").to_pylist(), table.column("text").to_pylist()))
+    ids = table.column("id").to_pylist()
+    sampled = read_shards(run / "queries", "queries").to_pylist()
+    train = [(r["text"], r["source_row"]) for r in sampled if r["split"] == "train"][::97]
+
+    base = BiEncoder.from_section(cfg.encode.base)  # what publish builds the base from
+    lam = _train_lambda_a_few_steps(passages, train)
+    lam.save(run / "lambda")
+
+    indexed = passages[:N_INDEXED]
+    base_p, lam_p = base.encode_passage(indexed), lam.encode_passage(indexed)
+    SparIndex.build(base_p, lam_p, ids=ids[:N_INDEXED], variant="concat", index_type="flat", mu=MU).save(
+        run / "index")
+    (run / "tune").mkdir()
+    (run / "tune" / "tune.json").write_text(json.dumps({
+        "variant": "concat", "metric": "nDCG@10", "mu": MU, "grid": [0.1, 0.3, 0.7, 1.0, 3.0],
+        "scores": {"0.1": 0.61, "0.3": 0.63, "0.7": 0.655, "1.0": 0.64, "3.0": 0.58}, "confirmed": 0.655,
+        "alpha": 0.5, "alpha_scores": {"0.5": 0.66}}))
+    (run / "results").mkdir()
+    (run / "results" / "tiny.md").write_text("| system | nDCG@10 |\n|---|---|\n| BM25 | 0.679 |\n| SPAR | 0.700 |\n")
+
+    stats = pipelines.publish.run(cfg)
+    return {"cfg": cfg, "run": run, "model": Path(stats["output"]), "stats": stats, "base": base, "lambda": lam,
+            "passages": passages, "ids": ids, "base_p": base_p, "lambda_p": lam_p}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The model directory and its card
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_publish_writes_a_complete_model_directory(tiny_run):
+    import pipelines.publish
+    from spar.artifacts import read_manifest
+    from spar.publish import check_model_dir, required_files
+
+    model = tiny_run["model"]
+    assert model == tiny_run["run"] / "model"
+    config = check_model_dir(model)
+    assert config["variant"] == "concat" and config["mu"] == pytest.approx(MU)
+    assert config["dims"] == {"base": 384, "lambda": 384, "combined": 768}
+    assert config["encoders"]["base"]["pooling"] == "mean" and config["encoders"]["base"]["normalize"] is True
+    assert config["encoders"]["lambda"]["pooling"] == "cls" and config["encoders"]["lambda"]["normalize"] is False
+    assert Path(config["index"]["index_dir"]) == (tiny_run["run"] / "index").resolve()
+    for rel in required_files():
+        assert (model / rel).is_file(), rel
+    assert read_manifest(model)["kind"] == "model"
+    query_route = json.loads((model / "query" / "spar_combination.json").read_text())
+    assert [e["weight"] for e in query_route["encoders"]] == [1.0, MU]
+    # Unchanged inputs: the stage skips itself.
+    assert pipelines.publish.run(tiny_run["cfg"]) == {"skipped": True}
+
+
+def test_model_card_states_how_the_model_was_made(tiny_run):
+    card = (tiny_run["model"] / "README.md").read_text()
+    assert card.startswith("---\n")
+    meta = yaml.safe_load(card.split("---\n")[1])
+    assert meta["library_name"] == "sentence-transformers"
+    assert meta["pipeline_tag"] == "sentence-similarity"
+    assert meta["license"] == "cc-by-nc-2.0"  # configs/default.yaml: a model learnt from SciFact is non-commercial
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "spar" in meta["tags"] and meta["datasets"] == ["BeIR/scifact"]
+    body = card.split("---\n", 2)[2]
+    assert "5,058" in body and "200 dev" in body  # training/dev query counts of the real sample stage
+    assert "K=50" in body and "n_p=10" in body and "n_n=5" in body
+    assert "μ = 0.7" in body and "nDCG@10" in body and "[0.1, 0.3, 0.7, 1.0, 3.0]" in body and "train.tsv" in body
+    assert "| SPAR | 0.700 |" in body  # the evaluation table from results/<name>.md
+    assert "spar run" in body or "spar publish" in body
+    assert "CC BY-NC 2.0" in body and body.count("apache-2.0") == 2  # data licence; base model and Λ init
+    assert "trust_remote_code=True" in body and "SparEncoder.from_pretrained" in body
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading it back: SparEncoder, sentence-transformers and AutoModel, in a fresh process
+# ----------------------------------------------------------------------------------------------------------------
+
+FRESH_LOAD = textwrap.dedent("""
+    import json, sys
+    import numpy as np, torch
+    from pathlib import Path
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+    from spar.publish import SparEncoder
+    from spar.st_modules import load_sentence_transformer
+
+    torch.set_num_threads(1)
+    model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    queries = json.loads(sys.argv[3]); passages = [tuple(p) if isinstance(p, list) else p for p in json.loads(sys.argv[4])]
+    st = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=True)
+    np.save(out / "st_q.npy", st.encode_query(queries, convert_to_numpy=True))
+    np.save(out / "st_p.npy", st.encode_document(passages, convert_to_numpy=True))
+    np.save(out / "st_sim.npy", st.similarity(st.encode_query(queries), st.encode_document(passages)).numpy())
+    st2 = load_sentence_transformer(str(model_dir), mu=2.0, device="cpu")   # no trust_remote_code, mu overridden
+    np.save(out / "st2_q.npy", st2.encode_query(queries, convert_to_numpy=True))
+    enc = SparEncoder.from_pretrained(model_dir)
+    np.save(out / "spar_q.npy", enc.encode_queries(queries)); np.save(out / "spar_p.npy", enc.encode_passages(passages))
+    np.save(out / "spar2_q.npy", SparEncoder.from_pretrained(model_dir, mu=2.0).encode_queries(queries))
+    # Plain Hugging Face: AutoModel + the pooling recorded in spar_model.json.
+    cfg = json.loads((model_dir / "spar_model.json").read_text())
+    for route, texts, key in (("query", queries, "query_max_length"), ("document", passages, "passage_max_length")):
+        for name in ("base", "lambda"):
+            sub = model_dir / route / name
+            tok, model = AutoTokenizer.from_pretrained(sub), AutoModel.from_pretrained(sub).eval()
+            s = cfg["encoders"][name]
+            strs = [t if isinstance(t, str) else f"{t[0]} {tok.sep_token} {t[1]}" for t in texts]
+            batch = tok(strs, padding=True, truncation=True, max_length=s[key], return_tensors="pt")
+            with torch.no_grad():
+                hidden = model(**batch).last_hidden_state
+            if s["pooling"] == "cls":
+                vec = hidden[:, 0]
+            else:
+                m = batch["attention_mask"].unsqueeze(-1).float()
+                vec = (hidden * m).sum(1) / m.sum(1)
+            if s["normalize"]:
+                vec = torch.nn.functional.normalize(vec, dim=-1)
+            np.save(out / f"hf_{route}_{name}.npy", vec.numpy())
+    print(json.dumps({"st_dim": st.get_embedding_dimension(), "mu": enc.mu, "variant": enc.variant,
+                      "similarity_fn": st.similarity_fn_name}))
+""")
+
+
+def test_fresh_process_reload_matches_the_pipeline_vectors(tiny_run, tmp_path):
+    from spar.index import spar_passage_vectors, spar_query_vectors
+
+    base, lam = tiny_run["base"], tiny_run["lambda"]
+    passages = tiny_run["passages"][:4] + ["a passage given as a plain string, without a title"]
+    script = tmp_path / "load.py"
+    script.write_text(FRESH_LOAD)
+    env = _subprocess_env(HF_HOME=str(tmp_path / "hf_home"))  # dynamic module cache for trust_remote_code
+    proc = subprocess.run([sys.executable, str(script), str(tiny_run["model"]), str(tmp_path), json.dumps(QUERIES),
+                           json.dumps(passages)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info == {"st_dim": 768, "mu": MU, "variant": "concat", "similarity_fn": "dot"}
+    load = lambda name: np.load(tmp_path / f"{name}.npy")  # noqa: E731
+
+    bq, lq = base.encode_query(QUERIES), lam.encode_query(QUERIES)
+    bp, lp = base.encode_passage(passages), lam.encode_passage(passages)
+    expected_q, expected_p = spar_query_vectors(bq, lq, MU, "concat"), spar_passage_vectors(bp, lp, "concat")
+    for name in ("st_q", "spar_q"):
+        np.testing.assert_allclose(load(name), expected_q, atol=1e-5, err_msg=name)
+    for name in ("st_p", "spar_p"):
+        np.testing.assert_allclose(load(name), expected_p, atol=1e-5, err_msg=name)
+    for name in ("st2_q", "spar2_q"):
+        np.testing.assert_allclose(load(name), spar_query_vectors(bq, lq, 2.0, "concat"), atol=1e-5, err_msg=name)
+    for route, (b, l) in {"query": (bq, lq), "document": (bp, lp)}.items():
+        np.testing.assert_allclose(load(f"hf_{route}_base"), b, atol=1e-5)
+        np.testing.assert_allclose(load(f"hf_{route}_lambda"), l, atol=1e-5)
+    # μ on the query side reproduces sim + μ·simΛ.
+    np.testing.assert_allclose(load("st_sim"), bq @ bp.T + MU * (lq @ lp.T), atol=1e-4)
+
+
+def test_sum_variant_round_trips(tmp_path, tiny_run):
+    from spar.publish import SparEncoder
+
+    enc = SparEncoder(tiny_run["base"], tiny_run["lambda"], mu=0.3, variant="sum")
+    enc.save_pretrained(tmp_path / "sum")
+    back = SparEncoder.from_pretrained(tmp_path / "sum")
+    assert back.variant == "sum" and back.dim == 384
+    q = back.encode_queries(QUERIES[:2])
+    expected = tiny_run["base"].encode_query(QUERIES[:2]) + 0.3 * tiny_run["lambda"].encode_query(QUERIES[:2])
+    np.testing.assert_allclose(q, expected, atol=1e-5)
+    st = back.to_sentence_transformer(device="cpu")
+    np.testing.assert_allclose(st.encode_query(QUERIES[:2], convert_to_numpy=True), expected, atol=1e-5)
+
+
+def _linked_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, copy_function=os.link)  # hard links: no 360 MB copy
+    return dst
+
+
+@pytest.mark.parametrize("missing", ["query/lambda/model.safetensors", "document/base/config.json",
+                                     "spar_model.json", "query/spar_combination.json"])
+def test_missing_file_is_named(tiny_run, tmp_path, missing):
+    from spar.publish import SparEncoder
+
+    broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
+    (broken / missing).unlink()
+    with pytest.raises(ArtifactError, match=f"missing file '{missing}'"):
+        SparEncoder.from_pretrained(broken)
+
+
+def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_path):
+    from spar.st_modules import load_sentence_transformer
+
+    broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
+    (broken / "document" / "lambda" / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match=r"document/lambda/model\.safetensors"):
+        load_sentence_transformer(str(broken))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# spar search
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
+    from spar import cli
+    from spar.publish import SparSearcher
+
+    base_p, lam_p, ids = tiny_run["base_p"], tiny_run["lambda_p"], tiny_run["ids"][:N_INDEXED]
+    query = tiny_run["passages"][5][0]  # a title of an indexed passage
+    bq, lq = tiny_run["base"].encode_query([query]), tiny_run["lambda"].encode_query([query])
+    for mu in (None, 3.0):
+        used = MU if mu is None else mu
+        brute = (bq @ base_p.T + used * lq @ lam_p.T)[0]
+        for path in (tiny_run["model"], tiny_run["run"] / "index"):
+            hits = SparSearcher.open(path).search([query], k=5, mu=mu)[0]
+            assert [h.id for h in hits] == [ids[i] for i in np.argsort(-brute)[:5]]
+            np.testing.assert_allclose([h.score for h in hits], np.sort(brute)[::-1][:5], atol=1e-4)
+            assert hits[0].title and hits[0].text  # looked up in queries/passages.arrow
+    assert cli.main(["search", str(tiny_run["model"]), *query.split(), "-k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert ids[int(np.argmax((bq @ base_p.T + MU * lq @ lam_p.T)[0]))] in out and "μ=0.7" in out
+
+
+def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
+    from spar import cli
+
+    assert cli.main(["search", str(tmp_path), "q"]) == 2
+    assert "neither a SPAR model directory" in capsys.readouterr().err
+    lone_index = shutil.copytree(tiny_run["run"] / "index", tmp_path / "other" / "index")
+    assert cli.main(["search", str(lone_index), "q"]) == 2
+    assert "no published model" in capsys.readouterr().err
+
+
+def test_copy_index_makes_the_model_dir_self_contained(tiny_run, tmp_path):
+    from spar.publish import SparEncoder, SparSearcher, publish_model
+
+    enc = SparEncoder.from_pretrained(tiny_run["model"])
+    out = publish_model(enc, tmp_path / "portable", index_dir=tiny_run["run"] / "index",
+                        passages=tiny_run["run"] / "queries" / "passages.arrow", copy_index=True)
+    moved = shutil.move(str(out), str(tmp_path / "moved"))  # still works after a move: paths are relative
+    searcher = SparSearcher.open(moved)
+    assert searcher.index_dir == Path(moved) / "index" and searcher.passages == Path(moved) / "index" / "passages.arrow"
+    assert len(searcher.search(["scurvy"], k=3)[0]) == 3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hub upload
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _no_stored_token(monkeypatch, tmp_path) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+
+
+def test_stage_push_without_token_fails_clearly(tiny_run, monkeypatch, tmp_path):
+    import pipelines.publish
+
+    _no_stored_token(monkeypatch, tmp_path)
+    cfg = tiny_run["cfg"].model_copy(deep=True)
+    cfg.publish.push_to_hub = "someone/spar-tiny"  # not part of the model's fingerprint: the stage goes to the push
+    with pytest.raises(SparError, match="no Hugging Face token"):
+        pipelines.publish.run(cfg)
+    assert not (tiny_run["model"] / pipelines.publish.PUSH_MARKER).exists()
+
+
+def test_push_without_token_or_network_fails_clearly(tiny_run, monkeypatch, tmp_path):
+    from spar.publish import push_to_hub
+
+    _no_stored_token(monkeypatch, tmp_path)
+    with pytest.raises(SparError, match="no Hugging Face token"):
+        push_to_hub(tiny_run["model"], "someone/spar-tiny", token=None)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(SparError, match="cannot reach the hub|HF_HUB_OFFLINE"):
+        push_to_hub(tiny_run["model"], "someone/spar-tiny", token="hf_fake", endpoint=f"http://127.0.0.1:{port}")
+
+
+class _MockHub(BaseHTTPRequestHandler):
+    """The Hub endpoints ``create_repo`` and ``upload_folder`` (legacy LFS path) use, recording what arrives."""
+
+    state: dict = {}
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+    def _reply(self, payload, status: int = 200) -> None:
+        blob = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(blob)))
+        self.end_headers()
+        self.wfile.write(blob)
+
+    def do_POST(self):  # noqa: N802
+        s, body, path = self.state, self._body(), self.path.split("?")[0]
+        s["auth"].add(self.headers.get("Authorization"))
+        base = f"http://127.0.0.1:{self.server.server_port}"
+        if path == "/api/repos/create":
+            s["created"] = json.loads(body)
+            return self._reply({"url": f"{base}/{s['created'].get('organization')}/{s['created']['name']}"})
+        if path == "/api/validate-yaml":  # the hub checks the model card's metadata
+            s["card"] = json.loads(body)["content"]
+            return self._reply({"errors": [], "warnings": []})
+        if path.endswith("/preupload/main"):
+            files = json.loads(body)["files"]
+            return self._reply({"files": [{"path": f["path"], "shouldIgnore": False,
+                                           "uploadMode": "lfs" if f["path"].endswith(".safetensors") else "regular"}
+                                          for f in files]})
+        if path.endswith(".git/info/lfs/objects/batch"):
+            objects = json.loads(body)["objects"]
+            return self._reply({"transfer": "basic", "objects": [
+                {"oid": o["oid"], "size": o["size"], "authenticated": True,
+                 "actions": {"upload": {"href": f"{base}/lfs-upload/{o['oid']}"}}} for o in objects]})
+        if path.endswith("/commit/main"):
+            lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+            s["commit"] = lines
+            return self._reply({"commitUrl": f"{base}/someone/spar-tiny/commit/{'0' * 40}", "commitOid": "0" * 40})
+        s["unexpected"].append(("POST", path))
+        self._reply({"error": "not found"}, 404)
+
+    def do_PUT(self):  # noqa: N802
+        body = self._body()
+        oid = self.path.rsplit("/", 1)[-1]
+        self.state["lfs"][oid] = (hashlib.sha256(body).hexdigest(), len(body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):  # noqa: N802
+        # huggingface_hub fetches its user-agent registry once a day and tolerates its absence.
+        if self.path.split("?")[0] != "/api/agent-harnesses":
+            self.state["unexpected"].append(("GET", self.path))
+        self._reply({"error": "not found"}, 404)
+
+
+PUSH = textwrap.dedent("""
+    import sys
+    from spar.publish import push_to_hub
+    print(push_to_hub(sys.argv[1], "someone/spar-tiny", private=True))
+""")
+
+
+def test_push_uploads_every_file_to_a_local_hub(tiny_run, tmp_path):
+    """Real huggingface_hub (create_repo + upload_folder, LFS for weights) against a local HTTP hub.
+
+    hf_xet's content-addressed protocol is switched off (``HF_HUB_DISABLE_XET=1``) so uploads take the plain LFS
+    path a local server can speak; the Xet path itself is not exercised here.
+    """
+    _MockHub.state = {"auth": set(), "lfs": {}, "unexpected": []}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MockHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        script = tmp_path / "push.py"
+        script.write_text(PUSH)
+        env = _subprocess_env(HF_ENDPOINT=f"http://127.0.0.1:{server.server_port}", HF_TOKEN="hf_local_test",
+                              HF_HUB_OFFLINE="0", HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf"))
+        proc = subprocess.run([sys.executable, str(script), str(tiny_run["model"])], capture_output=True, text=True,
+                              env=env, timeout=600)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = _MockHub.state
+    assert state["unexpected"] == []
+    assert state["created"]["name"] == "spar-tiny" and state["created"]["organization"] == "someone"
+    assert state["created"]["visibility"] == "private" and state["created"].get("type", "model") == "model"
+    assert state["auth"] == {"Bearer hf_local_test"}
+    header, *entries = state["commit"]
+    assert header["key"] == "header"
+    committed = {e["value"]["path"]: e for e in entries}
+    model = tiny_run["model"]
+    local = {str(p.relative_to(model)) for p in model.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    assert set(committed) == local
+    for path, entry in committed.items():
+        data = (model / path).read_bytes()
+        if entry["key"] == "lfsFile":  # weights went through LFS: the bytes the server got hash to the file's
+            assert path.endswith(".safetensors")
+            digest = hashlib.sha256(data).hexdigest()
+            assert entry["value"]["oid"] == digest and state["lfs"][digest] == (digest, len(data))
+        else:
+            import base64
+
+            assert base64.b64decode(entry["value"]["content"]) == data
+    assert "commit/" + "0" * 40 in proc.stdout
+    assert state["card"] == (model / "README.md").read_text()

@@ -1,0 +1,123 @@
+"""Readers: every format, on real data, and every kind of malformed record with file and line in the error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spar.errors import BadRecordError
+from spar.readers import (ReadStats, detect_corpus_format, evaluation_qrels, read_corpus, read_qrels,
+                          read_queries)
+
+
+def test_beir_corpus_streams_real_scifact(datasets_dir: Path):
+    stats = ReadStats()
+    passages = read_corpus(datasets_dir / "scifact" / "corpus.jsonl", stats=stats)
+    first = next(passages)
+    assert first.id and first.text and first.title
+    rest = sum(1 for _ in passages)
+    assert rest + 1 == 5183 == stats.read
+    assert stats.total_skipped == 0
+
+
+def test_wiki_vital_keeps_position_field(datasets_dir: Path):
+    first = next(read_corpus(datasets_dir / "wiki-vital" / "corpus.jsonl"))
+    assert "article_passage" in first.extra
+
+
+def test_queries_and_qrels_real(datasets_dir: Path):
+    queries = {q.id: q.text for q in read_queries(datasets_dir / "scifact" / "queries.jsonl")}
+    qrels = read_qrels(datasets_dir / "scifact" / "qrels" / "test.tsv", known_queries=set(queries))
+    assert len(qrels) == 300
+    assert sum(len(v) for v in qrels.values()) == 339
+
+
+def _write(tmp_path: Path, name: str, content: bytes | str) -> Path:
+    p = tmp_path / name
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return p
+
+
+def test_dpr_tsv_and_msmarco_tsv(tmp_path: Path):
+    dpr = _write(tmp_path, "psgs.tsv", "id\ttext\ttitle\n1\tAlpha text\tAlpha\n2\t\"quoted, text\"\tBeta\n")
+    assert detect_corpus_format(dpr) == "dpr"
+    got = list(read_corpus(dpr))
+    assert [(p.id, p.title, p.text) for p in got] == [("1", "Alpha", "Alpha text"), ("2", "Beta", "quoted, text")]
+    marco = _write(tmp_path, "collection.tsv", "0\tThe first passage.\n1\tThe second one.\n")
+    assert detect_corpus_format(marco) == "msmarco"
+    assert [p.text for p in read_corpus(marco)] == ["The first passage.", "The second one."]
+
+
+def test_plain_jsonl(tmp_path: Path):
+    p = _write(tmp_path, "docs.jsonl", '{"id": "a", "contents": "hello world"}\n')
+    assert detect_corpus_format(p) == "jsonl"
+    assert next(read_corpus(p)).text == "hello world"
+
+
+GOOD = '{"_id": "1", "title": "T", "text": "fine"}\n'
+
+
+@pytest.mark.parametrize(
+    "content, line, reason",
+    [
+        (GOOD + '{"_id": "2", "text": "oops"\n', 2, "malformed JSON"),
+        (GOOD + '{"title": "no id", "text": "x"}\n', 2, "missing id"),
+        (GOOD + '{"_id": "3", "title": "no text"}\n', 2, "missing text"),
+        (GOOD + GOOD, 2, "duplicate passage id"),
+        (GOOD + '{"_id": "4", "text": "   "}\n', 2, "empty text"),
+        (GOOD.encode() + b'{"_id": "5", "text": "caf\xe9"}\n', 2, "not UTF-8"),
+    ],
+)
+def test_bad_corpus_records_name_file_and_line(tmp_path: Path, content, line, reason):
+    p = _write(tmp_path, "corpus.jsonl", content)
+    with pytest.raises(BadRecordError) as info:
+        list(read_corpus(p))
+    assert info.value.line == line and info.value.path == str(p)
+    assert reason in str(info.value) and f"{p}:{line}" in str(info.value)
+    # Skipping counts the record and loses nothing else.
+    stats = ReadStats()
+    kept = list(read_corpus(p, on_bad_record="skip", stats=stats))
+    assert [x.id for x in kept] == ["1"] and stats.total_skipped == 1 and stats.read == 1
+
+
+def test_tsv_wrong_column_count(tmp_path: Path):
+    p = _write(tmp_path, "collection.tsv", "0\tok\n1\ttoo\tmany\n")
+    with pytest.raises(BadRecordError, match=r"collection.tsv:2: wrong column count: expected 2, found 3"):
+        list(read_corpus(p, fmt="msmarco"))
+
+
+def test_qrels_unknown_ids(tmp_path: Path):
+    p = _write(tmp_path, "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq9\td1\t1\nq1\td9\t1\n")
+    with pytest.raises(BadRecordError, match=r"test.tsv:3: unknown query: 'q9'"):
+        read_qrels(p, known_queries={"q1"}, known_passages={"d1"})
+    stats = ReadStats()
+    qrels = read_qrels(p, known_queries={"q1"}, known_passages={"d1"}, on_bad_record="skip", stats=stats)
+    assert qrels == {"q1": {"d1": 1}} and stats.skipped == {"unknown query": 1, "unknown passage": 1}
+
+
+def test_trec_qrels_format(tmp_path: Path):
+    p = _write(tmp_path, "qrels.txt", "1 0 184 2\n1 0 29 4\n")
+    assert read_qrels(p) == {"1": {"184": 2, "29": 4}}
+
+
+def test_holdout_split_is_disjoint_and_stable(datasets_dir: Path):
+    from spar.config import DataSection
+
+    data = DataSection(corpus=str(datasets_dir / "cranfield" / "corpus.jsonl"),
+                       qrels_test=str(datasets_dir / "cranfield" / "qrels" / "test.tsv"), dev_holdout_fraction=0.5)
+    dev, test = evaluation_qrels(data, "dev"), evaluation_qrels(data, "test")
+    assert dev and test and not set(dev) & set(test)
+    assert len(dev) + len(test) == len(read_qrels(data.qrels_test))
+    assert evaluation_qrels(data, "dev") == dev
+
+
+def test_embedded_sample_is_consistent(sample_dir: Path):
+    ids = {p.id for p in read_corpus(sample_dir / "corpus.jsonl")}
+    queries = {q.id for q in read_queries(sample_dir / "queries.jsonl")}
+    for split in ("train", "test"):
+        qrels = read_qrels(sample_dir / "qrels" / f"{split}.tsv", known_queries=queries, known_passages=ids)
+        assert qrels
+    assert (sample_dir / "README.md").read_text().count("CC BY-NC 2.0") >= 1
+    assert json.loads((sample_dir / "corpus.jsonl").open().readline())["_id"]

@@ -1,0 +1,406 @@
+"""Stage `train`: Λ learns to imitate the teacher on a real SciFact slice (CPU, a few dozen steps).
+
+The fixture writes ``queries/passages.arrow`` and ``labels/labels-00000.arrow`` exactly as the sample and label
+stages do (schemas from :mod:`spar.schemas`): the first 300 SciFact abstracts, their sentences as queries, and
+BM25 labels (k1=0.9, b=0.4, title + text) from a small in-test BM25 — a fixture only; the product path labels with
+Pyserini in the label stage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from spar import schemas
+from spar.config import TrainSection, load_config
+from spar.training import (
+    ContrastiveBatchSampler,
+    LabelStore,
+    SurrogatePool,
+    TrainBatchDataset,
+    build_module,
+    surrogate_mrr,
+    train_lambda,
+)
+
+N_DOCS, K, N_POS, N_NEG = 300, 50, 10, 5
+
+
+def _bm25_labels(passages: list[dict], queries: list[dict]) -> list[dict]:
+    """Top-K BM25 (Lucene idf, k1=0.9, b=0.4) over title + text; top n_p positives, bottom n_n of K negatives."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    vec = CountVectorizer(lowercase=True, token_pattern=r"(?u)\b\w+\b")
+    tf = vec.fit_transform([f"{p['title']} {p['text']}" for p in passages]).tocsr().astype(np.float64)
+    n = tf.shape[0]
+    df = np.bincount(tf.indices, minlength=tf.shape[1])
+    idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+    dl = np.asarray(tf.sum(1)).ravel()
+    k1, b = 0.9, 0.4
+    w = tf.copy()
+    norm = np.repeat(k1 * (1 - b + b * dl / dl.mean()), np.diff(w.indptr))
+    w.data = w.data * (k1 + 1) / (w.data + norm) * idf[w.indices]
+    scores = (vec.transform([q["text"] for q in queries]) @ w.T).toarray()
+    labels = []
+    for q, row in zip(queries, scores):
+        top = np.argsort(-row, kind="stable")[:K]
+        top = top[row[top] > 0]
+        n_pos = 1 if q["split"] == "dev" else N_POS
+        pos, neg = top[:n_pos], top[max(n_pos, len(top) - N_NEG):]
+        rank = {int(d): r + 1 for r, d in enumerate(top)}
+        labels.append({
+            "query_id": q["query_id"], "query": q["text"], "split": q["split"],
+            "positive_ids": [passages[d]["id"] for d in pos], "positive_rows": [int(d) for d in pos],
+            "positive_scores": [float(row[d]) for d in pos], "positive_ranks": [rank[int(d)] for d in pos],
+            "negative_ids": [passages[d]["id"] for d in neg], "negative_rows": [int(d) for d in neg],
+            "negative_scores": [float(row[d]) for d in neg], "negative_ranks": [rank[int(d)] for d in neg],
+        })
+    return labels
+
+
+@pytest.fixture(scope="module")
+def labelled(datasets_dir: Path, tmp_path_factory) -> Path:
+    """An output dir with ``queries/passages.arrow`` and ``labels/labels-00000.arrow`` from real SciFact text."""
+    import blingfire
+
+    root = tmp_path_factory.mktemp("train-run")
+    passages = []
+    with (datasets_dir / "scifact" / "corpus.jsonl").open() as fh:
+        for line in fh:
+            doc = json.loads(line)
+            passages.append({"row": len(passages), "id": doc["_id"], "title": doc["title"], "text": doc["text"]})
+            if len(passages) == N_DOCS:
+                break
+    queries = []
+    for p in passages:
+        for s_i, sentence in enumerate(blingfire.text_to_sentences(p["text"]).split("\n")):
+            if len(sentence.split()) >= 4:
+                qid = f"{p['id']}-{s_i}"
+                queries.append({"query_id": qid, "text": " ".join(sentence.split()[:64]), "source_passage_id": p["id"],
+                                "source_row": p["row"], "split": "train"})
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(queries), 80, replace=False):
+        queries[i]["split"] = "dev"
+    from spar.artifacts import ArtifactWriter
+
+    with ArtifactWriter(root / "queries", kind="queries", config={"fixture": "scifact-300"}, inputs={}) as w:
+        schemas.write_table(w.path / "passages.arrow", pa.Table.from_pylist(passages, schemas.PASSAGES))
+        schemas.write_table(w.path / "queries-00000.arrow", pa.Table.from_pylist(queries, schemas.QUERIES))
+    labels = _bm25_labels(passages, queries)
+    with ArtifactWriter(root / "labels", kind="labels", config={"fixture": "bm25"}, inputs={}) as w:
+        # Two shards, so chunked (multi-batch) label columns are exercised.
+        half = len(labels) // 2
+        schemas.write_table(w.path / "labels-00000.arrow", pa.Table.from_pylist(labels[:half], schemas.LABELS))
+        schemas.write_table(w.path / "labels-00001.arrow", pa.Table.from_pylist(labels[half:], schemas.LABELS))
+    return root
+
+
+def _tiny_train(**overrides) -> TrainSection:
+    """Short sequences: a real run, small enough for a shared CPU."""
+    base = dict(batch_size=16, hard_negatives=1, learning_rate=3e-5, warmup_ratio=0.1, max_steps=30,
+                val_check_interval=15, checkpoint_every_n_steps=10, log_every_n_steps=1, accelerator="cpu",
+                devices=1, num_workers=0, wandb_mode="disabled", eval_batch_size=64,
+                encoder={"model": "all-MiniLM-L6-v2", "pooling": "cls", "query_max_length": 24,
+                         "passage_max_length": 48})
+    base.update(overrides)
+    return TrainSection.model_validate(base)
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CI box is shared: one thread avoids OpenMP spin-waits under contention
+    yield
+    torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_surrogate_mrr_hand_computed():
+    q = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    pool = np.array([[3.0, 0.0],   # q0: 3, q1: 0, q2: 3
+                     [1.0, 2.0],   # q0: 1, q1: 2, q2: 3
+                     [0.0, 1.0]])  # q0: 0, q1: 1, q2: 1
+    # q0's positive is passage 1 (score 1): passage 0 scores higher -> rank 2 -> 1/2
+    # q1's positive is passage 1 (score 2): the best -> rank 1 -> 1
+    # q2's positive is passage 0 (score 3): tied with passage 1 -> ties count against it -> rank 2 -> 1/2
+    assert surrogate_mrr(q, pool, np.array([1, 1, 0])) == pytest.approx((0.5 + 1.0 + 0.5) / 3)
+    assert surrogate_mrr(torch.tensor(q), torch.tensor(pool), torch.tensor([0, 1, 1])) == pytest.approx(
+        (1.0 + 1.0 + 0.5) / 3)
+    with pytest.raises(ValueError):
+        surrogate_mrr(q, pool, np.array([0, 1]))
+
+
+def test_surrogate_pool_and_sampler_follow_the_labels(labelled: Path):
+    labels = LabelStore(labelled / "labels")
+    table = labels.table
+    pool = SurrogatePool.from_labels(labels)
+    dev = [r for r in table.to_pylist() if r["split"] == "dev"]
+    assert len(pool.query_indices) == len(dev) == 80
+    expected = {r["positive_rows"][0] for r in dev} | {r["negative_rows"][0] for r in dev if r["negative_rows"]}
+    assert sorted(expected) == pool.pool_rows.tolist()  # at most 2N, deduplicated
+    for qi, pi in zip(pool.query_indices, pool.positive_pool_index):
+        assert pool.pool_rows[pi] == table.column("positive_rows")[int(qi)][0].as_py()
+
+    train = labels.split_indices("train")
+    sampler = ContrastiveBatchSampler(labels, train, batch_size=8, hard_negatives=2, seed=1,
+                                      passage_lengths=np.ones(N_DOCS, dtype=np.int32))
+    epoch0 = [item for batch in sampler for item in batch]
+    assert len(epoch0) == len(sampler) * 8
+    rows = table.to_pylist()
+    for item in epoch0[:200]:
+        rec = rows[item.label_index]
+        assert rec["split"] == "train"
+        assert 0 <= item.positive_slot < len(rec["positive_rows"])
+        assert len(set(item.negative_slots)) == len(item.negative_slots) == min(2, len(rec["negative_rows"]))
+    again = [item for batch in sampler for item in batch]
+    assert again == epoch0  # seeded
+    sampler.set_epoch(1)
+    assert [item for batch in sampler for item in batch] != epoch0  # redrawn every epoch
+
+    # Two ranks split every global batch without overlap.
+    ranks = [ContrastiveBatchSampler(labels, train, 8, 1, seed=1, world_size=2, rank=r) for r in (0, 1)]
+    first = [next(iter(s)) for s in ranks]
+    assert not {i.label_index for i in first[0]} & {i.label_index for i in first[1]}
+
+
+def test_batch_has_targets_masks_and_teacher_scores(labelled: Path):
+    from spar.encoders import EncoderSettings
+    from transformers import AutoTokenizer
+
+    from spar.models import resolve_model
+
+    labels = LabelStore(labelled / "labels")
+    tok = AutoTokenizer.from_pretrained(str(resolve_model("all-MiniLM-L6-v2")))
+    settings = EncoderSettings(query_max_length=16, passage_max_length=32)
+    ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True, tok, settings,
+                           kl_passages=N_POS + N_NEG)
+    sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 6, 1, seed=3)
+    items = next(iter(sampler))
+    batch = ds.__getitems__(items)
+    rows = labels.table.to_pylist()
+    assert batch["queries"]["input_ids"].shape[0] == 6
+    assert batch["passages"]["input_ids"].shape[1] <= 32
+    for i, item in enumerate(items):
+        rec = rows[item.label_index]
+        target_row = int(batch["passage_rows"][batch["target"][i]])
+        assert target_row == rec["positive_rows"][item.positive_slot]
+        assert batch["teacher_scores"][i, 0] == pytest.approx(rec["positive_scores"][item.positive_slot])
+        cand = batch["candidates"][i]
+        listed = [int(batch["passage_rows"][c]) for c in cand if c >= 0]
+        assert sorted(listed) == sorted(rec["positive_rows"] + rec["negative_rows"])  # KL sees the whole list
+        assert batch["positive_rows"][i][batch["positive_rows"][i] >= 0].tolist() == rec["positive_rows"]
+    assert len(set(batch["passage_rows"].tolist())) == len(batch["passage_rows"])  # deduplicated
+
+
+def test_every_loss_gives_finite_gradients(labelled: Path):
+    """contrastive, contrastive+kl, kl and margin_mse on one real batch (KL over the query's whole labelled list)."""
+
+    class _OneDevice:  # compute_loss reads the world size from the trainer
+        world_size = 1
+
+    cfg = _tiny_train(batch_size=4, hard_negatives=2, encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 16,
+                                                               "passage_max_length": 16, "shared_weights": True})
+    module, data = build_module(cfg, labelled / "queries" / "passages.arrow", labelled / "labels")
+    module._trainer = _OneDevice()
+    labels = data.labels
+    sampler = ContrastiveBatchSampler(labels, data.train_indices, 4, 2, seed=0, require_negatives=True)
+    items = next(iter(sampler))
+    for loss in ("contrastive", "contrastive+kl", "kl", "margin_mse"):
+        module.cfg = cfg.model_copy(update={"loss": loss})
+        ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True,
+                               module.encoder.tokenizer, module.encoder.settings,
+                               kl_passages=N_POS + N_NEG if "kl" in loss else 0)
+        batch = ds.__getitems__(items)
+        terms = module.compute_loss(batch)
+        assert torch.isfinite(terms["loss"]), loss
+        module.zero_grad()
+        terms["loss"].backward()
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        assert grads and all(torch.isfinite(g).all() for g in grads), loss
+        if loss == "contrastive+kl":
+            assert set(terms) == {"contrastive", "kl", "loss"}
+    module._trainer = None
+
+
+def _wandb_offline_run(path: Path) -> tuple[list[dict], dict, dict]:
+    """History rows, summary and config of an offline W&B run, read from its ``run-*.wandb`` record log.
+
+    (wandb >= 0.2x writes no ``wandb-summary.json`` offline.) The file is a LevelDB-style log of ``Record``
+    protobufs after a 7-byte header: 32 KiB blocks of chunks, each ``crc32 | length (2) | type (1) | payload``.
+    """
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", path
+    pos, block, buf = 7, 32768, b""
+    history, summary, config = [], {}, {}
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        payload, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0:
+            continue
+        buf = payload if kind in (1, 2) else buf + payload
+        if kind in (2, 3):
+            continue
+        record = pb.Record()
+        record.ParseFromString(buf)
+        which = record.WhichOneof("record_type")
+        if which == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+        elif which == "summary":
+            summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
+        elif which in ("run", "config"):  # the run record carries wandb.init's config
+            updates = record.run.config.update if which == "run" else record.config.update
+            config.update({i.key: json.loads(i.value_json) for i in updates})
+    return history, summary, config
+
+
+def _fixed_batch_loss(encoder, labelled: Path, batches: int = 3) -> float:
+    """Contrastive loss of ``encoder`` (eval mode) on the same seeded training batches."""
+    from spar.losses import contrastive_loss
+
+    labels = LabelStore(labelled / "labels")
+    ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True, encoder.tokenizer,
+                           encoder.settings)
+    sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 16, 1, seed=123)
+    encoder.eval()
+    losses = []
+    with torch.inference_mode():
+        for items, _ in zip(sampler, range(batches)):
+            batch = ds.__getitems__(items)
+            q, p = encoder.forward_queries(batch["queries"]), encoder.forward_passages(batch["passages"])
+            losses.append(float(contrastive_loss(q, p, batch["target"])))
+    return float(np.mean(losses))
+
+
+def _stage_config(root: Path, datasets_dir: Path, **train):
+    overrides = [f"experiment.output_dir={root}", "experiment.name=test-train", "experiment.seed=7",
+                 f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}"]
+    cfg = load_config(None, overrides)
+    cfg.train = _tiny_train(**train)
+    return cfg
+
+
+def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, datasets_dir: Path):
+    import pipelines.train as stage
+    from spar.artifacts import read_manifest
+    from spar.encoders import BiEncoder
+
+    cfg = _stage_config(labelled, datasets_dir, wandb_mode="offline", max_steps=24, val_check_interval=12)
+    stats = stage.run(cfg)
+    manifest = read_manifest(labelled / "lambda")
+    m = manifest["stats"]
+    assert m["steps"] == 24 and m["resumed_from_step"] == 0
+    assert m["best_valid_mrr"] > m["initial_valid_mrr"] + 0.01, (m["initial_valid_mrr"], m["best_valid_mrr"])
+    assert m["passages_per_s"] > 0 and m["queries_per_s"] > 0 and m["train_queries"] > 2000
+    assert "valid_mrr" in stats and str(labelled / "lambda") == stats["output"]
+    assert (labelled / "lambda" / "checkpoints" / "last.ckpt").exists()
+    assert not list((labelled / "lambda" / "checkpoints").glob("best*"))
+    assert not (labelled / "lambda.partial").exists()
+
+    # The exported Λ is the best checkpoint: it reproduces the best valid_mrr, and its training loss fell.
+    trained = BiEncoder.load(labelled / "lambda")
+    assert trained.settings.pooling == "cls" and not trained.settings.shared_weights
+    labels = LabelStore(labelled / "labels")
+    pool = SurrogatePool.from_labels(labels)
+    from spar.training import PassageStore
+
+    q = trained.encode_query(labels.queries(pool.query_indices))
+    p = trained.encode_passage(PassageStore(labelled / "queries" / "passages.arrow").get(pool.pool_rows))
+    assert surrogate_mrr(q, p, pool.positive_pool_index) == pytest.approx(m["best_valid_mrr"], abs=2e-3)
+    initial = BiEncoder.from_section(cfg.train.encoder)
+    before, after = _fixed_batch_loss(initial, labelled), _fixed_batch_loss(trained, labelled)
+    assert after < before, (before, after)
+
+    # W&B offline run under <output_dir>/wandb: the logged history and the resolved config.
+    runs = sorted((labelled / "wandb").glob("offline-run-*"))
+    assert runs
+    history, summary, config = _wandb_offline_run(next(runs[-1].glob("run-*.wandb")))
+    logged = set().union(*history)
+    for key in ("train/loss", "valid_mrr", "throughput/passages_per_s", "throughput/queries_per_s"):
+        assert key in logged, (key, sorted(logged))
+    assert any(k.startswith("lr-AdamW") for k in logged), sorted(logged)
+    mrrs = [row["valid_mrr"] for row in history if "valid_mrr" in row]
+    assert mrrs[0] == pytest.approx(m["initial_valid_mrr"]) and max(mrrs) == pytest.approx(m["best_valid_mrr"])
+    assert summary["best_valid_mrr"] == pytest.approx(m["best_valid_mrr"])
+    assert config["experiment"]["name"] == "test-train" and config["train"]["hard_negatives"] == 1
+
+    # Complete and up to date: the stage skips.
+    assert stage.run(cfg) == {"skipped": True}
+
+
+def test_resume_after_a_kill_continues_at_the_same_global_step(labelled: Path, tmp_path: Path):
+    import lightning.pytorch as pl
+
+    class Kill(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 5:
+                raise RuntimeError("killed")
+
+    work = tmp_path / "lambda.partial"
+    args = (labelled / "queries" / "passages.arrow", labelled / "labels", work)
+    cfg = _tiny_train(max_steps=9, val_check_interval=100, checkpoint_every_n_steps=3, batch_size=8,
+                      encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 16, "passage_max_length": 24})
+    with pytest.raises(RuntimeError, match="killed"):
+        train_lambda(cfg, *args, seed=3, enable_progress_bar=False, callbacks=[Kill()])
+    saved = torch.load(work / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert saved["global_step"] == 3
+
+    resumed = train_lambda(cfg, *args, seed=3, enable_progress_bar=False)
+    assert resumed.resumed_from_step == 3
+    assert resumed.steps == 9
+    assert len(resumed.losses) == 6  # steps 4..9 only
+    final = torch.load(work / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert final["global_step"] == 9
+
+
+def test_sampler_resumes_mid_epoch_in_the_same_order(labelled: Path):
+    labels = LabelStore(labelled / "labels")
+    sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 8, 1, seed=5)
+    full = list(sampler)
+    sampler.skip_batches(3)
+    assert list(sampler) == full[3:]
+    assert list(sampler) == full  # the skip applies once
+
+
+@pytest.mark.slow
+def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, datasets_dir: Path, tmp_path: Path):
+    """The multi-device path end to end: `spar train` with devices=2 (Lightning's DDP launcher re-runs the command
+    as rank 1), sharded batches, all-gathered passages, gathered validation, rank 0 exports and writes the manifest."""
+    import shutil
+    import subprocess
+    import sys
+
+    from spar.artifacts import read_manifest
+    from spar.encoders import BiEncoder
+
+    out = tmp_path / "run"
+    for name in ("queries", "labels"):
+        shutil.copytree(labelled / name, out / name)
+    cmd = [sys.executable, "-m", "spar.cli", "train", f"experiment.output_dir={out}",
+           f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.accelerator=cpu", "train.devices=2",
+           "train.max_steps=4", "train.batch_size=8", "train.val_check_interval=2", "train.wandb_mode=disabled",
+           "train.encoder.query_max_length=16", "train.encoder.passage_max_length=24", "train.num_workers=0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stats = read_manifest(out / "lambda")["stats"]
+    assert stats["world_size"] == 2 and stats["steps"] == 4
+    assert stats["initial_valid_mrr"] > 0 and stats["best_valid_mrr"] > 0
+    assert BiEncoder.load(out / "lambda").settings.passage_max_length == 24
+    assert not (out / "lambda.partial").exists()
