@@ -1,0 +1,150 @@
+"""Passage encoding throughput: spar's encode path vs ``SentenceTransformer.encode`` on the same SciFact passages.
+
+Both encode the same strings (``title [SEP] text``) with the same model (bundled all-MiniLM-L6-v2: mean pooling,
+L2-normalised), batch size, max length, device, thread count and precision. spar's number is the whole
+:func:`spar.embeddings.encode_passages` call (tokenisation, length-sorted batches, writing the .npy shard and ids);
+runs alternate between the systems and the best of ``--repeats`` is reported (the machine is shared). The
+Lightning predict loop on one device is measured too (``lightning_predict``), which is why ``encode.engine=auto``
+uses the plain loop on one device.
+
+    python bench/encode_throughput.py                      # CPU, 2 threads, 400 passages
+    python bench/encode_throughput.py --device cuda --passages 20000 --batch-size 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def machine(device: str, threads: int) -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = f", {torch.cuda.get_device_name(0)}" if device == "cuda" else ""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{cpu} ({os.cpu_count()} cores visible, {threads} threads used{gpu}); torch {torch.__version__}; "
+            f"load average {load:.1f} at start (shared machine)")
+
+
+def default_corpus() -> Path:
+    shared = REPO.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl"
+    return shared if shared.exists() else REPO / "data" / "scifact-sample" / "corpus.jsonl"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=default_corpus())
+    ap.add_argument("--passages", type=int, default=400)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--precision", default="32", choices=["32", "bf16-mixed", "16-mixed"],
+                    help="spar's autocast; SentenceTransformer runs fp32, so 32 is the like-for-like setting")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-lightning", action="store_true")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "encode_throughput.json")
+    args = ap.parse_args(argv)
+
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from spar.embeddings import EncodeOptions, encode_passages, format_items, load_embeddings
+    from spar.encoders import BiEncoder
+    from spar.models import resolve_model
+    from spar.readers import read_corpus
+
+    torch.set_num_threads(args.threads)
+    passages = list(itertools.islice(read_corpus(args.corpus), args.passages))
+    encoder = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True,
+                                        passage_max_length=args.max_length)
+    texts = format_items(encoder, [(p.title, p.text) for p in passages], "passage")
+    peer = SentenceTransformer(str(resolve_model("all-MiniLM-L6-v2")), device=args.device)
+    peer.max_seq_length = args.max_length
+
+    def run_spar(engine: str) -> tuple[float, object]:
+        opts = EncodeOptions(batch_size=args.batch_size, accelerator=args.device, devices=1, engine=engine,
+                             precision=args.precision, show_progress=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            stats = encode_passages(encoder, passages, Path(tmp) / "p", options=opts, force=True)
+            seconds = time.perf_counter() - start
+            vectors = np.array(load_embeddings(Path(tmp) / "p").vectors)
+        return seconds, (stats, vectors)
+
+    def run_peer() -> tuple[float, object]:
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        vectors = peer.encode(texts, batch_size=args.batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                              show_progress_bar=False)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start, vectors
+
+    # Warm-up (allocator, kernels, tokenizer caches) on a few passages for both.
+    encode_passages(encoder, passages[:16], Path(tempfile.mkdtemp()) / "w", force=True,
+                    options=EncodeOptions(batch_size=args.batch_size, accelerator=args.device, devices=1,
+                                          show_progress=False))
+    peer.encode(texts[:16], batch_size=args.batch_size, show_progress_bar=False)
+
+    times: dict[str, list[float]] = {"spar": [], "peer": [], "lightning": []}
+    spar_out = peer_vectors = None
+    for _ in range(args.repeats):
+        seconds, spar_out = run_spar("loop")
+        times["spar"].append(seconds)
+        seconds, peer_vectors = run_peer()
+        times["peer"].append(seconds)
+        if not args.skip_lightning:
+            times["lightning"].append(run_spar("lightning")[0])
+
+    n = len(passages)
+    stats, spar_vectors = spar_out
+    best = {k: n / min(v) for k, v in times.items() if v}
+    result = {
+        "spar": round(best["spar"], 2),
+        "peer": round(best["peer"], 2),
+        "ratio": round(best["spar"] / best["peer"], 3),
+        "unit": "passages/s (best of repeats; higher is better)",
+        "machine": machine(args.device, args.threads),
+        "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(__file__).relative_to(REPO)),
+                                                                  *(argv if argv is not None else sys.argv[1:])]),
+        "peer_name": f"sentence-transformers {__import__('sentence_transformers').__version__} SentenceTransformer.encode",
+        "passages": n, "corpus": str(args.corpus), "device": args.device, "threads": args.threads,
+        "batch_size": args.batch_size, "max_length": args.max_length, "precision": args.precision,
+        "truncated": stats["truncated"],
+        "seconds": {k: [round(x, 3) for x in v] for k, v in times.items() if v},
+        "median_ratio": round(statistics.median(times["peer"]) / statistics.median(times["spar"]), 3),
+        "max_abs_diff_vs_peer": float(np.abs(spar_vectors - peer_vectors).max()),
+    }
+    if times["lightning"]:
+        result["lightning_predict"] = round(best["lightning"], 2)
+        result["lightning_vs_loop"] = round(best["lightning"] / best["spar"], 3)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
