@@ -19,7 +19,8 @@ teacher's top-``n_p`` passages as positives and ``n_n`` hard negatives (``labels
 - Monitoring: W&B through Lightning's ``WandbLogger`` (``train.wandb_mode``: offline by default, online when you
   have configured W&B, ``disabled`` -> CSV logs), under ``<experiment.output_dir>/wandb``: loss, learning rate,
   ``valid_mrr``, passages/s and queries/s, GPU memory; the run config is the resolved experiment config.
-- Resume: a resumable ``lambda.partial/checkpoints/last.ckpt`` is written every ``train.checkpoint_every_n_steps``;
+- Resume: a resumable ``lambda.partial/checkpoints/last.ckpt`` is written every ``train.checkpoint_every_n_steps``
+  and after every validation;
   re-running the stage after a kill continues from it at the same global step and the same data order.
 
 Scaling needs no code change: the same config runs on CPU, one GPU, several GPUs (Lightning picks DDP) and several
@@ -948,7 +949,10 @@ def train_lambda(train: TrainSection, passages_path: str | Path, labels_dir: str
                                 every_n_train_steps=train.checkpoint_every_n_steps, enable_version_counter=False)
     all_callbacks = [last_ckpt, LearningRateMonitor(logging_interval="step"), *callbacks]
     if data.has_validation:
-        all_callbacks.insert(0, best_ckpt)
+        # last.ckpt also after every validation, so a kill right after one never replays it (or loses its record).
+        last_at_validation = ModelCheckpoint(dirpath=str(ckpt_dir), save_top_k=0, save_last=True,
+                                             save_on_train_epoch_end=False, enable_version_counter=False)
+        all_callbacks[:0] = [best_ckpt, last_at_validation]
     trainer = pl.Trainer(
         accelerator=train.accelerator, devices=train.devices, num_nodes=train.num_nodes, strategy=train.strategy,
         precision=precision, max_epochs=train.max_epochs, max_steps=train.max_steps,
