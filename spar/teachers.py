@@ -32,7 +32,7 @@ import logging
 import math
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import pyarrow as pa
 
@@ -132,6 +132,27 @@ def _verify_index(index_dir: Path, expected: int) -> None:
         raise ArtifactError(f"{index_dir}: Anserini indexed {found:,} of {expected:,} passages (see its log above)")
 
 
+def _build_lucene_index(passages_arrow: Path, index_dir: Path, collection: str,
+                        documents: Callable[[dict[str, list]], Iterable[dict[str, Any]]], threads: int,
+                        extra: Sequence[str] = (), heap: str = "4g", batch_rows: int = 4096) -> Path:
+    """Write ``documents(batch)`` of every passage batch as a JSON collection split over Anserini's threads, run
+    ``IndexCollection`` on it (``collection`` type, ``extra`` flags) into ``index_dir`` and verify the count."""
+    passages_arrow, index_dir = Path(passages_arrow), Path(index_dir)
+    total = count_passages(passages_arrow)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=index_dir.parent, prefix=f".{index_dir.name}-collection-") as tmp:
+        writer = _SplitWriter(Path(tmp), max(1, min(threads * FILES_PER_THREAD, total)), total)
+        try:
+            for batch in iter_passages(passages_arrow, batch_rows=batch_rows):
+                for record in documents(batch):
+                    writer.write(record)
+        finally:
+            writer.close()
+        run_index_collection(collection, Path(tmp), index_dir, threads, extra=extra, heap=heap)
+    _verify_index(index_dir, total)
+    return index_dir
+
+
 def build_bm25_index(passages_arrow: Path, index_dir: Path, threads: int = 2,
                      fields: Sequence[str] = ("title", "text"), heap: str = "4g") -> Path:
     """Build a Lucene BM25 index of ``passages.arrow`` in ``index_dir`` (created; must not hold another index).
@@ -140,20 +161,12 @@ def build_bm25_index(passages_arrow: Path, index_dir: Path, threads: int = 2,
     contents (ids only), is merged into one segment (``-optimize``) and is verified to hold every passage.
     """
     fields = _check_fields(fields)
-    passages_arrow, index_dir = Path(passages_arrow), Path(index_dir)
-    total = count_passages(passages_arrow)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=index_dir.parent, prefix=f".{index_dir.name}-collection-") as tmp:
-        writer = _SplitWriter(Path(tmp), max(1, min(threads * FILES_PER_THREAD, total)), total)
-        try:
-            for batch in iter_passages(passages_arrow):
-                for pid, contents in zip(batch["id"], passage_contents(fields, batch)):
-                    writer.write({"id": pid, "contents": contents})
-        finally:
-            writer.close()
-        run_index_collection("JsonCollection", Path(tmp), index_dir, threads, heap=heap)
-    _verify_index(index_dir, total)
-    return index_dir
+
+    def documents(batch: dict[str, list]) -> Iterator[dict[str, Any]]:
+        for pid, contents in zip(batch["id"], passage_contents(fields, batch)):
+            yield {"id": pid, "contents": contents}
+
+    return _build_lucene_index(passages_arrow, index_dir, "JsonCollection", documents, threads, heap=heap)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -329,25 +342,20 @@ def build_impact_index(passages_arrow: Path, index_dir: Path, encoder: SparseEnc
     from tqdm.auto import tqdm
 
     fields = _check_fields(fields)
-    passages_arrow, index_dir = Path(passages_arrow), Path(index_dir)
-    total = count_passages(passages_arrow)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=index_dir.parent, prefix=f".{index_dir.name}-vectors-") as tmp:
-        writer = _SplitWriter(Path(tmp), max(1, min(threads * FILES_PER_THREAD, total)), total)
-        bar = tqdm(total=total, desc=f"encoding passages ({encoder.name})", unit=" passages", disable=not progress)
-        try:
-            for batch in iter_passages(passages_arrow, batch_rows=max(batch_size, 256)):
-                texts = passage_contents(fields, batch)
-                for pid, vector in zip(batch["id"], encoder.encode_quantized(texts, quantization, max_length, batch_size)):
-                    writer.write({"id": pid, "contents": "", "vector": vector})
-                bar.update(len(texts))
-        finally:
-            writer.close()
-            bar.close()
-        run_index_collection("JsonVectorCollection", Path(tmp), index_dir, threads,
-                             extra=["-impact", "-pretokenized"], heap=heap)
-    _verify_index(index_dir, total)
-    return index_dir
+    bar = tqdm(total=count_passages(Path(passages_arrow)), desc=f"encoding passages ({encoder.name})",
+               unit=" passages", disable=not progress)
+
+    def documents(batch: dict[str, list]) -> Iterator[dict[str, Any]]:
+        texts = passage_contents(fields, batch)
+        for pid, vector in zip(batch["id"], encoder.encode_quantized(texts, quantization, max_length, batch_size)):
+            yield {"id": pid, "contents": "", "vector": vector}
+        bar.update(len(texts))
+
+    try:
+        return _build_lucene_index(passages_arrow, index_dir, "JsonVectorCollection", documents, threads,
+                                   extra=["-impact", "-pretokenized"], heap=heap, batch_rows=max(batch_size, 256))
+    finally:
+        bar.close()
 
 
 class ImpactTeacher:
