@@ -15,10 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -27,20 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def machine(device: str, threads: int) -> str:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = f", {torch.cuda.get_device_name(0)}" if device == "cuda" else ""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{cpu} ({os.cpu_count()} cores visible, {threads} threads used{gpu}); torch {torch.__version__}; "
-            f"load average {load:.1f} at start (shared machine)")
+from _common import command_line, machine, write_result  # noqa: E402
 
 
 def default_corpus() -> Path:
@@ -126,9 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
         "peer": round(best["peer"], 2),
         "ratio": round(best["spar"] / best["peer"], 3),
         "unit": "passages/s (best of repeats; higher is better)",
-        "machine": machine(args.device, args.threads),
-        "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(__file__).relative_to(REPO)),
-                                                                  *(argv if argv is not None else sys.argv[1:])]),
+        "machine": machine(args.threads, args.device),
+        "command": command_line(__file__, argv),
         "peer_name": f"sentence-transformers {__import__('sentence_transformers').__version__} SentenceTransformer.encode",
         "passages": n, "corpus": str(args.corpus), "device": args.device, "threads": args.threads,
         "batch_size": args.batch_size, "max_length": args.max_length, "precision": args.precision,
@@ -140,10 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     if times["lightning"]:
         result["lightning_predict"] = round(best["lightning"], 2)
         result["lightning_vs_loop"] = round(best["lightning"] / best["spar"], 3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return result
+    return write_result(result, args.out)
 
 
 if __name__ == "__main__":

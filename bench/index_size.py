@@ -13,25 +13,15 @@ spend half as many bits per dimension (the accuracy cost is for the evaluate sta
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import shlex
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def machine(threads: int) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu} ({os.cpu_count()} cores visible, {threads} threads used)"
+from _common import command_line, machine, write_result  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -87,8 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio": flat["ratio"],
         "unit": "bytes per passage of index.faiss, flat index (lower is better); see by_type for HNSW and IVF-PQ",
         "machine": machine(args.threads),
-        "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(__file__).relative_to(REPO)),
-                                                                  *(argv if argv is not None else sys.argv[1:])]),
+        "command": command_line(__file__, argv),
         "peer_name": "base retriever's index (same type, base vectors only)",
         "by_type": rows,
         "passages": n, "dims": {"base": args.base_dim, "lambda": args.lambda_dim,
@@ -96,10 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
         "params": {"hnsw_m": args.hnsw_m, "pq_m": args.pq_m, "ivf_nlist": default_nlist(n)},
         "vectors": "synthetic",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return result
+    return write_result(result, args.out)
 
 
 if __name__ == "__main__":

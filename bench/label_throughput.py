@@ -17,9 +17,7 @@ Prints and writes ``bench/results/label_throughput.json``:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -28,19 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return f"{cpu}; {os.cpu_count()} CPUs (load avg at end {load}); Python {platform.python_version()}; {platform.system()}"
+from _common import machine, write_result  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -121,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
         "peer": peer_qps,
         "ratio": round(spar_qps / peer_qps, 3),
         "unit": "queries/s",
-        "machine": machine(),
+        "machine": machine(args.threads),
         "command": "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") + " python "
                    + " ".join([os.path.relpath(__file__, REPO), *(argv if argv is not None else sys.argv[1:])]),
         "queries": n,
@@ -134,10 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         "teacher_index_seconds": round(index_seconds, 1),
         "peer_definition": "LuceneSearcher.batch_search per batch + reading (docid, score) of every hit",
     }
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    write_result(result, args.output)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return result

@@ -26,11 +26,8 @@ type is measured at every ``--threads`` value (OpenMP threads spin, so 1 thread 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
-import shlex
 import shutil
 import statistics
 import sys
@@ -39,16 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def machine(threads: int) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu} ({os.cpu_count()} cores visible, {threads} threads used); load average {load:.1f} at start (shared machine)"
+from _common import command_line, machine, write_result  # noqa: E402
 
 
 def datasets() -> Path:
@@ -242,8 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio": one["ratio"],
         "unit": "ms per query, one query at a time, mean (lower is better)",
         "machine": machine(args.threads[0]),
-        "command": "python " + " ".join(shlex.quote(a) for a in [str(Path(__file__).relative_to(REPO)),
-                                                                  *(argv if argv is not None else sys.argv[1:])]),
+        "command": command_line(__file__, argv),
         "peer_name": "hybrid: FAISS base search (same index type) + Pyserini LuceneSearcher BM25 + hybrid_fuse",
         "threads": args.threads[0],
         "batched": main_run["batched"],
@@ -257,10 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
         "queries": {"one_at_a_time": min(args.single, len(qids)), "batched": len(qids)},
         "excludes": "query encoding",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return result
+    return write_result(result, args.out)
 
 
 if __name__ == "__main__":

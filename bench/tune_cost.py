@@ -17,10 +17,8 @@ otherwise the corpus is encoded once into ``--work-dir`` with the configured bas
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -29,15 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def machine(threads: int) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu} ({os.cpu_count()} cores visible, {threads} threads used)"
+from _common import machine, write_result  # noqa: E402
 
 
 def median_time(fn, repeat: int):
@@ -173,10 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
                "stage_rescored": round(tuned.search.best_score, 6)},
         "target_ratio": 2.0,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    return result
+    return write_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""Helpers shared by the benchmark scripts: the machine description, the command line and the JSON write-out.
+
+Scripts run as ``python bench/<name>.py`` put the repository and ``bench/`` on ``sys.path`` and then
+``from _common import machine, write_result``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (else what :mod:`platform` knows)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return cpu
+
+
+def machine(threads: int | None = None, device: str = "cpu") -> str:
+    """One line for a result's ``machine``: CPU model, cores visible, threads used, GPU, versions, load.
+
+    ``device="cuda"`` adds the first GPU's name (as ``encode_throughput`` always did). torch's version is given
+    when the script has imported torch (the description never imports it itself, except to name a GPU). The load
+    average is read when this is called, i.e. when the result is assembled (the machine may be shared).
+    """
+    inside = [f"{os.cpu_count()} cores visible"]
+    if threads is not None:
+        inside.append(f"{threads} threads used")
+    if device == "cuda":
+        import torch
+
+        inside.append(torch.cuda.get_device_name(0))
+    parts = [f"{cpu_model()} ({', '.join(inside)})", f"Python {platform.python_version()}"]
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        parts.append(f"torch {torch.__version__}")
+    if hasattr(os, "getloadavg"):
+        parts.append(f"load average {os.getloadavg()[0]:.1f} at write-out (shared machine)")
+    return "; ".join(parts)
+
+
+def command_line(script: str | Path, argv: list[str] | None = None) -> str:
+    """``python bench/<script>.py <args>`` as typed (``argv=None``: this process's own arguments)."""
+    args = argv if argv is not None else sys.argv[1:]
+    return "python " + " ".join(shlex.quote(a) for a in [str(Path(script).resolve().relative_to(REPO)), *args])
+
+
+def write_result(result: dict, out: str | Path) -> dict:
+    """Write ``result`` to ``out`` as pretty JSON (parents created), print the same JSON, return ``result``."""
+    text = json.dumps(result, indent=2)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(text)
+    return result
