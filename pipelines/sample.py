@@ -35,7 +35,8 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
             strategy=s.strategy, seed=cfg.experiment.seed, exponential_base=s.exponential_base,
             uniform_rate=s.uniform_rate, min_words=s.min_words, max_words=s.max_words,
             position_field=s.position_field, dev_fraction=s.dev_fraction, max_dev_queries=s.max_dev_queries,
-            max_queries=s.max_queries, shard_size=s.shard_size, corpus_name=str(cfg.data.corpus),
+            max_queries=s.max_queries, shard_size=s.shard_size, sentence_splitter=s.sentence_splitter,
+            corpus_name=str(cfg.data.corpus),
             on_bad_record=cfg.experiment.on_bad_record, read_stats=read_stats,
         )
         # Identifies passages.arrow for the teacher index (it does not change with the sampling options).

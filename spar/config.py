@@ -99,6 +99,10 @@ class SampleSection(Section):
     uniform_rate: float = Field(0.5, gt=0.0, le=1.0, description="Keep rate of each sentence under 'uniform'.")
     min_words: int = Field(4, ge=1, description="Sentences with fewer words are dropped as fragments.")
     max_words: int = Field(64, ge=1, description="Longer sentences are cut to this many words.")
+    sentence_splitter: Literal["blingfire", "tokenized"] = Field(
+        "blingfire", description="'blingfire': sentence model for cased prose; 'tokenized': end sentences at "
+        "standalone '.', '?', '!' tokens (corpora already tokenised and lower-cased, e.g. SMART Cranfield)."
+    )
     position_field: str = Field(
         "article_passage", description="Corpus field holding the passage's position in its article ('wiki')."
     )

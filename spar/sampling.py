@@ -3,7 +3,10 @@
 Sentences come from `blingfire <https://github.com/microsoft/BlingFire>`_ (``blingfire.text_to_sentences``). It is
 maintained by Microsoft, runs a compiled finite-state model shipped inside the wheel (no model download, no network,
 no NLTK/spaCy data packages) and splits tens of MB of text per second, which matters for a 21M-passage corpus.
-Abbreviations ("Dr.", "p.m.", "et al.") are handled by its model, unlike a regex split.
+Abbreviations ("Dr.", "p.m.", "et al.") are handled by its model, unlike a regex split. Its model needs cased,
+untokenised prose; for corpora already tokenised and lower-cased (the SMART Cranfield release: ``"... the wing .
+an experimental study ..."``) ``sample.sentence_splitter: tokenized`` ends a sentence at every standalone ``.``, ``?``
+or ``!`` token instead, which is exact for that format (abbreviations keep their full stop attached there).
 
 Strategies (``sample.strategy``):
 
@@ -48,18 +51,38 @@ from spar.errors import BadRecordError
 from spar.readers import Passage, ReadStats
 
 Strategy = Literal["wiki", "all", "uniform"]
+Splitter = Literal["blingfire", "tokenized"]
+_SENTENCE_END_TOKENS = frozenset({".", "?", "!"})
+
+
+def raw_sentences(text: str, splitter: Splitter = "blingfire") -> list[str]:
+    """Every sentence of ``text``, unfiltered: blingfire's on prose, standalone end tokens on tokenised text."""
+    if not text.strip():
+        return []
+    if splitter == "blingfire":
+        return blingfire.text_to_sentences(text).split("\n")
+    if splitter != "tokenized":
+        raise ValueError(f"unknown sentence splitter {splitter!r}")
+    sentences, current = [], []
+    for token in text.split():
+        current.append(token)
+        if token in _SENTENCE_END_TOKENS:
+            sentences.append(" ".join(current))
+            current = []
+    if current:
+        sentences.append(" ".join(current))
+    return sentences
 
 #: Position buckets reported in the 'wiki' statistics (the last one is "this position or later").
 POSITION_BUCKETS = (0, 1, 2, 3, 4, 5, 10)
 
 
-def split_sentences(text: str, min_words: int, max_words: int) -> list[tuple[int, str]]:
+def split_sentences(text: str, min_words: int, max_words: int,
+                    splitter: Splitter = "blingfire") -> list[tuple[int, str]]:
     """Sentences of ``text`` as (index in the passage, sentence); fragments under ``min_words`` words are dropped and
     sentences over ``max_words`` words are cut (whitespace is normalised to single spaces)."""
-    if not text.strip():
-        return []
     sentences = []
-    for index, sentence in enumerate(blingfire.text_to_sentences(text).split("\n")):
+    for index, sentence in enumerate(raw_sentences(text, splitter)):
         words = sentence.split()
         if len(words) < min_words:
             continue
@@ -135,9 +158,13 @@ class SentenceSampler:
     """Chooses which sentences of a passage become training queries (see the module docstring)."""
 
     def __init__(self, strategy: Strategy = "all", seed: int = 42, exponential_base: float = 1.2,
-                 uniform_rate: float = 0.5, min_words: int = 4, max_words: int = 64):
+                 uniform_rate: float = 0.5, min_words: int = 4, max_words: int = 64,
+                 sentence_splitter: Splitter = "blingfire"):
         if strategy not in ("wiki", "all", "uniform"):
             raise ValueError(f"unknown sampling strategy {strategy!r}")
+        if sentence_splitter not in ("blingfire", "tokenized"):
+            raise ValueError(f"unknown sentence splitter {sentence_splitter!r}")
+        self.sentence_splitter = sentence_splitter
         self.strategy, self.seed = strategy, seed
         self.exponential_base, self.uniform_rate = exponential_base, uniform_rate
         self.min_words, self.max_words = min_words, max_words
@@ -154,7 +181,7 @@ class SentenceSampler:
         """The queries drawn from one passage (``position``: 0-based position in its article, used by 'wiki')."""
         stats = self.stats
         stats.passages += 1
-        raw = blingfire.text_to_sentences(text).split("\n") if text.strip() else []
+        raw = raw_sentences(text, self.sentence_splitter)
         stats.sentences += len(raw)
         candidates = []
         for index, sentence in enumerate(raw):
@@ -341,6 +368,7 @@ def write_query_set(
     max_dev_queries: int = 2000,
     max_queries: int | None = None,
     shard_size: int = 100_000,
+    sentence_splitter: Splitter = "blingfire",
     corpus_name: str = "corpus",
     on_bad_record: str = "fail",
     read_stats: ReadStats | None = None,
@@ -364,7 +392,7 @@ def write_query_set(
         passages_path, positions, on_bad_record, read_stats,
     )
 
-    sampler = SentenceSampler(strategy, seed, exponential_base, uniform_rate, min_words, max_words)
+    sampler = SentenceSampler(strategy, seed, exponential_base, uniform_rate, min_words, max_words, sentence_splitter)
     dev = DevSplit(dev_fraction, max_dev_queries, seed)
     buffer: list[SampledQuery] = []
     splits: list[str] = []

@@ -60,6 +60,21 @@ def test_split_sentences_drops_fragments_and_cuts_long_sentences():
     assert sentences[1][1] == "Deficiency of ascorbic acid causes scurvy."
 
 
+def test_tokenized_splitter_finds_the_sentences_of_lowercased_tokenised_cranfield(datasets_dir):
+    # SMART Cranfield is lower-cased with standalone full stops: blingfire sees one sentence per abstract there.
+    corpus = [p for p in read_corpus(datasets_dir / "cranfield" / "corpus.jsonl", on_bad_record="skip")][:50]
+    blingfire_counts = [len(split_sentences(p.text, 4, 1000)) for p in corpus]
+    tokenized = [split_sentences(p.text, 4, 1000, splitter="tokenized") for p in corpus]
+    assert sum(blingfire_counts) <= len(corpus) + 5
+    assert sum(len(t) for t in tokenized) > 3 * len(corpus)
+    first = tokenized[0]
+    assert first[0][1] == "experimental investigation of the aerodynamics of a wing in a slipstream ."
+    assert first[1][1].startswith("an experimental study of a wing in a propeller slipstream")
+    for passage, sentences in zip(corpus, tokenized):  # nothing lost: the sentences re-join into the passage
+        if all(len(s.split()) >= 4 for s in passage.text.split(" . ")):
+            assert " ".join(s for _, s in sentences) == " ".join(passage.text.split())
+
+
 def test_all_strategy_keeps_every_long_enough_sentence(scifact_slice, tmp_path):
     stats, rows = _sample(scifact_slice, tmp_path, strategy="all", dev_fraction=0.0, min_words=4, max_words=64)
     passages = schemas.read_table(tmp_path / "passages.arrow")
