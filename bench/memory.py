@@ -414,9 +414,10 @@ def main(argv: list[str] | None = None) -> dict:
             "write_shard_size": args.write_shard_size, "type": args.index_type, "threads": args.threads,
         },
         "notes": notes + [
-            "peak_rss_gb counts file-backed pages too: the index process memory-maps the embedding shards "
-            "(ShardedVectors) and every page it reads stays resident (RssFile) while the shards are mapped; those "
-            "pages are page cache the kernel can reclaim, unlike the anonymous memory (RssAnon) that holds the index.",
+            "peak_rss_gb counts file-backed pages too. The index stage reads the embedding shards' rows with "
+            "positional reads (ShardedVectors), not through their memory mapping, so the pages it passes over do "
+            "not stay resident: file-backed RSS stays flat; the flat index itself (N x dim x 4 bytes) is the part "
+            "that grows with N.",
             "peak_anon_gb_sampled and peak_file_backed_gb_sampled are maxima of a 20 ms sampler; peak_rss_gb "
             "(VmHWM) is exact.",
             "(a) encodes short passages (max_length above) with a small shard size: at max_length 256 and batch 64 "

@@ -133,6 +133,18 @@ class Embeddings:
         return self._vectors
 
 
+def _read_rows(shard: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of a shard as a new array. A memory-mapped ``.npy`` shard is read with a positional file
+    read rather than through the mapping: pages touched through a mapping stay counted in the process's RSS until
+    it is unmapped, so a pass over a 1M-passage corpus would grow RSS by the whole corpus (bench/memory.py)."""
+    if isinstance(shard, np.memmap) and shard.filename and shard.flags.c_contiguous and shard.ndim == 2:
+        row_bytes = shard.shape[1] * shard.dtype.itemsize
+        count = (stop - start) * shard.shape[1]
+        flat = np.fromfile(shard.filename, dtype=shard.dtype, count=count, offset=shard.offset + start * row_bytes)
+        return flat.reshape(stop - start, shard.shape[1])
+    return np.asarray(shard[start:stop])
+
+
 class ShardedVectors:
     """Read-only row access across memory-mapped shards as if they were one [n, dim] matrix.
 
@@ -159,7 +171,7 @@ class ShardedVectors:
             for shard, lo, hi in zip(self.shards, self.offsets[:-1], self.offsets[1:]):
                 a, b = max(start, lo), min(stop, hi)
                 if a < b:
-                    parts.append(np.asarray(shard[a - lo:b - lo]))
+                    parts.append(_read_rows(shard, a - lo, b - lo))
             return np.concatenate(parts) if parts else np.zeros((0, self.shape[1]), self.dtype)
         rows = np.asarray(key, dtype=np.int64)
         which = np.searchsorted(self.offsets, rows, side="right") - 1
