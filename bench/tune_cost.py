@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "tune_cost",
         "command": "python bench/tune_cost.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "machine": machine(args.threads),
+        # The headline: the 19-value sweep against one evaluation pass of the combined index.
+        "spar": round(sweep_seconds, 4), "peer": round(eval_seconds, 4),
+        "ratio": round(sweep_seconds / eval_seconds, 2), "unit": "seconds (lower is better)",
         "data": {"experiment": cfg.experiment.name, "passages": len(doc_ids), "dev_queries": len(dev.ids),
                  "base_dim": int(base_p.shape[1]), "lambda_dim": int(lambda_p.shape[1]), "embeddings": source},
         "settings": {"metric": metric, "variant": variant, "candidates": candidates, "k": k, "repeat": args.repeat,

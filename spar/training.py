@@ -981,7 +981,7 @@ def train_lambda(train: TrainSection, passages_path: str | Path, labels_dir: str
             best_ckpt.best_model_path = str(ckpt_dir / f"{BEST_CHECKPOINT}.ckpt")
             trainer.save_checkpoint(best_ckpt.best_model_path, weights_only=True)
             best_ckpt.best_model_score = torch.as_tensor(float(score))
-    trainer.save_checkpoint(str(resume))  # the final state, to continue training later
+    trainer.save_checkpoint(str(resume), weights_only=False)  # the full final state, to continue training later
 
     best_valid = float(best_ckpt.best_model_score) if best_ckpt.best_model_score is not None else None
     best_step: int | None = int(trainer.global_step)
