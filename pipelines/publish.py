@@ -9,13 +9,12 @@ directory (``publish.output``, default ``<output_dir>/model``) with a model card
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
                             write_json_atomic)
 from spar.errors import ArtifactError
+from spar.evaluation import command_line
 
 SECTIONS = ["experiment", "data", "publish"]
 SUMMARY = "export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> model/"
@@ -30,14 +29,6 @@ def model_output(cfg) -> Path:
 
 def _manifest_or_empty(path: Path) -> dict:
     return read_manifest(path) if is_complete(path) else {}
-
-
-def _command(cfg) -> str:
-    """The command that made this model: the CLI invocation when there is one, else the equivalent ``spar run``."""
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
-    if (argv0.name == "spar" or argv0.parent.name == "spar") and len(sys.argv) > 1:
-        return shlex.join(["spar", *sys.argv[1:]])
-    return shlex.join(["spar", "run", *([cfg.source] if cfg.source else [])])
 
 
 def run(cfg, force: bool = False) -> dict:
@@ -103,7 +94,7 @@ def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tune_dir: Path, index_dir
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = _manifest_or_empty(lam_dir)
     facts = gather_card_facts(cfg, encoder, tune, manifests,
-                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, _command(cfg))
+                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, command_line(cfg, "run"))
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
     with writer as w:
         publish_model(encoder, w.path, facts, dump_config(cfg), index_dir=index_dir,

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import shlex
 import sys
 import time
 from typing import Sequence
 
 from spar.errors import SparError
 
+#: Set by ``spar run`` for its stage processes: the command line that reproduces the whole run.
+RUN_COMMAND_ENV = "SPAR_RUN_COMMAND"
 STAGES = ["sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"]
 
 #: One line per stage for ``spar --help`` (kept here so the top-level help imports no stage module).
@@ -174,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return search_command(args)
         cfg = _load(args)
         if args.command == "run":
+            # Results and model cards record the command that reproduces them: this one, not the stage's.
+            os.environ[RUN_COMMAND_ENV] = "spar " + shlex.join(argv)
             first = STAGES.index(args.from_stage) if args.from_stage else 0
             last = STAGES.index(args.to_stage) if args.to_stage else len(STAGES) - 1
             for stage in STAGES[first:last + 1]:

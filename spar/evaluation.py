@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import shlex
 import sys
@@ -46,7 +47,7 @@ import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete, read_manifest
 from spar.errors import ArtifactError, BadRecordError
-from spar.metrics import Ranked, evaluate_run, mean_rbo
+from spar.metrics import evaluate_run, mean_rbo
 from spar.readers import evaluation_qrels, read_queries
 from spar.tuning import hybrid_fuse, resolve_candidates, top_k
 
@@ -319,7 +320,12 @@ def dataset_name(cfg) -> str:
 
 
 def command_line(cfg, stage: str) -> str:
-    """The ``spar`` command that produced a result: this process's own when it is the CLI, else an equivalent."""
+    """The ``spar`` command that produced a result: the ``spar run`` that started this stage, else this process's own
+    when it is the CLI, else an equivalent."""
+    from spar.cli import RUN_COMMAND_ENV
+
+    if os.environ.get(RUN_COMMAND_ENV):
+        return os.environ[RUN_COMMAND_ENV]
     argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("")
     if (argv0.name == "spar" or argv0.parent.name == "spar") and len(sys.argv) > 1:  # `spar ...`, `python -m spar`
         return "spar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
