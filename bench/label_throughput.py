@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import machine, write_result  # noqa: E402
+from _common import command_line, machine, write_result  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio": round(spar_qps / peer_qps, 3),
         "unit": "queries/s",
         "machine": machine(args.threads),
-        "command": "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") + " python "
-                   + " ".join([os.path.relpath(__file__, REPO), *(argv if argv is not None else sys.argv[1:])]),
+        "command": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} " + command_line(__file__, argv),
         "queries": n,
         "labelled": stats["labelled"],
         "dropped": stats["dropped"],
