@@ -62,12 +62,16 @@ def load_encoder(cfg, name: str):
         weights = fingerprint_dict({"model": model_fingerprint(section.model), "passage_model":
                                     model_fingerprint(section.passage_model) if section.passage_model else None})
         return BiEncoder.from_section(section), weights, {}
+    from spar.lexical import load_lambda
+
     lam = artifact_dir(cfg.output_dir, "lambda")
-    if not (lam / "spar_encoder.json").exists():
+    if not is_complete(lam):
         raise ArtifactError(f"{lam}: Λ is missing (run `spar train`, or drop 'lambda' from encode.encoders)")
-    extra = {"lambda_manifest": read_manifest(lam)["fingerprint"]} if is_complete(lam) else {}
-    # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights.
-    return BiEncoder.load(lam), directory_fingerprint(lam), extra
+    extra = {"lambda_manifest": read_manifest(lam)["fingerprint"]}
+    model = load_lambda(lam)
+    # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights. A
+    # transformer Λ encodes through its BiEncoder (tokenised, length-sorted, multi-device); other kinds directly.
+    return (model.encoder if model.kind == "transformer" else model), directory_fingerprint(lam), extra
 
 
 def run(cfg, force: bool = False) -> dict:

@@ -38,7 +38,7 @@ def run(cfg, force: bool = False) -> dict:
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
     tune_dir = artifact_dir(cfg.output_dir, "tune")
     index_dir = artifact_dir(cfg.output_dir, "index")
-    if not (lam_dir / "spar_encoder.json").exists():
+    if not is_complete(lam_dir):
         raise ArtifactError(f"{lam_dir}: Λ is missing (run `spar train` first)")
     if not (tune_dir / "tune.json").exists():
         raise ArtifactError(f"{tune_dir}: missing file 'tune.json' (run `spar tune` first)")
@@ -81,7 +81,11 @@ def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tune_dir: Path, index_dir
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
                             f"({tune_dir / 'tune.json'}); rebuild the index or re-tune with tune.variant")
     base = BiEncoder.from_section(cfg.encode.base)
-    lam = BiEncoder.load(lam_dir)
+    from spar.lexical import load_lambda
+
+    lam = load_lambda(lam_dir)
+    if lam.kind == "transformer":
+        lam = lam.encoder  # published as Hugging Face encoders
     provenance = {
         "experiment": cfg.experiment.name,
         "base_model": cfg.encode.base.model,

@@ -17,9 +17,10 @@ import shutil
 
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
 from spar.config import SparConfig
+from spar.lexical import build_lambda
 from spar.training import is_primary_process, summarize, train_lambda
 
-SECTIONS = ["experiment", "data", "train"]
+SECTIONS = ["experiment", "data", "label", "train"]
 SUMMARY = "train the lexical model Λ with Lightning on the teacher's labels (W&B-monitored, resumable) -> lambda/"
 
 #: Options that change how a run is executed or logged, never the trained Λ (kept out of the fingerprint, so
@@ -32,32 +33,44 @@ def fingerprint_config(cfg: SparConfig) -> dict:
     train = cfg.train.model_dump(mode="json")
     for key in RUNTIME_OPTIONS:
         train.pop(key, None)
-    return {"train": train, "seed": cfg.experiment.seed, "title_field": cfg.data.title_field}
+    if cfg.train.kind == "projection":  # fitted, not trained: only what changes its vectors
+        train = {"kind": "projection", "lexical": {k: train["lexical"][k] for k in ("dim", "projection", "seed")}}
+    config = {"train": train, "seed": cfg.experiment.seed, "title_field": cfg.data.title_field}
+    if cfg.train.kind != "transformer":  # term-based kinds carry the teacher's statistics
+        config["teacher"] = {"k1": cfg.label.k1, "b": cfg.label.b, "fields": list(cfg.label.fields)}
+    return config
 
 
 def run(cfg: SparConfig, force: bool = False) -> dict:
     qdir = artifact_dir(cfg.output_dir, "queries")
     ldir = artifact_dir(cfg.output_dir, "labels")
     require(qdir, "queries")
-    require(ldir, "labels")
+    inputs = {"queries": manifest_fingerprint(qdir)}
+    if cfg.train.kind != "projection":  # a projection needs the corpus only, not the labels
+        require(ldir, "labels")
+        inputs["labels"] = manifest_fingerprint(ldir)
     out = artifact_dir(cfg.output_dir, "lambda")
-    writer = ArtifactWriter(out, kind="lambda", config=fingerprint_config(cfg), resumable=True,
-                            inputs={"queries": manifest_fingerprint(qdir), "labels": manifest_fingerprint(ldir)})
+    writer = ArtifactWriter(out, kind="lambda", config=fingerprint_config(cfg), resumable=True, inputs=inputs)
     if not force and is_complete(out, writer.fingerprint):
         return {"skipped": True}
+    label = cfg.label
+    model = build_lambda(cfg.train, qdir / "passages.arrow", teacher=label.teacher, k1=label.k1, b=label.b,
+                         fields=label.fields, seed=cfg.experiment.seed)
+    if not model.trainable:
+        return _fit_only(model, writer, force)
     options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
                    logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"))
     if not is_primary_process():
         # Extra DDP ranks train alongside rank 0 in the same work directory; rank 0 exports and finalises.
-        train_lambda(cfg.train, qdir / "passages.arrow", ldir, writer.path, **options)
+        train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, writer.path, **options)
         return {"rank": "worker"}
     if force and writer.path.exists():
         shutil.rmtree(writer.path)  # --force: start over instead of resuming
     with writer as w:
-        result = train_lambda(cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
+        result = train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
         w.stats.update(result.stats())
-        w.schema = {"query_encoder/": "Hugging Face model (safetensors)", "passage_encoder/": "idem, unless shared",
-                    "spar_encoder.json": "pooling, normalisation, prefixes, max lengths",
+        w.stats["lambda"] = model.describe()
+        w.schema = {**LAMBDA_SCHEMA[model.kind],
                     "checkpoints/last.ckpt": "Lightning checkpoint (weights, optimiser, loops)"}
     return {
         "summary": summarize(result),
@@ -68,3 +81,30 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         "logs": result.logger_dir,
         "output": str(out),
     }
+
+
+#: What each kind's Λ directory holds (the manifest's schema).
+LAMBDA_SCHEMA = {
+    "transformer": {"query_encoder/": "Hugging Face model (safetensors)", "passage_encoder/": "idem, unless shared",
+                    "spar_encoder.json": "pooling, normalisation, prefixes, max lengths",
+                    "spar_lambda.json": "kind, dim, encoder settings, objective"},
+    "projection": {"spar_lambda.json": "kind, dim, projection, seed, teacher statistics",
+                   "vocab.txt": "the teacher's terms (row order)", "document_frequencies.npy": "int64 [V]",
+                   "term_statistics.json": "k1, b, passages, average length, analyzer"},
+    "static": {"spar_lambda.json": "kind, dim, objective, initialisation, teacher statistics",
+               "term_embeddings.safetensors": "float32 [V, dim] term embeddings", "vocab.txt": "the teacher's terms",
+               "document_frequencies.npy": "int64 [V]", "term_statistics.json": "k1, b, passages, average length"},
+}
+
+
+def _fit_only(model, writer: ArtifactWriter, force: bool) -> dict:
+    """A training-free Λ (projection): its corpus statistics are fitted already; save it as the stage's output."""
+    if force and writer.path.exists():
+        shutil.rmtree(writer.path)
+    with writer as w:
+        model.save(w.path)
+        w.stats = {"lambda": model.describe(), "steps": 0}
+        w.schema = LAMBDA_SCHEMA[model.kind]
+    teacher = model.describe()["teacher"]
+    return {"kind": model.kind, "dim": model.dim, "terms": f"{teacher['vocab_size']:,}",
+            "passages": f"{teacher['num_docs']:,}", "output": str(writer.final)}

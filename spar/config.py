@@ -180,7 +180,28 @@ class LambdaEncoderSection(EncoderSection):
     shared_weights: bool = Field(False, description="One encoder for queries and passages (default: two, as DPR).")
 
 
+class LexicalSection(Section):
+    """Settings of the term-based Λ kinds (``projection`` and ``static``)."""
+
+    dim: int = Field(384, gt=0, description="Output dimension of a projection or static Λ.")
+    projection: Literal["gaussian", "countsketch"] = Field(
+        "gaussian", description="Random matrix of the projection (and the static Λ's initialisation): Gaussian "
+        "N(0, 1/dim), or count-sketch (each term hashed to one dimension with a random sign)."
+    )
+    seed: int | None = Field(None, description="Seed of the random matrix (default: experiment.seed).")
+    objective: Literal["kl", "mse"] = Field(
+        "kl", description="Static Λ: listwise KL between the teacher's and Λ's softmax over the batch's passages "
+        "(exact teacher scores), or squared error of the scores."
+    )
+    temperature: float = Field(1.0, gt=0, description="Static Λ 'kl': both score lists are divided by it.")
+
+
 class TrainSection(Section):
+    kind: Literal["transformer", "projection", "static"] = Field(
+        "transformer", description="Λ kind: 'transformer' (the paper's DPR bi-encoder, a GPU job), 'projection' "
+        "(the densified teacher, training-free), 'static' (term embeddings distilled from the teacher, CPU minutes)."
+    )
+    lexical: LexicalSection = Field(default_factory=LexicalSection, description="Projection/static Λ settings.")
     encoder: LambdaEncoderSection = Field(default_factory=LambdaEncoderSection)
     loss: Literal["contrastive", "contrastive+kl", "kl", "margin_mse"] = Field(
         "contrastive", description="DPR contrastive (the paper's), optionally with listwise KL to teacher scores."
@@ -191,7 +212,10 @@ class TrainSection(Section):
     batch_size: int = Field(32, ge=1, description="Queries per device per step.")
     hard_negatives: int = Field(1, ge=0, description="Hard negatives per query per step.")
     gather_negatives: bool = Field(True, description="Use in-batch negatives from every device (all_gather).")
-    learning_rate: float = Field(3e-5, gt=0)
+    learning_rate: float | None = Field(
+        None, gt=0, description="Peak learning rate (default per kind: 3e-5 transformer, 1e-3 static).")
+    random_negatives: int = Field(
+        0, ge=0, description="Passages drawn from the whole corpus and added to every batch as negatives.")
     weight_decay: float = Field(0.0, ge=0)
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps for linear warm-up.")
     max_epochs: int = Field(3, ge=1)

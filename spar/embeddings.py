@@ -227,12 +227,14 @@ def directory_fingerprint(directory: str | Path, full: bool = True) -> str:
     return h.hexdigest()[:16]
 
 
-def encoder_fingerprint(weights: str, encoder: BiEncoder) -> str:
+def encoder_fingerprint(weights: str, encoder) -> str:
     """Identifies what produced a vector: the weights' fingerprint plus every setting that changes the vector.
 
     ``weights`` is :func:`spar.models.model_fingerprint` of the base model, or the Λ artifact's manifest
     fingerprint. Queries and passages of one encoder share this fingerprint; the index compares it.
     """
+    if not isinstance(encoder, BiEncoder):  # a term-based Λ: its description holds every vector-changing setting
+        return fingerprint_dict({"weights": weights, "lambda": encoder.describe()})
     s = encoder.settings
     return fingerprint_dict({
         "weights": weights, "pooling": s.pooling, "normalize": s.normalize, "query_prefix": s.query_prefix,
@@ -534,18 +536,23 @@ def _encode_split(
                 stats["resumed"] = True
             else:
                 start = time.perf_counter()
-                tokenized = tokenize_shard(encoder, [x for _, x in items], side, options.batch_size)
-                if engine == "lightning":
-                    vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices, options.precision,
-                                                     options.strategy, work_dir=w.path)
+                if not isinstance(encoder, BiEncoder):
+                    # Term-based Λ kinds encode by sparse products on the CPU: no tokenizer, no device loop.
+                    vectors, truncated_items = _encode_lexical(encoder, [x for _, x in items], side), 0
                 else:
-                    vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision)
+                    tokenized = tokenize_shard(encoder, [x for _, x in items], side, options.batch_size)
+                    truncated_items = tokenized.truncated
+                    if engine == "lightning":
+                        vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices,
+                                                         options.precision, options.strategy, work_dir=w.path)
+                    else:
+                        vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision)
                 elapsed = time.perf_counter() - start
                 write_table(ids_part, pa.table({"row": pa.array(range(count, count + len(items)), pa.int64()),
                                                 "id": pa.array([i for i, _ in items], pa.string())},
                                                schema=EMBEDDING_IDS))
                 _save_npy_atomic(part, vectors.astype(dtype, copy=False))
-                stats = {"shard": index, "count": len(items), "truncated": tokenized.truncated,
+                stats = {"shard": index, "count": len(items), "truncated": truncated_items,
                          "seconds": round(elapsed, 3)}
                 sidecar.write_text(json.dumps(stats))  # last: its presence marks the shard complete
                 encoded += len(items)
@@ -568,10 +575,9 @@ def _encode_split(
         w.schema = {"ids": str(EMBEDDING_IDS), "vectors": f"{dtype} [count, dim] in part-NNNNN.npy, row order"}
         w.stats = {
             "encoder": encoder_name, "side": side, "model_fingerprint": model_fp,
-            "weights_fingerprint": weights_fingerprint, "pooling": encoder.settings.pooling,
-            "normalize": encoder.settings.normalize, "dim": encoder.dim, "count": count, "dtype": dtype,
+            "weights_fingerprint": weights_fingerprint, **_vector_settings(encoder, side),
+            "dim": encoder.dim, "count": count, "dtype": dtype,
             "shards": len(shard_stats), "shard_size": shard_size,
-            "max_length": encoder.settings.query_max_length if side == "query" else encoder.settings.passage_max_length,
             "truncated": truncated, "truncated_fraction": round(truncated / count, 6) if count else 0.0,
             "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in shard_stats),
             "items_per_second": round(encoded / seconds, 2) if seconds else None,
@@ -717,12 +723,27 @@ def encode_queries(
     )
 
 
-def parameters_fingerprint(encoder: BiEncoder) -> str:
+def _encode_lexical(encoder, items: Sequence[Any], side: Side) -> np.ndarray:
+    return encoder.encode_query(items) if side == "query" else encoder.encode_passage(items)
+
+
+def _vector_settings(encoder, side: Side) -> dict[str, Any]:
+    """What the manifest records of how vectors were made: pooling, normalisation and max length of a
+    transformer; the kind of a term-based Λ."""
+    if not isinstance(encoder, BiEncoder):
+        return {"kind": encoder.kind, "pooling": "term-bag", "normalize": False, "max_length": None}
+    s = encoder.settings
+    return {"pooling": s.pooling, "normalize": s.normalize,
+            "max_length": s.query_max_length if side == "query" else s.passage_max_length}
+
+
+def parameters_fingerprint(encoder) -> str:
     """Fallback weights fingerprint: a hash of a few values of every parameter tensor (cheap, order-stable)."""
     h = hashlib.sha256()
+    params = (itertools.chain(encoder.query_model.named_parameters(), encoder.passage_model.named_parameters())
+              if isinstance(encoder, BiEncoder) else encoder.named_parameters())
     with torch.no_grad():
-        for name, param in itertools.chain(encoder.query_model.named_parameters(),
-                                           encoder.passage_model.named_parameters()):
+        for name, param in params:
             flat = param.detach().reshape(-1)
             step = max(1, flat.numel() // 64)
             h.update(name.encode())

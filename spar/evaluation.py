@@ -175,7 +175,9 @@ class ExperimentInputs:
                 lam = artifact_dir(self.out, "lambda")
                 if not is_complete(lam):
                     raise ArtifactError(f"{lam}: Λ is missing (run `spar train`)")
-                self._encoders[name] = BiEncoder.load(lam)
+                from spar.lexical import load_lambda
+
+                self._encoders[name] = load_lambda(lam)
             else:
                 raise KeyError(name)
         return self._encoders[name]

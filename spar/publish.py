@@ -60,6 +60,8 @@ ROUTES = {"query": "query", "document": "document"}
 ENCODER_NAMES = ("base", "lambda")
 #: Files every encoder folder must hold (what ``AutoModel``/``AutoTokenizer`` read).
 ENCODER_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
+#: Files of a term-based Λ's folder (a :class:`spar.st_modules.LexicalBag`).
+LEXICAL_FILES = ("lexical_bag.json", "vocab.txt", "model.safetensors")
 #: Licences of the models spar bundles, for the model card.
 KNOWN_LICENSES = {"all-minilm-l6-v2": "apache-2.0", "sentence-transformers/all-minilm-l6-v2": "apache-2.0"}
 KNOWN_HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -90,7 +92,15 @@ def combine_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: s
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _is_lexical(encoder) -> bool:
+    """A term-based Λ (``projection``/``static``), as opposed to a Hugging Face bi-encoder."""
+    return getattr(encoder, "kind", None) in ("projection", "static")
+
+
 def _encoder_spec(name: str, settings, side: str, weight: float) -> dict[str, Any]:
+    if settings is None:  # a term-based Λ: no tokenizer, pooling or prefixes
+        return {"name": name, "type": "lexical", "input": "query" if side == "query" else "passage",
+                "pooling": "sum", "normalize": False, "prefix": "", "max_length": 0, "weight": float(weight)}
     query = side == "query"
     return {
         "name": name,
@@ -159,12 +169,30 @@ class SparEncoder:
         return q @ p.T
 
     # -- persistence ------------------------------------------------------------------------------------------
+    @property
+    def _lambda_settings(self):
+        return None if _is_lexical(self.lambda_) else self.lambda_.settings
+
+    def _lambda_bag(self, route: str):
+        """Λ as the published :class:`~spar.st_modules.LexicalBag` of a route (counts for queries, BM25 for
+        documents); a projection's random matrix becomes its term embeddings."""
+        import torch
+
+        from spar.st_modules import LexicalBag
+
+        lam = self.lambda_
+        table = lam.dense_matrix() if lam.kind == "projection" else lam.embedding.weight.detach().cpu().numpy()
+        w = lam.weights
+        return LexicalBag(w.vocab, torch.from_numpy(w.df), w.num_docs, w.avg_length, w.k1, w.b,
+                          torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32)),
+                          "query" if route == "query" else "passage", w.analyzer.config())
+
     def _routes(self) -> dict[str, list[dict[str, Any]]]:
         return {
             "query": [_encoder_spec("base", self.base.settings, "query", 1.0),
-                      _encoder_spec("lambda", self.lambda_.settings, "query", self.mu)],
+                      _encoder_spec("lambda", self._lambda_settings, "query", self.mu)],
             "document": [_encoder_spec("base", self.base.settings, "passage", 1.0),
-                         _encoder_spec("lambda", self.lambda_.settings, "passage", 1.0)],
+                         _encoder_spec("lambda", self._lambda_settings, "passage", 1.0)],
         }
 
     def save_pretrained(self, directory: str | Path, model_card: str | None = None) -> Path:
@@ -184,6 +212,9 @@ class SparEncoder:
             route_dir.mkdir(exist_ok=True)
             for spec in specs:
                 enc = encoders[spec["name"]]
+                if spec.get("type") == "lexical":
+                    self._lambda_bag(route).save(str(route_dir / spec["name"]))
+                    continue
                 model = enc.query_model if route == "query" else enc.passage_model
                 model.save_pretrained(route_dir / spec["name"], safe_serialization=True)
                 enc.tokenizer.save_pretrained(route_dir / spec["name"])
@@ -205,6 +236,9 @@ class SparEncoder:
             "similarity_fn_name": "dot",
         })
         shutil.copyfile(st_modules.__file__, d / st_modules.SHIPPED_MODULE_FILE)
+        from spar.lexical import analysis
+
+        shutil.copyfile(analysis.__file__, d / st_modules.SHIPPED_ANALYSIS_FILE)
         _write_json(d / MODEL_CONFIG, {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
@@ -214,7 +248,8 @@ class SparEncoder:
             "similarity": "dot",
             "dims": {"base": self.base.dim, "lambda": self.lambda_.dim, "combined": self.dim},
             "routes": ROUTES,
-            "encoders": {name: asdict(enc.settings) for name, enc in encoders.items()},
+            "encoders": {name: enc.describe() if _is_lexical(enc) else asdict(enc.settings)
+                         for name, enc in encoders.items()},
             **{k: v for k, v in self.metadata.items() if k not in ("variant", "mu")},
         })
         if model_card is not None:
@@ -232,6 +267,9 @@ class SparEncoder:
         config = check_model_dir(d)
         encoders = {}
         for name in ENCODER_NAMES:
+            if config["encoders"][name].get("kind") in ("projection", "static"):
+                encoders[name] = _load_lexical(d / ROUTES["query"] / name, d / ROUTES["document"] / name)
+                continue
             settings = EncoderSettings(**config["encoders"][name])
             q_dir, p_dir = d / ROUTES["query"] / name, d / ROUTES["document"] / name
             tokenizer = AutoTokenizer.from_pretrained(str(q_dir))
@@ -266,13 +304,28 @@ def _write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
 
 
+def _load_lexical(query_dir: Path, document_dir: Path):
+    """A published term-based Λ as a :class:`~spar.lexical.static.StaticLambda` (a bag of term embeddings: a
+    projection's random matrix was published as its embeddings, so the vectors are the same)."""
+    from spar.lexical.static import StaticLambda
+    from spar.lexical.terms import BM25Weights
+    from spar.st_modules import LexicalBag
+
+    bag = LexicalBag.load(str(query_dir))
+    if LexicalBag.load(str(document_dir)).embeddings.shape != bag.embeddings.shape:
+        raise ArtifactError(f"{query_dir} and {document_dir} hold term embeddings of different shapes")
+    weights = BM25Weights(bag.vocab, bag.df.numpy(), bag.num_docs, bag.avg_length, bag.k1, bag.b, bag.analyzer)
+    return StaticLambda(weights, bag.embeddings.detach(), init={"from": "published model"}).eval()
+
+
 def required_files(config: dict[str, Any] | None = None) -> list[str]:
     """Every file a model directory must hold (relative paths)."""
     files = [MODEL_CONFIG, "modules.json", "router_config.json", "config_sentence_transformers.json"]
     for route in ROUTES.values():
         files.append(f"{route}/spar_combination.json")
         for name in ENCODER_NAMES:
-            files.extend(f"{route}/{name}/{f}" for f in ENCODER_FILES)
+            lexical = ((config or {}).get("encoders", {}).get(name) or {}).get("kind") in ("projection", "static")
+            files.extend(f"{route}/{name}/{f}" for f in (LEXICAL_FILES if lexical else ENCODER_FILES))
     return files
 
 
@@ -318,6 +371,7 @@ class ModelCardFacts:
     lambda_init: str
     lambda_pooling: str
     lambda_normalize: bool
+    lambda_kind: str = "transformer"
     variant: str
     mu: float
     dim: int
@@ -359,7 +413,8 @@ def _yaml_front_matter(f: ModelCardFacts) -> str:
         "tags": ["sentence-transformers", "sentence-similarity", "feature-extraction", "dense-retrieval", "spar",
                  "lexical-matching", f"teacher-{f.teacher}"],
     }
-    base_ids = list(dict.fromkeys([_hub_id(f.base_model), _hub_id(f.lambda_init)]))
+    base_ids = list(dict.fromkeys([_hub_id(f.base_model)] + ([_hub_id(f.lambda_init)]
+                                                             if f.lambda_kind == "transformer" else [])))
     if all(not Path(b).exists() for b in base_ids):  # local paths are not hub ids: leave them out of metadata
         meta["base_model"] = base_ids[0] if len(base_ids) == 1 else base_ids
     if f.dataset:
@@ -549,6 +604,7 @@ def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests
     from spar.config import dump_config
 
     base, lam = cfg.encode.base, cfg.train.encoder
+    kind = cfg.train.kind
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
     label = cfg.label
@@ -561,8 +617,11 @@ def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests
     else:
         split = None
     sampling = cfg.sample.strategy + (f" (base {cfg.sample.exponential_base})" if cfg.sample.strategy == "wiki" else "")
-    train_details = {"loss": cfg.train.loss, "batch size": cfg.train.batch_size,
-                     "hard negatives": cfg.train.hard_negatives, "learning rate": cfg.train.learning_rate}
+    train_details = {"kind": kind, "loss": cfg.train.loss if kind == "transformer" else cfg.train.lexical.objective,
+                     "batch size": cfg.train.batch_size, "hard negatives": cfg.train.hard_negatives,
+                     "learning rate": cfg.train.learning_rate or ("1e-3" if kind == "static" else "3e-5")}
+    if kind == "projection":
+        train_details = {"kind": kind, "training": "none (the teacher's BM25 weights times a seeded random matrix)"}
     for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR"),
                         ("valid_mrr", "best validation MRR")):
         value = _stat(train_stats, key)
@@ -572,7 +631,10 @@ def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests
     return ModelCardFacts(
         name=cfg.experiment.name,
         base_model=base.model, base_pooling=base.pooling, base_normalize=base.normalize,
-        lambda_init=lam.model, lambda_pooling=lam.pooling, lambda_normalize=lam.normalize,
+        lambda_init=lam.model if kind == "transformer" else
+        f"{kind} Λ: the teacher's terms, {cfg.train.lexical.projection} projection (dim {encoder.lambda_.dim})",
+        lambda_pooling=lam.pooling if kind == "transformer" else "term bag (query counts, passage BM25 weights)",
+        lambda_normalize=lam.normalize if kind == "transformer" else False, lambda_kind=kind,
         variant=encoder.variant, mu=encoder.mu, dim=encoder.dim,
         license=cfg.publish.license,
         base_license=cfg.publish.base_license or KNOWN_LICENSES.get(base.model.strip().lower()),

@@ -15,8 +15,13 @@ On disk a combination is a folder with ``spar_combination.json`` and one plain H
 encoder (``base/``, ``lambda/``: ``config.json``, ``model.safetensors``, tokenizer files), so every encoder also
 loads with ``transformers.AutoModel``.
 
-This file imports nothing from ``spar``: :mod:`spar.publish` copies it into every published model directory as
-``spar_modules.py`` so that ``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
+A term-based Λ (``projection`` or ``static`` kind) is a :class:`LexicalBag` instead of a Hugging Face model: the
+teacher's analyzer and BM25 statistics turn text into term weights (counts for queries, BM25 weights for passages)
+and the vector is their weighted sum of term embeddings. Its folder holds ``lexical_bag.json``, ``vocab.txt`` and
+``model.safetensors`` (``embeddings`` [V, dim], ``df`` [V]).
+
+This file imports nothing from ``spar`` outside ``try`` blocks: :mod:`spar.publish` copies it into every published
+model directory as ``spar_modules.py`` (and the analyzer as ``spar_analysis.py``) so that ``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
 (sentence-transformers >= 6 asks for ``trust_remote_code=True`` for every module class outside its own package).
 With spar installed, :func:`load_sentence_transformer` builds the same model through the public ``Router.load``
 API without that flag.
@@ -47,7 +52,15 @@ except ImportError:  # Python < 3.11
 
 from sentence_transformers.base.modules.input_module import InputModule
 
+try:  # inside spar
+    from spar.lexical.analysis import LuceneAnalyzer, bm25_weights, idf_weights
+except ImportError:  # a published model loaded without spar: the copy shipped beside this file
+    from .spar_analysis import LuceneAnalyzer, bm25_weights, idf_weights
+
 COMBINATION_CONFIG = "spar_combination.json"
+LEXICAL_CONFIG = "lexical_bag.json"
+#: The analyzer module shipped beside SHIPPED_MODULE_FILE in published models.
+SHIPPED_ANALYSIS_FILE = "spar_analysis.py"
 #: The class reference written into published models (the module file is shipped beside them).
 SHIPPED_MODULE_FILE = "spar_modules.py"
 SHIPPED_CLASS_REF = "spar_modules.SparCombination"
@@ -65,11 +78,96 @@ def format_passage(passage: Any, sep: str, prefix: str = "") -> str:
     return f"{prefix}{title} {sep} {text}" if title else prefix + text
 
 
+class LexicalBag(nn.Module):
+    """A bag of term embeddings over the teacher's analyzer and BM25 statistics (a ``projection``/``static`` Λ).
+
+    ``side="query"`` weights each term by its count in the text, ``side="passage"`` by its BM25 weight, so the dot
+    product of a query and a passage vector is the Λ score ``Σ_t,t' c(t,q) w(t',p) E[t]·E[t']``.
+    """
+
+    def __init__(self, vocab: list[str], df: torch.Tensor, num_docs: int, avg_length: float, k1: float, b: float,
+                 embeddings: torch.Tensor, side: str, analyzer: dict[str, Any] | None = None):
+        super().__init__()
+        if side not in ("query", "passage"):
+            raise ValueError(f"{LEXICAL_CONFIG}: side must be 'query' or 'passage', got {side!r}")
+        if embeddings.shape[0] != len(vocab) or df.shape[0] != len(vocab):
+            raise ValueError(f"{LEXICAL_CONFIG}: {len(vocab)} terms but embeddings {tuple(embeddings.shape)}, "
+                             f"df {tuple(df.shape)}")
+        self.vocab, self.index = list(vocab), {t: i for i, t in enumerate(vocab)}
+        self.num_docs, self.avg_length, self.k1, self.b, self.side = int(num_docs), float(avg_length), k1, b, side
+        self.analyzer_config = dict(analyzer or {})
+        self.analyzer = LuceneAnalyzer(self.analyzer_config.get("stemmer", "porter"),
+                                       self.analyzer_config.get("stopwords", True))
+        self.register_buffer("df", df.to(torch.int64))
+        self.embeddings = nn.Parameter(embeddings.float(), requires_grad=False)
+        self.idf = idf_weights(df.numpy(), self.num_docs).astype("float32")
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    def bags(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """``F.embedding_bag`` inputs of each text: term ids, offsets, weights (counts or BM25 weights)."""
+        import numpy as np
+
+        ids, offsets, weights = [], [], []
+        for text in texts:
+            terms = self.analyzer.analyze(text)
+            counts: dict[int, int] = {}
+            for term in terms:
+                i = self.index.get(term)
+                if i is not None:
+                    counts[i] = counts.get(i, 0) + 1
+            offsets.append(len(ids))
+            term_ids = sorted(counts)
+            tf = np.array([counts[i] for i in term_ids], dtype=np.float64)
+            if self.side == "passage" and term_ids:
+                tf = bm25_weights(tf, np.full(len(tf), len(terms)), self.idf[term_ids], self.avg_length, self.k1,
+                                  self.b)
+            ids.extend(term_ids)
+            weights.extend(tf.tolist())
+        return {"indices": torch.tensor(ids, dtype=torch.long), "offsets": torch.tensor(offsets, dtype=torch.long),
+                "weights": torch.tensor(weights, dtype=torch.float32)}
+
+    def forward(self, indices: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding_bag(indices, self.embeddings, offsets, mode="sum",
+                                                 per_sample_weights=weights)
+
+    def save(self, path: str) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "vocab.txt"), "w", encoding="utf-8") as fh:
+            fh.write("\n".join(self.vocab) + "\n")
+        save_file({"embeddings": self.embeddings.detach().cpu().contiguous(), "df": self.df.cpu().contiguous()},
+                  os.path.join(path, "model.safetensors"))
+        with open(os.path.join(path, LEXICAL_CONFIG), "w") as fh:
+            json.dump({"side": self.side, "num_docs": self.num_docs, "avg_length": self.avg_length, "k1": self.k1,
+                       "b": self.b, "analyzer": self.analyzer_config, "dim": self.dim}, fh, indent=2)
+
+    @classmethod
+    def load(cls, path: str) -> "LexicalBag":
+        from safetensors.torch import load_file
+
+        for name in (LEXICAL_CONFIG, "vocab.txt", "model.safetensors"):
+            if not os.path.exists(os.path.join(path, name)):
+                raise FileNotFoundError(f"{os.path.join(path, name)}: missing (the SPAR model directory is incomplete)")
+        with open(os.path.join(path, LEXICAL_CONFIG)) as fh:
+            config = json.load(fh)
+        with open(os.path.join(path, "vocab.txt"), encoding="utf-8") as fh:
+            vocab = fh.read().split("\n")[:-1]
+        tensors = load_file(os.path.join(path, "model.safetensors"))
+        return cls(vocab, tensors["df"], config["num_docs"], config["avg_length"], config["k1"], config["b"],
+                   tensors["embeddings"], config["side"], config.get("analyzer"))
+
+
 def _check_encoder_spec(spec: dict[str, Any]) -> dict[str, Any]:
     required = ("name", "pooling", "normalize", "max_length")
     missing = [key for key in required if key not in spec]
     if missing:
         raise ValueError(f"{COMBINATION_CONFIG}: encoder entry {spec} lacks {missing}")
+    if spec.get("type") == "lexical":
+        return {"prefix": "", "weight": 1.0, "input": "query", **spec}
     if spec["pooling"] not in POOLINGS:
         raise ValueError(f"{COMBINATION_CONFIG}: unknown pooling {spec['pooling']!r} (expected one of {POOLINGS})")
     out = {"prefix": "", "weight": 1.0, "input": "query", **spec}
@@ -112,15 +210,19 @@ class SparCombination(InputModule):
             raise ValueError(f"{COMBINATION_CONFIG}: duplicate encoder names {names}")
         models = models or {}
         tokenizers = tokenizers or {}
-        absent = [n for n in names if n not in models or n not in tokenizers]
+        absent = [n for n in names if n not in models or (n not in tokenizers and not self._lexical(n, encoders))]
         if absent:
             raise ValueError(f"SparCombination: no model/tokenizer given for {absent}")
         self.models = nn.ModuleDict({n: models[n] for n in names})
-        self.tokenizers = {n: tokenizers[n] for n in names}
+        self.tokenizers = {n: tokenizers.get(n) for n in names}
         if variant == "sum":
             dims = {n: self._hidden_size(n) for n in names}
             if len(set(dims.values())) > 1:
                 raise ValueError(f"variant 'sum' needs encoders of equal dimension, got {dims}")
+
+    @staticmethod
+    def _lexical(name: str, encoders: list[dict[str, Any]]) -> bool:
+        return any(spec["name"] == name and spec.get("type") == "lexical" for spec in encoders)
 
     # -- sentence-transformers interface -------------------------------------------------------------------
     @property
@@ -133,7 +235,8 @@ class SparCombination(InputModule):
         return max(int(spec["max_length"]) for spec in self.encoders)
 
     def _hidden_size(self, name: str) -> int:
-        return int(self.models[name].config.hidden_size)
+        model = self.models[name]
+        return model.dim if isinstance(model, LexicalBag) else int(model.config.hidden_size)
 
     def get_embedding_dimension(self) -> int:
         dims = [self._hidden_size(spec["name"]) for spec in self.encoders]
@@ -155,6 +258,12 @@ class SparCombination(InputModule):
         for spec in self.encoders:
             name, tokenizer = spec["name"], self.tokenizers[spec["name"]]
             prefix = (prompt or "") + spec["prefix"]
+            if spec.get("type") == "lexical":
+                texts = [prefix + format_passage(item, " ") if not isinstance(item, str) else prefix + item
+                         for item in inputs]
+                for key, value in self.models[name].bags(texts).items():
+                    features[f"{name}.{key}"] = value
+                continue
             if spec["input"] == "passage":
                 sep = tokenizer.sep_token or " "
                 texts = [format_passage(item, sep, prefix) for item in inputs]
@@ -171,6 +280,12 @@ class SparCombination(InputModule):
         vectors = []
         for spec in self.encoders:
             name = spec["name"]
+            if spec.get("type") == "lexical":
+                bag = {key: features[f"{name}.{key}"] for key in ("indices", "offsets", "weights")}
+                vec = self.models[name](**bag).float()
+                weight = float(spec["weight"])
+                vectors.append(vec if weight == 1.0 else vec * weight)
+                continue
             inputs = {key: features[f"{name}.{key}"] for key in ("input_ids", "attention_mask", "token_type_ids")
                       if f"{name}.{key}" in features}
             hidden = self.models[name](**inputs).last_hidden_state
@@ -200,6 +315,9 @@ class SparCombination(InputModule):
         os.makedirs(output_path, exist_ok=True)
         for spec in self.encoders:
             target = os.path.join(output_path, spec["name"])
+            if spec.get("type") == "lexical":
+                self.models[spec["name"]].save(target)
+                continue
             self.models[spec["name"]].save_pretrained(target, safe_serialization=True)
             self.tokenizers[spec["name"]].save_pretrained(target)
         self.save_config(output_path)
@@ -228,6 +346,9 @@ class SparCombination(InputModule):
         models, tokenizers = {}, {}
         for spec in config["encoders"]:
             sub = f"{subfolder}/{spec['name']}" if subfolder else spec["name"]
+            if spec.get("type") == "lexical":
+                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub))
+                continue
             for required in ("config.json", "model.safetensors"):
                 if cls.load_file_path(model_name_or_path, filename=required, subfolder=sub, **hub) is None:
                     raise FileNotFoundError(f"{os.path.join(str(model_name_or_path), sub, required)}: missing "

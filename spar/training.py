@@ -1,27 +1,23 @@
 """Training the lexical model Λ on the sparse teacher's labels (SPAR §3, §4.1, §5.4), with Lightning.
 
-Λ is a :class:`~spar.encoders.BiEncoder` (DPR-style: separate query and passage encoders, CLS pooling, raw dot
-products) trained to imitate the teacher: every training query (a sentence sampled from the corpus) comes with its
-teacher's top-``n_p`` passages as positives and ``n_n`` hard negatives (``labels/``, :data:`spar.schemas.LABELS`).
+Any trainable Λ kind (:mod:`spar.lexical`: the paper's ``transformer``, the learned ``static`` bag of term
+embeddings) is trained by the same loop, through the Λ contract: :class:`LambdaModule` calls the Λ's
+``forward_queries``/``forward_passages`` and its own ``training_loss`` (DPR's contrastive loss and its variants for
+a transformer, distillation of the teacher's exact scores for a static Λ), and ranks the dev surrogate with the
+same forwards. The data side (:mod:`spar.training_data`) draws seeded batches from the label shards and prepares
+them with the Λ's own batch preparer.
 
-- :class:`LabelDataModule` memory-maps the label shards and ``queries/passages.arrow``. Each step draws, per query,
-  one positive from its ``n_p`` and ``train.hard_negatives`` from its ``n_n`` (seeded; new draws every epoch),
-  optionally grouping passages of similar length into a batch, and tokenises in the DataLoader (workers on GPU).
-- :class:`LambdaModule` computes DPR's contrastive loss: cross-entropy of each query over the dot products with all
-  positives and hard negatives of the batch, gathered from every device with gradients (in-batch negatives from all
-  GPUs). ``train.loss`` may add (``contrastive+kl``) or use instead (``kl``) a listwise KL to the teacher's scores
-  over the query's labelled passages, or ``margin_mse``. AdamW, linear warm-up then linear decay, gradient clipping,
-  bf16-mixed precision on GPUs that support it.
+- Optimiser: AdamW, linear warm-up then linear decay, gradient clipping, bf16-mixed precision on GPUs that support
+  it; ``train.learning_rate`` defaults per kind (:func:`resolve_learning_rate`).
 - Validation is the paper's surrogate: every dev query's teacher top-1 and first hard negative form a pool of at
   most 2N passages; every dev query is ranked against the whole pool; ``valid_mrr`` is the mean reciprocal rank of
-  its positive (:func:`surrogate_mrr`). The best ``valid_mrr`` is checkpointed and exported with
-  :meth:`BiEncoder.save <spar.encoders.BiEncoder.save>`.
+  its positive. The best ``valid_mrr`` is checkpointed and exported with the Λ's ``save``.
 - Monitoring: W&B through Lightning's ``WandbLogger`` (``train.wandb_mode``: offline by default, online when you
   have configured W&B, ``disabled`` -> CSV logs), under ``<experiment.output_dir>/wandb``: loss, learning rate,
   ``valid_mrr``, passages/s and queries/s, GPU memory; the run config is the resolved experiment config.
 - Resume: a resumable ``lambda.partial/checkpoints/last.ckpt`` is written every ``train.checkpoint_every_n_steps``
-  and after every validation;
-  re-running the stage after a kill continues from it at the same global step and the same data order.
+  and after every validation; re-running the stage after a kill continues from it at the same global step, with
+  the same remaining batches and the same random state, so the result is identical to an uninterrupted run's.
 
 Scaling needs no code change: the same config runs on CPU, one GPU, several GPUs (Lightning picks DDP) and several
 nodes. ``train.batch_size`` is per device, so the contrastive softmax of a step covers
@@ -47,10 +43,13 @@ exports Λ and writes the manifest.
 Example (the stage driver ``pipelines/train.py`` does this from a config)::
 
     >>> from spar.config import load_config
+    >>> from spar.lexical.transformer import TransformerLambda
     >>> from spar.training import train_lambda
     >>> cfg = load_config(None, ["train.max_steps=20"])
-    >>> result = train_lambda(cfg.train, "runs/x/queries/passages.arrow", "runs/x/labels",
-    ...                       "runs/x/lambda.partial", seed=42)               # doctest: +SKIP
+    >>> lam = TransformerLambda.from_section(cfg.train)
+    >>> # needs a run's sample and label outputs:
+    >>> result = train_lambda(lam, cfg.train, "runs/x/queries/passages.arrow", "runs/x/labels",
+    ...                       "runs/x/lambda.partial", seed=42)  # doctest: +SKIP
     >>> result.best_valid_mrr > result.initial_valid_mrr                      # doctest: +SKIP
     True
 """
@@ -62,23 +61,18 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import lightning.pytorch as pl
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Sampler
 
 from spar.config import TrainSection
-from spar.encoders import BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
-from spar.errors import ArtifactError, ConfigError
-from spar.losses import contrastive_loss, listwise_kl_loss, margin_mse_loss
-from spar.schemas import LABELS, PASSAGES, read_shards, read_table
+from spar.lexical.base import LexicalModel
+from spar.training_data import LabelDataModule, LabelStore, SurrogatePool, surrogate_mrr
 
 log = logging.getLogger(__name__)
 
@@ -89,576 +83,26 @@ WANDB_ID_FILE = "wandb_run_id"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Validation metric
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def surrogate_mrr(query_vecs: np.ndarray | torch.Tensor, pool_vecs: np.ndarray | torch.Tensor,
-                  positive_pool_index: np.ndarray | torch.Tensor, chunk_size: int = 1024) -> float:
-    """Mean reciprocal rank of each query's positive among all pool passages, by dot product (SPAR's surrogate).
-
-    ``query_vecs`` [n, d], ``pool_vecs`` [m, d], ``positive_pool_index`` [n] (row of each query's positive in the
-    pool). Ties count against the query (rank = 1 + passages scoring >= the positive, other than itself), so a
-    collapsed model that scores everything equally gets no credit.
-
-    >>> q = np.array([[1.0, 0.0], [0.0, 1.0]])
-    >>> pool = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    >>> surrogate_mrr(q, pool, np.array([0, 1]))   # query 0: rank 1; query 1: ties with passage 2 -> rank 2
-    0.75
-    """
-    q = torch.as_tensor(np.asarray(query_vecs) if not torch.is_tensor(query_vecs) else query_vecs).float()
-    p = torch.as_tensor(np.asarray(pool_vecs) if not torch.is_tensor(pool_vecs) else pool_vecs).float().to(q.device)
-    pos = torch.as_tensor(np.asarray(positive_pool_index) if not torch.is_tensor(positive_pool_index)
-                          else positive_pool_index).long().to(q.device)
-    if q.shape[0] == 0:
-        raise ValueError("surrogate_mrr: no queries")
-    if q.shape[0] != pos.shape[0]:
-        raise ValueError(f"surrogate_mrr: {q.shape[0]} queries but {pos.shape[0]} positive indices")
-    total = 0.0
-    for start in range(0, q.shape[0], chunk_size):
-        scores = q[start:start + chunk_size] @ p.T
-        idx = pos[start:start + chunk_size]
-        positive = scores.gather(1, idx[:, None])
-        ranks = (scores >= positive).sum(1)  # includes the positive itself
-        total += float((1.0 / ranks.double()).sum())
-    return total / q.shape[0]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Memory-mapped labels and passages
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class ListColumn:
-    """A ``list<number>`` column of a memory-mapped Arrow table, read as zero-copy numpy per record batch.
-
-    ``lengths(idx)`` and ``take(idx, slot)`` are vectorised lookups of many records at once.
-    """
-
-    def __init__(self, column: pa.ChunkedArray):
-        chunks = [c for c in column.chunks if len(c)]
-        self.starts = np.cumsum([0] + [len(c) for c in chunks])
-        self.offsets = [c.offsets.to_numpy(zero_copy_only=False) for c in chunks]
-        self.values = [c.values.to_numpy(zero_copy_only=False) for c in chunks]
-
-    def __len__(self) -> int:
-        return int(self.starts[-1])
-
-    def _locate(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        chunk = np.searchsorted(self.starts, idx, side="right") - 1
-        return chunk, idx - self.starts[chunk]
-
-    def lengths(self, idx: np.ndarray) -> np.ndarray:
-        idx = np.asarray(idx, dtype=np.int64)
-        out = np.empty(len(idx), dtype=np.int64)
-        chunk, local = self._locate(idx)
-        for c in np.unique(chunk):
-            sel = chunk == c
-            off = self.offsets[c]
-            out[sel] = off[local[sel] + 1] - off[local[sel]]
-        return out
-
-    def take(self, idx: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        """Element ``slot[i]`` of record ``idx[i]`` (callers keep slots within the record's length)."""
-        idx = np.asarray(idx, dtype=np.int64)
-        slot = np.asarray(slot, dtype=np.int64)
-        chunk, local = self._locate(idx)
-        out = None
-        for c in np.unique(chunk):
-            sel = chunk == c
-            vals = self.values[c][self.offsets[c][local[sel]] + slot[sel]]
-            if out is None:
-                out = np.empty(len(idx), dtype=vals.dtype)
-            out[sel] = vals
-        return out if out is not None else np.empty(0, dtype=np.int64)
-
-
-class LabelStore:
-    """The label shards (memory-mapped) with vectorised access to each query's labelled rows and teacher scores."""
-
-    def __init__(self, labels_dir: str | Path):
-        self.labels_dir = Path(labels_dir)
-        self.table = read_shards(self.labels_dir, "labels")
-        missing = [f.name for f in LABELS if f.name not in self.table.column_names]
-        if missing:
-            raise ArtifactError(f"{self.labels_dir}: label shards lack columns {missing} (schema spar.schemas.LABELS)")
-        self.positive_rows = ListColumn(self.table.column("positive_rows"))
-        self.positive_scores = ListColumn(self.table.column("positive_scores"))
-        self.negative_rows = ListColumn(self.table.column("negative_rows"))
-        self.negative_scores = ListColumn(self.table.column("negative_scores"))
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def split_indices(self, split: str) -> np.ndarray:
-        mask = pc.equal(self.table.column("split"), split)
-        return np.flatnonzero(mask.to_numpy(zero_copy_only=False)).astype(np.int64)
-
-    def queries(self, idx: Sequence[int]) -> list[str]:
-        return self.table.column("query").take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
-
-
-class PassageStore:
-    """``queries/passages.arrow`` memory-mapped; passages are fetched by row (the label's ``*_rows``)."""
-
-    def __init__(self, passages_path: str | Path, use_title: bool = True):
-        self.path = Path(passages_path)
-        if not self.path.exists():
-            raise ArtifactError(f"{self.path}: passages file missing (run the sample stage)")
-        self.table = read_table(self.path)
-        missing = [f.name for f in PASSAGES if f.name not in self.table.column_names]
-        if missing:
-            raise ArtifactError(f"{self.path}: lacks columns {missing} (schema spar.schemas.PASSAGES)")
-        n = self.table.num_rows
-        rows = self.table.column("row")
-        if n and (rows[0].as_py() != 0 or rows[n - 1].as_py() != n - 1):
-            raise ArtifactError(f"{self.path}: column 'row' must number passages 0..{n - 1} in file order")
-        self.use_title = use_title
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def get(self, rows: Sequence[int]) -> list[tuple[str, str]]:
-        taken = self.table.select(["title", "text"]).take(pa.array(np.asarray(rows, dtype=np.int64)))
-        texts = taken.column("text").to_pylist()
-        if not self.use_title:
-            return [("", t) for t in texts]
-        return list(zip(taken.column("title").to_pylist(), texts))
-
-    def char_lengths(self) -> np.ndarray:
-        """Characters of title + text per row (a cheap proxy for token length, for length-grouped batches)."""
-        length = pc.utf8_length(self.table.column("text"))
-        if self.use_title:
-            length = pc.add(length, pc.utf8_length(self.table.column("title")))
-        return length.to_numpy().astype(np.int32)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Sampling and batches
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainItem:
-    """One query of a training step: its label record, sampled positive slot and hard-negative slots."""
-
-    label_index: int
-    positive_slot: int
-    negative_slots: tuple[int, ...]
-
-
-class ContrastiveBatchSampler(Sampler[list[TrainItem]]):
-    """Seeded per-epoch batches of :class:`TrainItem`, split across DDP ranks.
-
-    Each epoch (``set_epoch``, called by Lightning) reshuffles the training queries and redraws every query's
-    positive (uniform over its ``n_p``) and ``hard_negatives`` (without replacement from its ``n_n``). With
-    ``passage_lengths`` the global batches are formed from chunks of ``group_chunk`` batches sorted by the drawn
-    passages' length, then shuffled, so each step pads little. Rank ``r`` of ``W`` takes slice ``r`` of every
-    global batch; ``skip_batches`` resumes mid-epoch after a checkpoint (same data order as an uninterrupted run).
-    """
-
-    def __init__(self, labels: LabelStore, query_indices: np.ndarray, batch_size: int, hard_negatives: int,
-                 seed: int, world_size: int = 1, rank: int = 0, passage_lengths: np.ndarray | None = None,
-                 group_chunk: int = 64, require_negatives: bool = False):
-        self.labels = labels
-        self.batch_size = batch_size
-        self.hard_negatives = hard_negatives
-        self.seed = seed
-        self.world_size = world_size
-        self.rank = rank
-        self.passage_lengths = passage_lengths
-        self.group_chunk = group_chunk
-        self.epoch = 0
-        self.skip = 0
-        query_indices = np.asarray(query_indices, dtype=np.int64)
-        n_pos = labels.positive_rows.lengths(query_indices)
-        n_neg = labels.negative_rows.lengths(query_indices)
-        usable = n_pos > 0
-        if require_negatives:
-            usable &= n_neg > 0
-        self.query_indices, self.n_pos, self.n_neg = query_indices[usable], n_pos[usable], n_neg[usable]
-        self.dropped = int((~usable).sum())
-        if len(self.query_indices) < batch_size * world_size:
-            raise ConfigError(f"{labels.labels_dir}: {len(self.query_indices)} usable training queries, fewer than one "
-                              f"global batch (train.batch_size={batch_size} x {world_size} devices)")
-
-    def __len__(self) -> int:
-        return len(self.query_indices) // (self.batch_size * self.world_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def skip_batches(self, count: int) -> None:
-        """Skip the first ``count`` batches of the next epoch iterated (resuming mid-epoch)."""
-        self.skip = count
-
-    def _negative_slots(self, rng: np.random.Generator) -> np.ndarray:
-        """[n, k] distinct slots below each query's n_n (-1 where it has fewer), drawn in chunks to bound memory."""
-        n, k = len(self.query_indices), self.hard_negatives
-        slots = np.full((n, k), -1, dtype=np.int64)
-        width = int(self.n_neg.max()) if n else 0
-        if not k or not width:
-            return slots
-        for start in range(0, n, 1 << 20):
-            n_neg = self.n_neg[start:start + (1 << 20)]
-            keys = rng.random((len(n_neg), width))
-            keys[np.arange(width)[None, :] >= n_neg[:, None]] = 2.0  # absent negatives sort last
-            picked = np.argsort(keys, axis=1)[:, :k]
-            if picked.shape[1] < k:
-                picked = np.pad(picked, ((0, 0), (0, k - picked.shape[1])), constant_values=-1)
-            slots[start:start + len(n_neg)] = np.where(np.arange(k)[None, :] < n_neg[:, None], picked, -1)
-        return slots
-
-    def draw(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """An epoch's plan: ``order`` [n_batches, global_batch] (positions in ``query_indices``), the positive slot
-        and the negative slots of every query."""
-        rng = np.random.default_rng([self.seed, epoch])
-        n = len(self.query_indices)
-        order = rng.permutation(n)
-        pos_slot = (rng.random(n) * self.n_pos).astype(np.int64)
-        neg_slots = self._negative_slots(rng)
-        global_batch = self.batch_size * self.world_size
-        n_batches = n // global_batch
-        order = order[: n_batches * global_batch]
-        if self.passage_lengths is not None:
-            qi = self.query_indices[order]
-            length = self.passage_lengths[self.labels.positive_rows.take(qi, pos_slot[order])].astype(np.int64)
-            if self.hard_negatives:
-                first = neg_slots[order, 0]
-                has = first >= 0
-                neg_len = self.passage_lengths[self.labels.negative_rows.take(qi[has], first[has])]
-                length[has] = np.maximum(length[has], neg_len)
-            chunk = global_batch * self.group_chunk
-            for start in range(0, len(order), chunk):
-                part = slice(start, start + chunk)
-                order[part] = order[part][np.argsort(-length[part], kind="stable")]
-            order = order.reshape(n_batches, global_batch)[rng.permutation(n_batches)]
-        return order.reshape(n_batches, global_batch), pos_slot, neg_slots
-
-    def __iter__(self) -> Iterator[list[TrainItem]]:
-        skip, self.skip = self.skip, 0
-        order, pos_slot, neg_slots = self.draw(self.epoch)
-        for batch in order[skip:]:
-            mine = batch[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
-            yield [TrainItem(int(self.query_indices[i]), int(pos_slot[i]), tuple(int(s) for s in neg_slots[i] if s >= 0))
-                   for i in mine]
-
-
-class TrainBatchDataset(torch.utils.data.Dataset):
-    """Turns a list of :class:`TrainItem` into one tokenised training batch (runs in DataLoader workers).
-
-    Passages are deduplicated within the batch. Keys: ``queries``/``passages`` (tokenised), ``target`` (each
-    query's positive, an index into the batch's passages), ``passage_rows`` (corpus rows of those passages),
-    ``positive_rows`` ([B, n_p] every teacher positive of each query, -1 padded; to mask false negatives),
-    ``candidates`` ([B, m] indices into the batch's passages, -1 padded: the positive, the hard negatives, then the
-    query's other labelled passages for KL) and ``teacher_scores`` ([B, m]).
-    """
-
-    def __init__(self, labels_dir: str | Path, passages_path: str | Path, use_title: bool, tokenizer,
-                 settings: EncoderSettings, kl_passages: int = 0, pad_to_multiple_of: int | None = None):
-        self.labels_dir, self.passages_path, self.use_title = Path(labels_dir), Path(passages_path), use_title
-        self.tokenizer, self.settings = tokenizer, settings
-        self.kl_passages = kl_passages
-        self.pad_to_multiple_of = pad_to_multiple_of
-        self._labels: LabelStore | None = None
-        self._passages: PassageStore | None = None
-
-    # Memory maps are opened lazily in each worker process and never pickled.
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_labels": None, "_passages": None}
-
-    @property
-    def labels(self) -> LabelStore:
-        if self._labels is None:
-            self._labels = LabelStore(self.labels_dir)
-        return self._labels
-
-    @property
-    def passages(self) -> PassageStore:
-        if self._passages is None:
-            self._passages = PassageStore(self.passages_path, self.use_title)
-        return self._passages
-
-    def __len__(self) -> int:  # batches come from the batch sampler; the length is never used for indexing
-        return len(self.labels)
-
-    def __getitem__(self, item: TrainItem) -> dict[str, Any]:
-        return self.__getitems__([item])
-
-    @staticmethod
-    def _all_slots(idx: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(record, slot) pairs enumerating every element of each record, record by record."""
-        rep = np.repeat(idx, counts)
-        slots = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        return rep, slots
-
-    def __getitems__(self, items: list[TrainItem]) -> dict[str, Any]:
-        labels = self.labels
-        b = len(items)
-        idx = np.array([it.label_index for it in items], dtype=np.int64)
-        n_pos = labels.positive_rows.lengths(idx)
-        pos_slot = np.array([it.positive_slot for it in items], dtype=np.int64)
-        cand_rows = [[int(r)] for r in labels.positive_rows.take(idx, pos_slot)]
-        cand_scores = [[float(s)] for s in labels.positive_scores.take(idx, pos_slot)]
-        for i, it in enumerate(items):
-            if it.negative_slots:
-                rec, ns = np.full(len(it.negative_slots), idx[i]), np.array(it.negative_slots)
-                cand_rows[i] += labels.negative_rows.take(rec, ns).tolist()
-                cand_scores[i] += labels.negative_scores.take(rec, ns).astype(float).tolist()
-        # All teacher positives of each query: to mask them as in-batch negatives, and for KL.
-        rec, slots = self._all_slots(idx, n_pos)
-        all_pos_rows = labels.positive_rows.take(rec, slots)
-        positive_rows = torch.full((b, max(1, int(n_pos.max()))), -1, dtype=torch.long)
-        positive_rows[torch.from_numpy(np.repeat(np.arange(b), n_pos)), torch.from_numpy(slots)] = \
-            torch.from_numpy(all_pos_rows.astype(np.int64))
-        if self.kl_passages:
-            # The rest of the query's labelled list (positives then negatives, teacher order), up to kl_passages.
-            n_neg = labels.negative_rows.lengths(idx)
-            all_pos_scores = labels.positive_scores.take(rec, slots)
-            nrec, nslots = self._all_slots(idx, n_neg)
-            all_neg_rows, all_neg_scores = labels.negative_rows.take(nrec, nslots), labels.negative_scores.take(nrec, nslots)
-            p_start, n_start = np.cumsum(n_pos) - n_pos, np.cumsum(n_neg) - n_neg
-            for i, it in enumerate(items):
-                used_neg = set(it.negative_slots)
-                extra = [(all_pos_rows[p_start[i] + s], all_pos_scores[p_start[i] + s])
-                         for s in range(n_pos[i]) if s != it.positive_slot]
-                extra += [(all_neg_rows[n_start[i] + s], all_neg_scores[n_start[i] + s])
-                          for s in range(n_neg[i]) if s not in used_neg]
-                for row, score in extra[: max(0, self.kl_passages - len(cand_rows[i]))]:
-                    cand_rows[i].append(int(row))
-                    cand_scores[i].append(float(score))
-        flat = np.array([r for rows in cand_rows for r in rows], dtype=np.int64)
-        unique_rows, inverse = np.unique(flat, return_inverse=True)
-        width = max(len(r) for r in cand_rows)
-        candidates = torch.full((b, width), -1, dtype=torch.long)
-        teacher = torch.zeros((b, width), dtype=torch.float32)
-        start = 0
-        for i, rows in enumerate(cand_rows):
-            candidates[i, :len(rows)] = torch.from_numpy(inverse[start:start + len(rows)].astype(np.int64))
-            teacher[i, :len(rows)] = torch.tensor(cand_scores[i], dtype=torch.float32)
-            start += len(rows)
-        return {  # plain dicts of tensors (not BatchEncoding): pinned and moved to the device like any batch
-            "queries": dict(tokenize_queries(self.tokenizer, self.settings, labels.queries(idx),
-                                             self.pad_to_multiple_of)),
-            "passages": dict(tokenize_passages(self.tokenizer, self.settings, self.passages.get(unique_rows),
-                                               self.pad_to_multiple_of)),
-            "target": candidates[:, 0].clone(),
-            "passage_rows": torch.from_numpy(unique_rows.astype(np.int64)),
-            "positive_rows": positive_rows,
-            "candidates": candidates,
-            "teacher_scores": teacher,
-        }
-
-
-class EncodeDataset(torch.utils.data.Dataset):
-    """Validation inputs: dev queries (``kind='query'``, by label index) or pool passages (``'passage'``, by row).
-
-    ``__getitems__`` returns a tokenised batch plus ``index`` (each item's position in ``keys``).
-    """
-
-    def __init__(self, kind: str, keys: np.ndarray, labels_dir: str | Path, passages_path: str | Path,
-                 use_title: bool, tokenizer, settings: EncoderSettings):
-        self.kind, self.keys = kind, np.asarray(keys, dtype=np.int64)
-        self.labels_dir, self.passages_path, self.use_title = Path(labels_dir), Path(passages_path), use_title
-        self.tokenizer, self.settings = tokenizer, settings
-        self._store: LabelStore | PassageStore | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.__getitems__([i])
-
-    def __getitems__(self, positions: list[int]) -> dict[str, Any]:
-        keys = self.keys[np.asarray(positions, dtype=np.int64)]
-        if self._store is None:
-            self._store = (LabelStore(self.labels_dir) if self.kind == "query"
-                           else PassageStore(self.passages_path, self.use_title))
-        if self.kind == "query":
-            tokens = tokenize_queries(self.tokenizer, self.settings, self._store.queries(keys))
-        else:
-            tokens = tokenize_passages(self.tokenizer, self.settings, self._store.get(keys))
-        return {"inputs": dict(tokens), "index": torch.as_tensor(np.asarray(positions, dtype=np.int64))}
-
-
-class ShardSampler(Sampler[list[int]]):
-    """Length-sorted batches of one rank's share of an evaluation set; every rank gets the same number of items
-    (the tail wraps around, duplicates are harmless because results are scattered back by index)."""
-
-    def __init__(self, lengths: np.ndarray, batch_size: int, world_size: int = 1, rank: int = 0):
-        n = len(lengths)
-        per_rank = math.ceil(n / world_size)
-        padded = np.arange(per_rank * world_size) % max(n, 1)
-        mine = padded[rank::world_size]
-        self.order = mine[np.argsort(-lengths[mine], kind="stable")]
-        self.batch_size = batch_size
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.order) / self.batch_size)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for start in range(0, len(self.order), self.batch_size):
-            yield self.order[start:start + self.batch_size].tolist()
-
-
-def _identity(batch: Any) -> Any:
-    return batch
-
-
-@dataclass
-class SurrogatePool:
-    """The validation surrogate: dev label indices, pool passage rows, each query's positive in the pool."""
-
-    query_indices: np.ndarray
-    pool_rows: np.ndarray
-    positive_pool_index: np.ndarray
-    skipped: int = 0
-
-    @classmethod
-    def from_labels(cls, labels: LabelStore, split: str = "dev") -> "SurrogatePool":
-        dev = labels.split_indices(split)
-        n_pos = labels.positive_rows.lengths(dev)
-        skipped = int((n_pos == 0).sum())
-        dev = dev[n_pos > 0]
-        positives = labels.positive_rows.take(dev, np.zeros(len(dev), dtype=np.int64))
-        n_neg = labels.negative_rows.lengths(dev)
-        has_neg = n_neg > 0
-        negatives = labels.negative_rows.take(dev[has_neg], np.zeros(int(has_neg.sum()), dtype=np.int64))
-        pool_rows = np.unique(np.concatenate([positives, negatives]).astype(np.int64))
-        return cls(dev, pool_rows, np.searchsorted(pool_rows, positives), skipped)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Lightning data module
-# ----------------------------------------------------------------------------------------------------------------
-
-
-class LabelDataModule(pl.LightningDataModule):
-    """Training batches from the teacher's labels, and the dev surrogate for validation (see the module docstring)."""
-
-    def __init__(self, passages_path: str | Path, labels_dir: str | Path, train: TrainSection, tokenizer,
-                 settings: EncoderSettings, seed: int = 42, use_title: bool = True):
-        super().__init__()
-        self.passages_path, self.labels_dir = Path(passages_path), Path(labels_dir)
-        self.cfg, self.tokenizer, self.settings = train, tokenizer, settings
-        self.seed, self.use_title = seed, use_title
-        self.labels = LabelStore(self.labels_dir)
-        self.passages = PassageStore(self.passages_path, use_title)
-        self.train_indices = self.labels.split_indices("train")
-        if len(self.train_indices) == 0:
-            raise ArtifactError(f"{self.labels_dir}: no labelled queries with split 'train'")
-        self.pool = SurrogatePool.from_labels(self.labels, "dev")
-        self._passage_lengths = self.passages.char_lengths() if train.group_by_length else None
-        self.train_sampler: ContrastiveBatchSampler | None = None
-
-    @property
-    def has_validation(self) -> bool:
-        return len(self.pool.query_indices) > 0
-
-    @property
-    def uses_kl(self) -> bool:
-        return self.cfg.loss in ("contrastive+kl", "kl")
-
-    @property
-    def passages_per_query(self) -> int:
-        """Upper bound of the passages one query brings to a batch (the static size for gathering)."""
-        if self.uses_kl:
-            return max(1 + self.cfg.hard_negatives, self.kl_passages)
-        return 1 + self.cfg.hard_negatives
-
-    @property
-    def kl_passages(self) -> int:
-        if not self.uses_kl:
-            return 0
-        longest = int(self.labels.positive_rows.lengths(self.train_indices).max()
-                      + self.labels.negative_rows.lengths(self.train_indices).max())
-        return min(self.cfg.kl_max_passages or longest, longest)
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return len(self.train_sampler) if self.train_sampler is not None else 0
-
-    def _on_gpu(self) -> bool:
-        from lightning.pytorch.accelerators import CUDAAccelerator
-
-        return self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
-
-    def num_workers(self) -> int:
-        """``auto``: tokenise in the main process on CPU (the model step dominates), in 4 workers on GPU."""
-        if self.cfg.num_workers != "auto":
-            return int(self.cfg.num_workers)
-        return min(4, max(0, (os.cpu_count() or 1) - 1)) if self._on_gpu() else 0
-
-    def _world(self) -> tuple[int, int]:
-        if self.trainer is None:
-            return 1, 0
-        return self.trainer.world_size, self.trainer.global_rank
-
-    def _loader(self, dataset, batch_sampler) -> DataLoader:
-        workers = self.num_workers()
-        if workers:
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=_identity, num_workers=workers,
-                          persistent_workers=workers > 0, pin_memory=self._on_gpu(),
-                          prefetch_factor=4 if workers else None)
-
-    def train_dataloader(self) -> DataLoader:
-        world, rank = self._world()
-        self.train_sampler = ContrastiveBatchSampler(
-            self.labels, self.train_indices, self.cfg.batch_size, self.cfg.hard_negatives, self.seed, world, rank,
-            self._passage_lengths, require_negatives=self.cfg.loss == "margin_mse")
-        if self.train_sampler.dropped:
-            log.warning("%d training queries without positives (or negatives) were left out",
-                        self.train_sampler.dropped)
-        if self.trainer is not None and self.trainer.global_step:
-            # Resuming: continue the interrupted epoch where the checkpoint left it.
-            self.train_sampler.skip_batches(self.trainer.global_step % len(self.train_sampler))
-        dataset = TrainBatchDataset(self.labels_dir, self.passages_path, self.use_title, self.tokenizer,
-                                    self.settings, self.kl_passages, 8 if self._on_gpu() else None)
-        return self._loader(dataset, self.train_sampler)
-
-    def val_dataloader(self) -> list[DataLoader]:
-        world, rank = self._world()
-        q_len = pc.utf8_length(self.labels.table.column("query").take(
-            pa.array(self.pool.query_indices))).to_numpy()
-        p_len = (self._passage_lengths if self._passage_lengths is not None
-                 else self.passages.char_lengths())[self.pool.pool_rows]
-        bs = self.cfg.eval_batch_size
-        queries = EncodeDataset("query", self.pool.query_indices, self.labels_dir, self.passages_path,
-                                self.use_title, self.tokenizer, self.settings)
-        pool = EncodeDataset("passage", self.pool.pool_rows, self.labels_dir, self.passages_path,
-                             self.use_title, self.tokenizer, self.settings)
-        return [self._loader(queries, ShardSampler(q_len, bs, world, rank)),
-                self._loader(pool, ShardSampler(p_len, bs, world, rank))]
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Lightning module
 # ----------------------------------------------------------------------------------------------------------------
 
 
 class LambdaModule(pl.LightningModule):
-    """Λ's training step (contrastive / KL / margin-MSE), optimiser, schedule and surrogate validation.
+    """Trains any trainable Λ (:class:`~spar.lexical.base.LexicalModel`) through its contract: each step calls
+    ``forward_queries``/``forward_passages`` and the Λ's own ``training_loss``; validation ranks the dev surrogate
+    pool with the same forwards. Optimiser, schedule, DDP gathering, throughput and resume state live here.
 
     ``passages_per_batch`` is the static per-device passage count that gathered batches are padded to;
     ``positive_pool_index`` is each dev query's positive in the surrogate pool of ``pool_size`` passages.
     """
 
-    def __init__(self, train: dict[str, Any], passages_per_batch: int = 0,
+    def __init__(self, model: LexicalModel, train: dict[str, Any], passages_per_batch: int = 0,
                  positive_pool_index: Sequence[int] = (), pool_size: int = 0):
         super().__init__()
         # Plain dicts only, so checkpoints load with torch.load(weights_only=True); the pool index is not logged.
-        self.save_hyperparameters(ignore=["positive_pool_index"])
+        self.save_hyperparameters(ignore=["model", "positive_pool_index"])
         self.cfg = TrainSection.model_validate(train)
-        self.encoder = BiEncoder.from_section(self.cfg.encoder)
-        for name, param in self.encoder.named_parameters():
-            if ".pooler." in f".{name}":
-                # Λ pools token states itself; the model's own pooler never reaches the loss (and DDP would stop
-                # on parameters without gradients).
-                param.requires_grad_(False)
+        self.model = model
         self.passages_per_batch = passages_per_batch
         self.positive_pool_index = torch.as_tensor(np.asarray(positive_pool_index, dtype=np.int64))
         self.pool_size = pool_size
@@ -672,9 +116,11 @@ class LambdaModule(pl.LightningModule):
         self._tick: float | None = None
         self._batch_sizes = (0, 0)
         self._val: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._restored_rng: dict[str, Any] | None = None
+        self._resuming = False
 
     # -- loss -------------------------------------------------------------------------------------------------
-    def _gather_passages(self, p: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def gather_passages(self, p: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Every device's passages (padded to a static size), with gradients flowing back to their owners.
 
         Only passages are gathered: each device scores its own queries against the global passage set, and the
@@ -692,38 +138,10 @@ class LambdaModule(pl.LightningModule):
         return all_p, all_rows, self.global_rank * size
 
     def compute_loss(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The configured loss (``loss``) and its terms for one batch from :class:`TrainBatchDataset`."""
-        q = self.encoder.forward_queries(batch["queries"])
-        p = self.encoder.forward_passages(batch["passages"])
-        # Scores and softmaxes in fp32 even under bf16 autocast: raw dot products are large and close together.
-        with torch.autocast(device_type=q.device.type, enabled=False):
-            return self._loss_terms(q.float(), p.float(), batch)
-
-    def _loss_terms(self, q: torch.Tensor, p: torch.Tensor, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        cfg = self.cfg
-        terms: dict[str, torch.Tensor] = {}
-        if cfg.loss in ("contrastive", "contrastive+kl"):
-            all_p, all_rows, offset = self._gather_passages(p, batch["passage_rows"])
-            target = batch["target"] + offset
-            keep = (all_rows >= 0)[None, :].expand(q.shape[0], -1)
-            if cfg.mask_teacher_positives:
-                labelled_positive = (all_rows[None, :, None] == batch["positive_rows"][:, None, :]).any(-1)
-                keep = keep & ~labelled_positive
-            keep = keep.clone()
-            keep[torch.arange(q.shape[0], device=q.device), target] = True
-            terms["contrastive"] = contrastive_loss(q, all_p, target, cfg.temperature, mask=keep)
-        if cfg.loss in ("contrastive+kl", "kl", "margin_mse"):
-            cand = batch["candidates"]
-            valid = cand >= 0
-            student = (q[:, None, :] * p[cand.clamp_min(0)]).sum(-1)
-            if cfg.loss == "margin_mse":
-                terms["margin_mse"] = margin_mse_loss(student, batch["teacher_scores"], valid)
-            else:
-                terms["kl"] = listwise_kl_loss(student, batch["teacher_scores"], valid, cfg.teacher_temperature,
-                                               cfg.temperature)
-        weight = {"kl": cfg.kl_weight if cfg.loss == "contrastive+kl" else 1.0}
-        terms["loss"] = sum(weight.get(k, 1.0) * v for k, v in terms.items())
-        return terms
+        """The Λ's objective and its terms for one batch from :class:`~spar.training_data.TrainBatchDataset`."""
+        q = self.model.forward_queries(batch["queries"])
+        p = self.model.forward_passages(batch["passages"])
+        return self.model.training_loss(q, p, batch, self)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         terms = self.compute_loss(batch)
@@ -740,6 +158,25 @@ class LambdaModule(pl.LightningModule):
     def on_train_start(self) -> None:
         self.resumed_at_step = int(self.global_step)
         self._tick = time.perf_counter()
+
+    # -- resuming exactly ----------------------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        # Lightning restores the step but replays a non-stateful loader from its first batch: skip the batches the
+        # checkpoint already trained on (before the epoch's iterator is created), so the data order is unchanged.
+        if self._resuming:
+            self._resuming = False
+            sampler = self.trainer.datamodule.train_sampler if self.trainer.datamodule is not None else None
+            if sampler is not None and len(sampler):
+                sampler.skip_batches(int(self.global_step) % len(sampler))
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Random state as the interrupted run had it after its last step (dropout draws), restored only now: creating
+        # the epoch's DataLoader iterator draws from the global generator, as it did in the uninterrupted run.
+        if self._restored_rng is not None:
+            torch.set_rng_state(self._restored_rng["torch"])
+            if self._restored_rng.get("cuda") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(self._restored_rng["cuda"])
+            self._restored_rng = None
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -763,7 +200,7 @@ class LambdaModule(pl.LightningModule):
         self._val = {0: [], 1: []}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        forward = self.encoder.forward_queries if dataloader_idx == 0 else self.encoder.forward_passages
+        forward = self.model.forward_queries if dataloader_idx == 0 else self.model.forward_passages
         self._val[dataloader_idx].append((batch["index"], forward(batch["inputs"]).float()))
 
     def _collect(self, parts: list[tuple[torch.Tensor, torch.Tensor]], n: int) -> torch.Tensor:
@@ -803,7 +240,7 @@ class LambdaModule(pl.LightningModule):
                   {"params": no_decay, "weight_decay": 0.0}]
         # The fused kernel is ~10x faster than the per-tensor loop on CPU (measured), and supported on CUDA.
         fused = self.device.type in ("cpu", "cuda")
-        optimizer = torch.optim.AdamW(groups, lr=self.cfg.learning_rate, fused=fused)
+        optimizer = torch.optim.AdamW(groups, lr=resolve_learning_rate(self.cfg), fused=fused)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.cfg.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -813,11 +250,15 @@ class LambdaModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["spar"] = {key: getattr(self, key) for key in self._EXTRA}
+        checkpoint["spar_rng"] = {"torch": torch.get_rng_state(),
+                                  "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         for key, value in checkpoint.get("spar", {}).items():
             if key in self._EXTRA:
                 setattr(self, key, value)
+        self._restored_rng = checkpoint.get("spar_rng")
+        self._resuming = True
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -898,30 +339,43 @@ def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_nam
     return logger, str(logger_root / "wandb")
 
 
-def build_module(train: TrainSection, passages_path: str | Path, labels_dir: str | Path, seed: int = 42,
-                 use_title: bool = True) -> tuple[LambdaModule, LabelDataModule]:
-    """Λ's LightningModule (initialised from ``train.encoder``) and the data module that feeds it."""
+def resolve_learning_rate(train: TrainSection) -> float:
+    """``train.learning_rate``, or the kind's default: 3e-5 for a transformer (DPR's), 1e-3 for a static Λ."""
+    if train.learning_rate is not None:
+        return float(train.learning_rate)
+    return 1e-3 if train.kind == "static" else 3e-5
+
+
+def build_module(model: LexicalModel, train: TrainSection, passages_path: str | Path, labels_dir: str | Path,
+                 seed: int = 42, use_title: bool = True) -> tuple[LambdaModule, LabelDataModule]:
+    """The LightningModule that trains ``model`` and the data module that feeds it its own prepared inputs."""
     probe = LabelStore(labels_dir)
     pool = SurrogatePool.from_labels(probe, "dev")
-    module = LambdaModule(train.model_dump(mode="json"), 0, pool.positive_pool_index.tolist(), len(pool.pool_rows))
-    settings = module.encoder.settings
-    if train.passage_max_length is not None:
-        settings = replace(settings, passage_max_length=train.passage_max_length)
-    data = LabelDataModule(passages_path, labels_dir, train, module.encoder.tokenizer, settings, seed, use_title)
-    module.passages_per_batch = train.batch_size * data.passages_per_query
+    module = LambdaModule(model, train.model_dump(mode="json"), 0, pool.positive_pool_index.tolist(),
+                          len(pool.pool_rows))
+    options = {"passage_max_length": train.passage_max_length, "passages_path": passages_path}
+    if model.kind == "static":
+        from spar.training_data import PassageStore
+
+        store = PassageStore(passages_path, use_title)
+        options["corpus_texts"] = [" ".join(x for x in pair if x) for pair in store.get(np.arange(len(store)))]
+    preparer = model.batch_preparer(**options)
+    gpu_preparer = model.batch_preparer(**options, pad_to_multiple_of=8) if model.kind == "transformer" else preparer
+    data = LabelDataModule(passages_path, labels_dir, train, preparer, seed, use_title, gpu_preparer)
+    module.passages_per_batch = train.batch_size * data.passages_per_query + train.random_negatives
     module.hparams["passages_per_batch"] = module.passages_per_batch
     return module, data
 
 
-def train_lambda(train: TrainSection, passages_path: str | Path, labels_dir: str | Path, work_dir: str | Path,
-                 *, seed: int = 42, use_title: bool = True, run_name: str = "lambda",
+def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | Path, labels_dir: str | Path,
+                 work_dir: str | Path, *, seed: int = 42, use_title: bool = True, run_name: str = "lambda",
                  logger_root: str | Path | None = None, run_config: dict[str, Any] | None = None,
                  export_dir: str | Path | None = None, enable_progress_bar: bool | None = None,
                  callbacks: Sequence[pl.Callback] = ()) -> TrainResult:
     """Train Λ on ``labels_dir`` (label shards) over ``passages_path``, checkpointing into ``work_dir/checkpoints``.
 
     Resumes from ``work_dir/checkpoints/last.ckpt`` when it exists. Exports the best-``valid_mrr`` Λ with
-    :meth:`BiEncoder.save` into ``export_dir`` (default ``work_dir``), on rank 0. W&B files go under
+    the Λ's own ``save`` into ``export_dir`` (default ``work_dir``), on rank 0. W&B files go under
     ``logger_root/wandb`` (default ``work_dir``); ``run_config`` is recorded as the W&B run config. Extra Lightning
     ``callbacks`` are added to the trainer.
     """
@@ -934,7 +388,7 @@ def train_lambda(train: TrainSection, passages_path: str | Path, labels_dir: str
     ckpt_dir = work_dir / CHECKPOINT_DIR
     pl.seed_everything(seed, workers=True, verbose=False)
 
-    module, data = build_module(train, passages_path, labels_dir, seed, use_title)
+    module, data = build_module(model, train, passages_path, labels_dir, seed, use_title)
     precision = resolve_precision(train)
     logger, logger_dir = _make_logger(train, work_dir, Path(logger_root) if logger_root else work_dir, run_name,
                                       run_config)
@@ -992,7 +446,7 @@ def train_lambda(train: TrainSection, passages_path: str | Path, labels_dir: str
             best_step = int(state.get("global_step", 0))
             module.load_state_dict(state["state_dict"])
             Path(best_path).unlink()  # the export below is the best model; last.ckpt stays for resuming
-        module.encoder.save(export_dir)
+        module.model.save(export_dir)
         if not train.keep_checkpoint:
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         if train.wandb_mode != "disabled":

@@ -1,0 +1,54 @@
+"""Λ, the lexical model, in three kinds behind one contract (:mod:`spar.lexical.base`).
+
+- :mod:`spar.lexical.transformer`: the paper's DPR bi-encoder, trained with Lightning (a GPU job at scale).
+- :mod:`spar.lexical.projection`: the densified teacher: BM25 term weights times a seeded random matrix.
+- :mod:`spar.lexical.static`: a bag of term embeddings initialised from the projection and distilled from the
+  teacher's scores (minutes on a CPU).
+
+:func:`build_lambda` makes the configured kind ready for training (or, for a projection, fitted);
+:func:`~spar.lexical.base.load_lambda` opens any saved Λ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from spar.errors import ConfigError
+from spar.lexical.base import KINDS, LexicalModel, lambda_class, load_lambda, read_lambda_config
+
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "lambda_class", "load_lambda",
+           "read_lambda_config"]
+
+
+def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:
+    """Every passage of ``passages.arrow`` as the teacher indexed it (the ``label.fields`` joined by a space)."""
+    from spar.teachers import iter_passages, passage_contents
+
+    for batch in iter_passages(Path(passages_arrow), columns=("id", *fields)):
+        yield from passage_contents(fields, batch)
+
+
+def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,
+                 fields: Sequence[str] = ("title", "text"), seed: int = 42) -> LexicalModel:
+    """The Λ of ``train.kind`` before training: a transformer from ``train.encoder``; a projection fitted on the
+    corpus (BM25 statistics, ``train.lexical`` dim/projection/seed); a static Λ initialised from that projection."""
+    if train.kind == "transformer":
+        from spar.lexical.transformer import TransformerLambda
+
+        return TransformerLambda.from_section(train)
+    if teacher != "bm25":
+        raise ConfigError(f"train.kind={train.kind!r} densifies the teacher's term weights, which spar computes for "
+                          f"the BM25 teacher only (label.teacher={teacher!r}); use label.teacher=bm25 or "
+                          "train.kind=transformer")
+    from spar.lexical.projection import ProjectionLambda
+    from spar.lexical.terms import BM25Weights
+
+    lex = train.lexical
+    weights = BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b)
+    projection = ProjectionLambda(weights, lex.dim, lex.projection, seed if lex.seed is None else lex.seed)
+    if train.kind == "projection":
+        return projection
+    from spar.lexical.static import StaticLambda
+
+    return StaticLambda.from_projection(projection, objective=lex.objective, temperature=lex.temperature)

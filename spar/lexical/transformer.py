@@ -1,0 +1,169 @@
+"""``transformer`` Λ: the paper's lexical model, a DPR bi-encoder trained on the teacher's labels (for GPUs).
+
+Wraps a :class:`~spar.encoders.BiEncoder` (separate query and passage encoders, CLS pooling, raw dot products) in
+the Λ contract. Its objective (:meth:`TransformerLambda.training_loss`) is DPR's contrastive loss over every passage
+of the (gathered) batch, optionally with a listwise KL to the teacher's scores (``contrastive+kl``, ``kl``) or
+margin-MSE, as configured by ``train.loss``.
+
+Example::
+
+    >>> from spar.lexical.transformer import TransformerLambda
+    >>> lam = TransformerLambda.from_pretrained("all-MiniLM-L6-v2")
+    >>> lam.dim, lam.encode_query(["what causes scurvy"]).shape
+    (384, (1, 384))
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from spar.encoders import ENCODER_CONFIG, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
+from spar.lexical.base import LAMBDA_CONFIG, LexicalModel, PassageLike, TrainingContext
+from spar.losses import contrastive_loss, listwise_kl_loss, margin_mse_loss
+
+
+@dataclass
+class ContrastiveObjective:
+    """How a transformer Λ is trained (the ``train`` options it reads)."""
+
+    loss: str = "contrastive"
+    temperature: float = 1.0
+    teacher_temperature: float = 1.0
+    kl_weight: float = 1.0
+    mask_teacher_positives: bool = True
+
+    @classmethod
+    def from_section(cls, train) -> "ContrastiveObjective":
+        return cls(train.loss, train.temperature, train.teacher_temperature, train.kl_weight,
+                   train.mask_teacher_positives)
+
+
+@dataclass
+class TokenizingPreparer:
+    """Tokenises queries and ``title [SEP] text`` passages as the encoder does (picklable for DataLoader workers)."""
+
+    tokenizer: Any
+    settings: EncoderSettings
+    pad_to_multiple_of: int | None = None
+
+    def queries(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return dict(tokenize_queries(self.tokenizer, self.settings, list(texts), self.pad_to_multiple_of))
+
+    def passages(self, passages: Sequence[tuple[str, str]], rows: np.ndarray) -> dict[str, torch.Tensor]:
+        return dict(tokenize_passages(self.tokenizer, self.settings, list(passages), self.pad_to_multiple_of))
+
+
+class TransformerLambda(LexicalModel):
+    """A DPR bi-encoder as Λ (see the module docstring)."""
+
+    kind = "transformer"
+
+    def __init__(self, encoder: BiEncoder, objective: ContrastiveObjective | None = None):
+        super().__init__()
+        self.encoder = encoder
+        self.objective = objective or ContrastiveObjective()
+
+    @classmethod
+    def from_pretrained(cls, model: str, objective: ContrastiveObjective | None = None, **settings: Any):
+        """Initialise from a hub id, a local path or a bundled name (CLS pooling, no normalisation by default)."""
+        return cls(BiEncoder.from_pretrained(model, **settings), objective)
+
+    @classmethod
+    def from_section(cls, train) -> "TransformerLambda":
+        """From ``train`` (its ``encoder`` section and loss options)."""
+        lam = cls(BiEncoder.from_section(train.encoder), ContrastiveObjective.from_section(train))
+        for name, param in lam.encoder.named_parameters():
+            if ".pooler." in f".{name}":
+                # Λ pools token states itself; the model's own pooler never reaches the loss (and DDP would stop
+                # on parameters without gradients).
+                param.requires_grad_(False)
+        return lam
+
+    @property
+    def dim(self) -> int:
+        return self.encoder.dim
+
+    @property
+    def settings(self) -> EncoderSettings:
+        return self.encoder.settings
+
+    def encode_query(self, texts: Iterable[str], batch_size: int = 64) -> np.ndarray:
+        return self.encoder.encode_query(texts, batch_size)
+
+    def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 64) -> np.ndarray:
+        return self.encoder.encode_passage(passages, batch_size)
+
+    # -- training --------------------------------------------------------------------------------------------
+    def batch_preparer(self, passage_max_length: int | None = None, pad_to_multiple_of: int | None = None,
+                       **_: Any) -> TokenizingPreparer:
+        settings = self.encoder.settings
+        if passage_max_length is not None:
+            settings = replace(settings, passage_max_length=passage_max_length)
+        return TokenizingPreparer(self.encoder.tokenizer, settings, pad_to_multiple_of)
+
+    def forward_queries(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.encoder.forward_queries(batch)
+
+    def forward_passages(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.encoder.forward_passages(batch)
+
+    def training_loss(self, q: torch.Tensor, p: torch.Tensor, batch: dict[str, Any],
+                      context: TrainingContext) -> dict[str, torch.Tensor]:
+        """The configured loss and its terms. Scores and softmaxes in fp32 even under bf16 autocast: raw dot
+        products are large and close together."""
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            return self._loss_terms(q.float(), p.float(), batch, context)
+
+    def _loss_terms(self, q: torch.Tensor, p: torch.Tensor, batch: dict[str, Any],
+                    context: TrainingContext) -> dict[str, torch.Tensor]:
+        cfg = self.objective
+        terms: dict[str, torch.Tensor] = {}
+        if cfg.loss in ("contrastive", "contrastive+kl"):
+            all_p, all_rows, offset = context.gather_passages(p, batch["passage_rows"])
+            target = batch["target"] + offset
+            keep = (all_rows >= 0)[None, :].expand(q.shape[0], -1)
+            if cfg.mask_teacher_positives:
+                labelled_positive = (all_rows[None, :, None] == batch["positive_rows"][:, None, :]).any(-1)
+                keep = keep & ~labelled_positive
+            keep = keep.clone()
+            keep[torch.arange(q.shape[0], device=q.device), target] = True
+            terms["contrastive"] = contrastive_loss(q, all_p, target, cfg.temperature, mask=keep)
+        if cfg.loss in ("contrastive+kl", "kl", "margin_mse"):
+            cand = batch["candidates"]
+            valid = cand >= 0
+            student = (q[:, None, :] * p[cand.clamp_min(0)]).sum(-1)
+            if cfg.loss == "margin_mse":
+                terms["margin_mse"] = margin_mse_loss(student, batch["teacher_scores"], valid)
+            else:
+                terms["kl"] = listwise_kl_loss(student, batch["teacher_scores"], valid, cfg.teacher_temperature,
+                                               cfg.temperature)
+        weight = {"kl": cfg.kl_weight if cfg.loss == "contrastive+kl" else 1.0}
+        terms["loss"] = sum(weight.get(k, 1.0) * v for k, v in terms.items())
+        return terms
+
+    # -- persistence -----------------------------------------------------------------------------------------
+    def config_dict(self) -> dict[str, Any]:
+        return {"encoder": asdict(self.encoder.settings), "objective": asdict(self.objective)}
+
+    def save(self, directory: str | Path) -> None:
+        self.encoder.save(directory)
+        self.write_config(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "TransformerLambda":
+        import json
+
+        d = Path(directory)
+        objective = None
+        if (d / LAMBDA_CONFIG).exists():
+            objective = ContrastiveObjective(**json.loads((d / LAMBDA_CONFIG).read_text()).get("objective", {}))
+        elif not (d / ENCODER_CONFIG).exists():
+            from spar.errors import ArtifactError
+
+            raise ArtifactError(f"{d}: missing file '{ENCODER_CONFIG}' (not a transformer Λ directory)")
+        return cls(BiEncoder.load(d, device=device), objective).eval()
