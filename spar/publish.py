@@ -371,11 +371,11 @@ class ModelCardFacts:
     lambda_init: str
     lambda_pooling: str
     lambda_normalize: bool
-    lambda_kind: str = "transformer"
     variant: str
     mu: float
     dim: int
     license: str = "apache-2.0"
+    lambda_kind: str = "transformer"
     base_license: str | None = None
     data_license: str | None = None
     dataset: str | None = None

@@ -61,6 +61,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -158,16 +159,16 @@ class LambdaModule(pl.LightningModule):
     def on_train_start(self) -> None:
         self.resumed_at_step = int(self.global_step)
         self._tick = time.perf_counter()
-
-    # -- resuming exactly ----------------------------------------------------------------------------------------
-    def on_train_epoch_start(self) -> None:
-        # Lightning restores the step but replays a non-stateful loader from its first batch: skip the batches the
-        # checkpoint already trained on (before the epoch's iterator is created), so the data order is unchanged.
+        # Resuming: Lightning restores the step but replays a non-stateful loader from its first batch. Skip the
+        # batches the checkpoint already trained on, here (the loader exists, its epoch iterator does not yet;
+        # on_train_epoch_start is not called when restarting mid-epoch), so the data order is unchanged.
         if self._resuming:
             self._resuming = False
             sampler = self.trainer.datamodule.train_sampler if self.trainer.datamodule is not None else None
             if sampler is not None and len(sampler):
                 sampler.skip_batches(int(self.global_step) % len(sampler))
+
+    # -- resuming exactly ----------------------------------------------------------------------------------------
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # Random state as the interrupted run had it after its last step (dropout draws), restored only now: creating
@@ -423,7 +424,10 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
     if ckpt_path is None and data.has_validation:
         trainer.validate(module, datamodule=data, verbose=False)  # valid_mrr before training, logged at step 0
     module.train()  # Hugging Face models load in eval mode; train with their dropout, as DPR does
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+    with warnings.catch_warnings():
+        # LambdaModule makes a mid-epoch resume exact itself (skipped batches, restored random state).
+        warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted; re-run the stage to resume from the last checkpoint")
 

@@ -20,14 +20,15 @@ import torch
 
 from spar import schemas
 from spar.config import TrainSection, load_config
-from spar.training import (
+from spar.lexical.transformer import ContrastiveObjective, TokenizingPreparer, TransformerLambda
+from spar.training import build_module, train_lambda
+from spar.training_data import (
     ContrastiveBatchSampler,
     LabelStore,
+    PassageStore,
     SurrogatePool,
     TrainBatchDataset,
-    build_module,
     surrogate_mrr,
-    train_lambda,
 )
 
 N_DOCS, K, N_POS, N_NEG = 300, 50, 10, 5
@@ -181,8 +182,8 @@ def test_batch_has_targets_masks_and_teacher_scores(labelled: Path):
     labels = LabelStore(labelled / "labels")
     tok = AutoTokenizer.from_pretrained(str(resolve_model("all-MiniLM-L6-v2")))
     settings = EncoderSettings(query_max_length=16, passage_max_length=32)
-    ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True, tok, settings,
-                           kl_passages=N_POS + N_NEG)
+    ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True,
+                           TokenizingPreparer(tok, settings), kl_passages=N_POS + N_NEG)
     sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 6, 1, seed=3)
     items = next(iter(sampler))
     batch = ds.__getitems__(items)
@@ -209,16 +210,16 @@ def test_every_loss_gives_finite_gradients(labelled: Path):
 
     cfg = _tiny_train(batch_size=4, hard_negatives=2, encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 16,
                                                                "passage_max_length": 16, "shared_weights": True})
-    module, data = build_module(cfg, labelled / "queries" / "passages.arrow", labelled / "labels")
+    module, data = build_module(TransformerLambda.from_section(cfg), cfg, labelled / "queries" / "passages.arrow",
+                                labelled / "labels")
     module._trainer = _OneDevice()
     labels = data.labels
     sampler = ContrastiveBatchSampler(labels, data.train_indices, 4, 2, seed=0, require_negatives=True)
     items = next(iter(sampler))
     for loss in ("contrastive", "contrastive+kl", "kl", "margin_mse"):
-        module.cfg = cfg.model_copy(update={"loss": loss})
+        module.model.objective = ContrastiveObjective.from_section(cfg.model_copy(update={"loss": loss}))
         ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True,
-                               module.encoder.tokenizer, module.encoder.settings,
-                               kl_passages=N_POS + N_NEG if "kl" in loss else 0)
+                               module.model.batch_preparer(), kl_passages=N_POS + N_NEG if "kl" in loss else 0)
         batch = ds.__getitems__(items)
         terms = module.compute_loss(batch)
         assert torch.isfinite(terms["loss"]), loss
@@ -275,8 +276,8 @@ def _fixed_batch_loss(encoder, labelled: Path, batches: int = 3) -> float:
     from spar.losses import contrastive_loss
 
     labels = LabelStore(labelled / "labels")
-    ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True, encoder.tokenizer,
-                           encoder.settings)
+    ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True,
+                           TokenizingPreparer(encoder.tokenizer, encoder.settings))
     sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 16, 1, seed=123)
     encoder.eval()
     losses = []
@@ -318,8 +319,6 @@ def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, d
     assert trained.settings.pooling == "cls" and not trained.settings.shared_weights
     labels = LabelStore(labelled / "labels")
     pool = SurrogatePool.from_labels(labels)
-    from spar.training import PassageStore
-
     q = trained.encode_query(labels.queries(pool.query_indices))
     p = trained.encode_passage(PassageStore(labelled / "queries" / "passages.arrow").get(pool.pool_rows))
     assert surrogate_mrr(q, p, pool.positive_pool_index) == pytest.approx(m["best_valid_mrr"], abs=2e-3)
@@ -344,7 +343,9 @@ def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, d
     assert stage.run(cfg) == {"skipped": True}
 
 
-def test_resume_after_a_kill_continues_at_the_same_global_step(labelled: Path, tmp_path: Path):
+def test_resume_after_a_kill_is_identical_to_an_uninterrupted_run(labelled: Path, tmp_path: Path):
+    """Killed after a checkpoint, re-run: same global step, the remaining batches in the same order and the same
+    random state (dropout), so the final weights equal an uninterrupted run's bit for bit."""
     import lightning.pytorch as pl
 
     class Kill(pl.Callback):
@@ -357,16 +358,25 @@ def test_resume_after_a_kill_continues_at_the_same_global_step(labelled: Path, t
     cfg = _tiny_train(max_steps=9, val_check_interval=100, checkpoint_every_n_steps=3, batch_size=8,
                       encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 16, "passage_max_length": 24})
     with pytest.raises(RuntimeError, match="killed"):
-        train_lambda(cfg, *args, seed=3, enable_progress_bar=False, callbacks=[Kill()])
+        train_lambda(TransformerLambda.from_section(cfg), cfg, *args, seed=3, enable_progress_bar=False,
+                     callbacks=[Kill()])
     saved = torch.load(work / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert saved["global_step"] == 3
 
-    resumed = train_lambda(cfg, *args, seed=3, enable_progress_bar=False)
+    resumed = train_lambda(TransformerLambda.from_section(cfg), cfg, *args, seed=3, enable_progress_bar=False)
     assert resumed.resumed_from_step == 3
     assert resumed.steps == 9
     assert len(resumed.losses) == 6  # steps 4..9 only
     final = torch.load(work / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert final["global_step"] == 9
+
+    straight_dir = tmp_path / "straight.partial"
+    straight = train_lambda(TransformerLambda.from_section(cfg), cfg, args[0], args[1], straight_dir, seed=3,
+                            enable_progress_bar=False)
+    assert straight.losses[3:] == resumed.losses  # the same batches, in the same order, with the same dropout
+    reference = torch.load(straight_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    differing = [k for k, v in reference["state_dict"].items() if not torch.equal(v, final["state_dict"][k])]
+    assert not differing, f"{len(differing)} of {len(reference['state_dict'])} tensors differ, e.g. {differing[:3]}"
 
 
 def test_sampler_resumes_mid_epoch_in_the_same_order(labelled: Path):

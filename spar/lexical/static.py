@@ -111,18 +111,18 @@ class StaticLambda(LexicalModel):
         return int(self.embedding.weight.shape[1])
 
     # -- vectors ---------------------------------------------------------------------------------------------
-    def _apply(self, matrix: sp.csr_matrix) -> np.ndarray:
+    def _embed_terms(self, matrix: sp.csr_matrix) -> np.ndarray:
         table = self.embedding.weight.detach().cpu().numpy()
         return np.ascontiguousarray(matrix @ table, dtype=np.float32)
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:
         texts = list(texts)
-        parts = [self._apply(self.weights.query_matrix(texts[i:i + batch_size])) for i in range(0, len(texts), batch_size)]
+        parts = [self._embed_terms(self.weights.query_matrix(texts[i:i + batch_size])) for i in range(0, len(texts), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
         texts = [passage_text(p) for p in passages]
-        parts = [self._apply(self.weights.passage_matrix(texts[i:i + batch_size]))
+        parts = [self._embed_terms(self.weights.passage_matrix(texts[i:i + batch_size]))
                  for i in range(0, len(texts), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
 
