@@ -19,12 +19,36 @@ SECTIONS = ["experiment", "data", "label", "train", "tune"]
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
 
-def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=(0, 1, 2)) -> dict:
+def settings_fingerprint(cfg, kind: str) -> str:
+    """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
+    A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
+    from spar.artifacts import fingerprint_dict, manifest_fingerprint
+
+    shared = {"label": cfg.label.model_dump(mode="json"), "tune": cfg.tune.model_dump(mode="json"),
+              "data": cfg.data.model_dump(mode="json"), "projection": cfg.train.lexical.projection,
+              "base": manifest_fingerprint(artifact_dir(cfg.output_dir, "embeddings") / "base" / "passages")}
+    if kind != "projection":
+        shared["train"] = cfg.train.model_dump(mode="json", exclude={"wandb_mode", "wandb_project", "num_workers"})
+        shared["labels"] = manifest_fingerprint(artifact_dir(cfg.output_dir, "labels"))
+    return fingerprint_dict(shared)
+
+
+def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=(0, 1, 2), force: bool = False) -> dict:
+    import json
+
     from spar.evaluation import command_line
-    from spar.frontier import DEFAULT_DIMS, run_frontier
+    from spar.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
 
     out = ensure_writable(Path(cfg.output_dir) / "frontier")
-    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds, out, progress=print)
+    settings = {kind: settings_fingerprint(cfg, kind) for kind in ("projection", "static", "transformer")}
+    known = []
+    if not force and (out / "frontier.json").exists():
+        previous = json.loads((out / "frontier.json").read_text())
+        # Points of earlier invocations made with the same settings are kept (add kinds, dims or seeds bit by bit).
+        known = [FrontierPoint(**p) for p in previous["points"]
+                 if previous.get("settings", {}).get(p["kind"]) == settings[p["kind"]]]
+    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds, out, progress=print, known=known)
+    report.details["settings"] = settings
     report.details["command"] = command_line(cfg, "frontier")
     write_json_atomic(out / "frontier.json", report.to_json())
     table = report.markdown()

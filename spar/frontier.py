@@ -230,26 +230,29 @@ def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dic
 
 def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Sequence[int] = DEFAULT_DIMS,
                  seeds: Sequence[int] = (0, 1, 2), work_dir: str | Path | None = None,
-                 progress: Callable[[str], None] = log.info) -> FrontierReport:
-    """Every (kind, dim, seed) point of the frontier on ``cfg``'s run (see the module docstring)."""
+                 progress: Callable[[str], None] = log.info,
+                 known: Sequence[FrontierPoint] = ()) -> FrontierReport:
+    """Every (kind, dim, seed) point of the frontier on ``cfg``'s run (see the module docstring). ``known`` points
+    (from an earlier run with the same settings) are kept instead of being recomputed."""
     from spar.evaluation import dataset_name
     from spar.lexical.projection import ProjectionLambda
 
     inputs = FrontierInputs(cfg)
     work = Path(work_dir) if work_dir else cfg.output_dir / "frontier"
-    points: list[FrontierPoint] = []
+    points: list[FrontierPoint] = list(known)
+    done = {(p.kind, p.dim, p.seed) for p in points}
     for dim in dims:
         for seed in seeds:
             projection = ProjectionLambda(inputs.weights, dim, cfg.train.lexical.projection, seed)
-            if "projection" in kinds:
+            if "projection" in kinds and ("projection", dim, seed) not in done:
                 points.append(score_point(inputs, projection, seed, 0.0))
                 progress(f"projection d={dim} seed={seed}: SPAR {points[-1].spar['nDCG@10']:.4f}")
-            if "static" in kinds:
+            if "static" in kinds and ("static", dim, seed) not in done:
                 model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
                 points.append(score_point(inputs, model, seed, seconds, steps))
                 progress(f"static d={dim} seed={seed}: SPAR {points[-1].spar['nDCG@10']:.4f} ({seconds:.0f}s)")
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
-    if "transformer" in kinds and is_complete(lam_dir):
+    if "transformer" in kinds and is_complete(lam_dir) and not any(p.kind == "transformer" for p in points):
         from spar.artifacts import read_manifest
         from spar.lexical import load_lambda, read_lambda_config
 
@@ -258,7 +261,9 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
             points.append(score_point(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
                                       int(stats.get("steps", 0))))
     return FrontierReport(dataset_name(cfg), points, references(inputs),
-                          {"dims": list(dims), "seeds": list(seeds), "kinds": list(kinds),
+                          {"dims": sorted({p.dim for p in points}), "seeds": sorted({p.seed for p in points
+                                                                                      if p.seed is not None}),
+                           "kinds": sorted({p.kind for p in points}),
                            "dev_queries": len(inputs.dev.ids), "test_queries": len(inputs.test.ids),
                            "projection": cfg.train.lexical.projection})
 
