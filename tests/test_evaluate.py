@@ -264,3 +264,16 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     table = (results / "scifact-sample.md").read_text()
     assert stats["table"] in table and all(f"| {name} |" in table for name in SYSTEMS)
     assert evaluate_stage.run(cfg)["skipped"] is True
+
+    # The model card of this real run states its tuned μ, its tuning curve and its evaluation figures.
+    from pipelines import publish as publish_stage
+
+    model = tmp_path / "model"
+    publish_stage.run(experiment_config(sample_experiment, results, f"publish.output={model}"))
+    card = (model / "README.md").read_text()
+    assert f"μ = {tuned['mu']:g} maximises {tuned['metric']}" in card
+    assert all(f"{score:.4f}" in card for score in tuned["scores"].values())
+    spar_ndcg = f"{systems['spar']['nDCG@10']:.4f}"
+    spar_row = next(line for line in table.splitlines() if line.startswith("| spar "))
+    assert spar_ndcg in spar_row and spar_row in card
+    assert all(line in card for line in table.splitlines() if line.startswith("| "))
