@@ -343,6 +343,11 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
     ev = cfg.evaluate
     inputs = inputs or ExperimentInputs(cfg)
+    index_dir = artifact_dir(cfg.output_dir, "index")
+    if not is_complete(index_dir):
+        raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
+    spar_index = SparIndex.load(index_dir)
+    check_index_is_current(spar_index, index_dir, inputs)
     tuned = read_tuned(cfg.output_dir)
     mu = float(tuned["mu"])
     alpha = tuned.get("alpha")
@@ -355,10 +360,6 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
     doc_ids = inputs.doc_ids
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
 
-    index_dir = artifact_dir(cfg.output_dir, "index")
-    if not is_complete(index_dir):
-        raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
-    spar_index = SparIndex.load(index_dir)
     spar_variant = getattr(spar_index, "variant", None) or read_manifest(index_dir)["stats"].get("variant", "concat")
     spar_mu = tuned_mu(tuned, spar_variant) or mu
     sum_mu = tuned_mu(tuned, "sum")
@@ -443,6 +444,22 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
                             command_line(cfg, "evaluate"))
 
 
+def check_index_is_current(spar_index, index_dir: Path, inputs: ExperimentInputs) -> None:
+    """Refuse an index built from other passage embeddings than the current ones (e.g. Λ retrained and the corpus
+    re-encoded, but not re-indexed): the SPAR row would silently come from the old Λ."""
+    for name, key in (("base", "base_fingerprint"), ("lambda", "lambda_fingerprint")):
+        recorded, current = spar_index.info.get(key), inputs.passages[name].model_fingerprint
+        if recorded is None:
+            raise ArtifactError(f"{index_dir}: the index records no {name} encoder fingerprint, so it cannot be "
+                                f"checked against {inputs.passage_dir(name)}: re-run `spar index`")
+        if recorded != current:
+            raise ArtifactError(f"{index_dir}: built from {name} encoder {recorded}, but {inputs.passage_dir(name)} "
+                                f"comes from {current}: the index is stale, re-run `spar index`")
+    if list(spar_index.ids) != list(inputs.doc_ids):
+        raise ArtifactError(f"{index_dir}: indexes other passages than {inputs.passage_dir('base')}: the index is "
+                            "stale, re-run `spar index`")
+
+
 def _why_skipped(name: str, sum_index, alpha) -> str:
     if name == "spar_sum" and sum_index is None:
         return "base and Λ dimensions differ (the sum variant needs equal dimensions)"
@@ -474,13 +491,14 @@ def _index_run(index, base_q: np.ndarray, lambda_q: np.ndarray, query_ids: Seque
 
 
 def passage_texts(cfg, wanted: set[str]) -> dict[str, str]:
-    """``title text`` of the wanted passages, streamed from the corpus (for answer matching)."""
+    """The text of the wanted passages, streamed from the corpus (for answer matching: like DPR and Pyserini's
+    ``evaluate_dpr_retrieval``, answers are looked for in the passage text, not its title)."""
     from spar.readers import read_corpus
 
     texts = {}
     for p in read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record):
         if p.id in wanted:
-            texts[p.id] = p.contents()
+            texts[p.id] = p.text
     return texts
 
 

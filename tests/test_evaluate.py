@@ -28,6 +28,8 @@ from spar.metrics import (  # noqa: E402
 )
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
+SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "scifact-sample" / "corpus.jsonl"
+
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics
 # ----------------------------------------------------------------------------------------------------------------
@@ -277,3 +279,86 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     spar_row = next(line for line in table.splitlines() if line.startswith("| spar "))
     assert spar_ndcg in spar_row and spar_row in card
     assert all(line in card for line in table.splitlines() if line.startswith("| "))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Other index types, a stale index, Acc@k: on a copy of the sample experiment with its own index
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _experiment_with_index(sample_experiment: Path, root: Path, base_dir: str, lambda_dir: str,  # noqa: F811
+                           index_type: str, *overrides: str):
+    """A copy of the (tuned) sample experiment whose index is built from the given passage embeddings."""
+    from pipelines import tune as tune_stage
+    from spar.artifacts import ArtifactWriter
+    from spar.embeddings import load_embeddings
+    from spar.index import SparIndex
+
+    tune_stage.run(experiment_config(sample_experiment, root / "results"))  # skipped once tuned
+    root.mkdir(parents=True)
+    for name in ("queries", "teacher_index", "lambda", "embeddings", "tune"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    emb = artifact_dir(sample_experiment, "embeddings")
+    base, lam = load_embeddings(emb / base_dir / "passages"), load_embeddings(emb / lambda_dir / "passages")
+    with ArtifactWriter(artifact_dir(root, "index"), kind="index", config={"type": index_type}, inputs={}) as w:
+        SparIndex.build(base, lam, variant="concat", index_type=index_type, hnsw_m=16, nprobe=64).save(w.path)
+        w.stats = {"variant": "concat", "type": index_type, "count": len(base.ids)}
+    return experiment_config(root, root / "results", *overrides)
+
+
+def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  # noqa: F811
+    from spar.evaluation import evaluate_experiment
+    from spar.index import SparIndex
+
+    reports = {}
+    for index_type in ("flat", "hnsw", "ivfpq"):
+        cfg = _experiment_with_index(sample_experiment, tmp_path / index_type, "base", "lambda", index_type)
+        assert SparIndex.load(artifact_dir(cfg.output_dir, "index")).info["type"] == index_type
+        reports[index_type] = evaluate_experiment(cfg)
+    flat = reports["flat"].systems["spar"]
+    # HNSW is near-exact on 600 passages; IVF-PQ (16 sub-quantisers of a 768-d vector) is lossy but useful.
+    assert reports["hnsw"].systems["spar"]["nDCG@10"] == pytest.approx(flat["nDCG@10"], abs=0.02)
+    assert reports["ivfpq"].systems["spar"]["R@100"] == pytest.approx(flat["R@100"], abs=0.1)
+    assert reports["ivfpq"].systems["spar"]["nDCG@10"] > 0.5 * flat["nDCG@10"]
+    # Only the SPAR row comes from the index: every other system is identical.
+    for name in ("bm25", "base", "lambda"):
+        assert reports["hnsw"].systems[name] == reports["ivfpq"].systems[name] == reports["flat"].systems[name]
+
+
+def test_a_stale_index_is_refused(sample_experiment, tmp_path):  # noqa: F811
+    """Λ retrained and the corpus re-encoded, but not re-indexed: here the index's Λ half is the base's vectors."""
+    from spar.errors import ArtifactError
+    from spar.evaluation import evaluate_experiment
+
+    cfg = _experiment_with_index(sample_experiment, tmp_path / "stale", "base", "base", "flat")
+    index_dir = artifact_dir(cfg.output_dir, "index")
+    with pytest.raises(ArtifactError, match=rf"^{index_dir}: built from lambda encoder .* the index is stale, "
+                                            r"re-run `spar index`$"):
+        evaluate_experiment(cfg)
+
+
+def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_path):  # noqa: F811
+    """Acc@k of every system from a QA file, checked against Pyserini's has_answers over the written TREC runs."""
+    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
+
+    from spar.evaluation import evaluate_experiment, split_queries
+    from spar.readers import read_corpus
+
+    corpus = {p.id: p.text for p in read_corpus(SAMPLE_CORPUS)}
+    cfg0 = experiment_config(sample_experiment, tmp_path / "results")
+    test = split_queries(cfg0, "test")
+    # Answers: the first four words of one relevant passage's text (DPR-style short strings), for 20 queries.
+    answers = {q: [" ".join(corpus[next(iter(test.qrels[q]))].split()[:4])] for q in test.ids[:20]}
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(json.dumps({"id": q, "answers": a}) + "\n" for q, a in answers.items()))
+    cfg = _experiment_with_index(sample_experiment, tmp_path / "qa", "base", "lambda", "flat",
+                                 f"evaluate.answers={path}", "evaluate.accuracy_at=[1,5,20]")
+    report = evaluate_experiment(cfg, runs_dir=tmp_path / "runs")
+    tokenizer = SimpleTokenizer()
+    for name, values in report.systems.items():
+        run = read_trec_run(tmp_path / "runs" / f"{name}.trec")
+        for k in (1, 5, 20):
+            hits = sum(any(has_answers(corpus[d], answers[q], tokenizer) for d, _ in run.get(q, [])[:k])
+                       for q in answers)
+            assert values[f"Acc@{k}"] == pytest.approx(hits / len(answers)), (name, k)
+    assert report.systems["bm25"]["Acc@20"] > 0.5 and report.systems["bm25"]["Acc@1"] < 1.0
