@@ -271,6 +271,17 @@ def test_missing_file_is_named(tiny_run, tmp_path, missing):
         SparEncoder.from_pretrained(broken)
 
 
+def test_missing_tokenizer_is_refused(tiny_run, tmp_path):
+    """Without its tokenizer files a published encoder would load and encode every text to nearly one vector."""
+    from spar.publish import SparEncoder
+
+    broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
+    for name in ("tokenizer.json", "vocab.txt"):
+        (broken / "query" / "lambda" / name).unlink(missing_ok=True)
+    with pytest.raises(ArtifactError, match=r"broken/query/lambda: no tokenizer vocabulary .*re-run `spar publish`"):
+        SparEncoder.from_pretrained(broken)
+
+
 def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_path):
     from spar.st_modules import load_sentence_transformer
 
