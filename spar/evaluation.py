@@ -49,6 +49,7 @@ from spar.artifacts import artifact_dir, is_complete, read_manifest
 from spar.errors import ArtifactError, BadRecordError
 from spar.metrics import evaluate_run, mean_rbo
 from spar.readers import evaluation_qrels, read_queries
+from spar.schemas import read_table
 from spar.tuning import hybrid_fuse, resolve_candidates, top_k
 
 log = logging.getLogger(__name__)
@@ -82,12 +83,18 @@ class SplitQueries:
 
 def split_queries(cfg, split: str) -> SplitQueries:
     """Qrels of ``split`` ("dev" or "test", via :func:`spar.readers.evaluation_qrels`) and their query texts."""
-    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed)
-    if not qrels:
-        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
     if cfg.data.queries is None:
         raise BadRecordError("<config>", None, "data.queries is not set (evaluation needs the query texts)")
-    texts = {q.id: q.text for q in read_queries(cfg.data.queries, cfg.experiment.on_bad_record) if q.id in qrels}
+    on_bad = cfg.experiment.on_bad_record
+    # Judgments naming unknown queries or passages: file:line errors, or skipped with on_bad_record=skip.
+    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    known_passages = set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
+    known_queries = {q.id for q in read_queries(cfg.data.queries, on_bad)}
+    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed, known_queries=known_queries,
+                             known_passages=known_passages, on_bad_record=on_bad)
+    if not qrels:
+        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
+    texts = {q.id: q.text for q in read_queries(cfg.data.queries, on_bad) if q.id in qrels}
     missing = sorted(set(qrels) - set(texts))
     if missing:
         raise BadRecordError(cfg.data.queries, None, f"{len(missing)} judged {split} queries have no text, e.g. "

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 import pyarrow as pa
 
+from spar import schemas
 from spar.errors import ArtifactError, ConfigError
 from spar.java import pyserini_module, start_jvm
 
@@ -54,8 +55,7 @@ FILES_PER_THREAD = 2
 def iter_passages(passages_arrow: Path, columns: Sequence[str] = ("id", "title", "text"),
                   batch_rows: int = 10_000) -> Iterator[dict[str, list]]:
     """Column batches (dict of lists) of ``passages.arrow``, memory-mapped, in row order."""
-    with pa.memory_map(str(passages_arrow), "r") as source:
-        reader = pa.ipc.open_file(source)
+    with schemas.open_ipc(passages_arrow) as reader:
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             for offset in range(0, batch.num_rows, batch_rows):
@@ -64,8 +64,7 @@ def iter_passages(passages_arrow: Path, columns: Sequence[str] = ("id", "title",
 
 
 def count_passages(passages_arrow: Path) -> int:
-    with pa.memory_map(str(passages_arrow), "r") as source:
-        reader = pa.ipc.open_file(source)
+    with schemas.open_ipc(passages_arrow) as reader:
         return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
 
 
