@@ -51,6 +51,22 @@ def qrels_files(data) -> dict[str, Path]:
     return files
 
 
+def check_models(cfg) -> None:
+    """Every model option names a bundled model, a complete local directory or a hub id (no download here)."""
+    from spar.models import resolve_model
+
+    models = {"encode.base.model": cfg.encode.base.model, "train.encoder.model": cfg.train.encoder.model,
+              "encode.base.passage_model": getattr(cfg.encode.base, "passage_model", None)}
+    if cfg.label.teacher == "impact":
+        models["label.impact_model"] = cfg.label.impact_model
+    for key, name in models.items():
+        if name:
+            try:
+                resolve_model(name)
+            except ConfigError as exc:
+                raise type(exc)(f"{key}: {exc}") from None
+
+
 def check_inputs(cfg) -> dict[str, Any]:
     """Check the corpus, queries, qrels (every judged query and passage must exist) and answers files of ``cfg``.
 
@@ -65,6 +81,7 @@ def check_inputs(cfg) -> dict[str, Any]:
     if qrels and queries is None:
         raise ConfigError("data.queries is not set, but qrels are: evaluation needs the query texts")
     answers = _readable(getattr(cfg.evaluate, "answers", None), "evaluate.answers")
+    check_models(cfg)
 
     # 1. Which passages the qrels name (format errors are reported here, with their line).
     named: set[str] = set()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spar.config import load_config
-from spar.errors import ArtifactError, BadRecordError
+from spar.errors import ArtifactError, BadRecordError, SparError
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "scifact-sample"
@@ -82,6 +82,14 @@ def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
     files["corpus"].write_text("")
     with pytest.raises(BadRecordError, match=r"corpus\.jsonl: the corpus holds no passage$"):
         check_inputs(_config(files, tmp_path / "run"))
+
+
+def test_preflight_refuses_a_model_path_that_does_not_exist(tmp_path):
+    from spar.preflight import check_inputs
+
+    files = _small_inputs(tmp_path / "in")
+    with pytest.raises(SparError, match=r"^train\.encoder\.model: model path not found: /no/such/model$"):
+        check_inputs(_config(files, tmp_path / "run", "train.encoder.model=/no/such/model"))
 
 
 def test_skip_mode_drops_judgments_of_unknown_passages_from_evaluation(tmp_path):
