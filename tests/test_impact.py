@@ -42,8 +42,9 @@ def test_label_stage_with_the_impact_teacher(small_corpus, tmp_path):
 
     # The labels are the impact teacher's own ranking: top 3 positives (1 for dev), bottom 2 of the top 10.
     s = cfg.label
-    teacher = ImpactTeacher(out / "teacher_index", SparseEncoder(s.impact_model, s.impact_model_type), s.impact_quantization,
-                            threads=1, max_length=s.impact_query_max_length)
+    encoder = SparseEncoder(s.impact_model, s.impact_model_type)
+    teacher = ImpactTeacher(out / "teacher_index", encoder, s.impact_quantization, threads=1,
+                            max_length=s.impact_query_max_length)
     hits = teacher.search([(r["query_id"], r["query"]) for r in labels], k=10)
     for r in labels:
         ranked = [doc for doc, _ in hits[r["query_id"]]]
