@@ -102,7 +102,8 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
     s = cfg.label
     qdir = artifact_dir(cfg.output_dir, "queries")
     require(qdir, "queries")
-    remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
+    if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
+        remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
     start_jvm(s.java_heap)
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}

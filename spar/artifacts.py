@@ -240,7 +240,16 @@ def _read_lock(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def acquire_output_lock(directory: str | Path) -> Path | None:
+def run_lock_name(command: str, cfg: Any) -> str:
+    """The lock a command takes: the whole output directory, except for one part of a multi-machine ``label``
+    (``label.num_shards`` > 1), whose parts share one output directory by design and lock only their own part."""
+    label = getattr(cfg, "label", None)
+    if command == "label" and label is not None and label.num_shards > 1:
+        return f".spar-label-part-{label.shard_index}-of-{label.num_shards}.lock"
+    return LOCK_FILE
+
+
+def acquire_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | None:
     """Take ``<directory>/.spar.lock`` for this process, or fail naming the run that holds it.
 
     A lock whose owner died on this machine (``kill -9``, power loss) is stale and taken over. A stage process
@@ -248,7 +257,7 @@ def acquire_output_lock(directory: str | Path) -> Path | None:
     returned.
     """
     d = ensure_writable(directory)
-    lock = d / LOCK_FILE
+    lock = d / name
     host = socket.gethostname()
     for _ in range(20):
         try:
@@ -296,18 +305,18 @@ def release_output_lock(lock: Path | None) -> None:
 
 
 @contextlib.contextmanager
-def output_lock(directory: str | Path):
+def output_lock(directory: str | Path, name: str = LOCK_FILE):
     """``with output_lock(output_dir):`` one spar run per output directory (see :func:`acquire_output_lock`)."""
-    lock = acquire_output_lock(directory)
+    lock = acquire_output_lock(directory, name)
     try:
         yield lock
     finally:
         release_output_lock(lock)
 
 
-def hold_output_lock(directory: str | Path) -> Path | None:
+def hold_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | None:
     """Take the output directory's lock until this process exits (for the CLI: one call, no indentation)."""
-    lock = acquire_output_lock(directory)
+    lock = acquire_output_lock(directory, name)
     if lock is not None:
         atexit.register(release_output_lock, lock)
     return lock

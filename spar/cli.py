@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Sequence
 
-from spar.artifacts import hold_output_lock
+from spar.artifacts import hold_output_lock, run_lock_name
 from spar.errors import SparError
 from spar.preflight import check_inputs
 
@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return search_command(args)
         cfg = _load(args)
-        hold_output_lock(cfg.output_dir)  # one run per output directory; `spar run`'s stages share it
+        hold_output_lock(cfg.output_dir, run_lock_name(args.command, cfg))  # one run per output directory
         if args.command == "run":
             check_inputs(cfg)  # every input file and qrels id, before the first stage runs
             # Results and model cards record the command that reproduces them: this one, not the stage's.

@@ -241,6 +241,30 @@ def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
 
 
 # `spar run` holds the lock and starts each stage as a process that shares it (as spar/cli.py does).
+def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
+    from spar.artifacts import LOCK_FILE, output_lock, run_lock_name
+
+    def parts(i):
+        return load_config(None, ["label.num_shards=2", f"label.shard_index={i}"])
+
+    assert run_lock_name("label", parts(0)) != run_lock_name("label", parts(1))
+    assert run_lock_name("train", parts(0)) == run_lock_name("label", load_config(None, [])) == LOCK_FILE
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.replace("output_lock(sys.argv[1])",
+                                                                      "output_lock(sys.argv[1], sys.argv[2])"),
+                               str(tmp_path), run_lock_name("label", parts(0))],
+                              stdout=subprocess.PIPE, text=True, env={**ENV, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with output_lock(tmp_path, run_lock_name("label", parts(1))) as lock:  # the other part runs beside it
+            assert lock is not None
+        with pytest.raises(ArtifactError, match="another spar run"):
+            with output_lock(tmp_path, run_lock_name("label", parts(0))):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
     from spar.artifacts import hold_output_lock
