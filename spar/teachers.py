@@ -34,8 +34,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
-import pyarrow as pa
-
 from spar import schemas
 from spar.errors import ArtifactError, ConfigError
 from spar.java import pyserini_module, start_jvm
