@@ -143,6 +143,8 @@ def test_publish_writes_a_complete_model_directory(tiny_run):
 
 
 def test_model_card_states_how_the_model_was_made(tiny_run):
+    # The fixture's tune.json and results table are stand-ins: this checks that what they say reaches the card.
+    # The card of a real tuned and evaluated run is checked in tests/test_evaluate.py (test_evaluate_stage_...).
     card = (tiny_run["model"] / "README.md").read_text()
     assert card.startswith("---\n")
     meta = yaml.safe_load(card.split("---\n")[1])
