@@ -19,7 +19,7 @@ from pathlib import Path
 
 from spar import schemas
 from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, manifest_fingerprint,
-                            read_manifest, require)
+                            read_manifest, remove_stale_temporaries, require)
 from spar.config import LabelSection, SparConfig
 from spar.java import start_jvm
 from spar.labelling import LabelSettings, label_queries, merge_label_parts, part_dir_name
@@ -102,6 +102,8 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
     s = cfg.label
     qdir = artifact_dir(cfg.output_dir, "queries")
     require(qdir, "queries")
+    if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
+        remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
     start_jvm(s.java_heap)
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}

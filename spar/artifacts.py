@@ -19,10 +19,15 @@ Example::
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,3 +207,149 @@ def check_files(path: str | Path, names: Iterable[str]) -> None:
     for name in names:
         if not (Path(path) / name).exists():
             raise ArtifactError(f"{path}: missing file '{name}' (the artifact is damaged; re-run its stage)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One run per output directory; stage processes that die with their parent; stale temporaries
+# ----------------------------------------------------------------------------------------------------------------
+
+LOCK_FILE = ".spar.lock"
+#: ``<lock path>|<pid>`` of the process holding the lock, inherited by the stage processes it starts (which share it).
+LOCK_ENV = "SPAR_OUTPUT_LOCK"
+_TEMPORARY = re.compile(r"\.tmp-(\d+)(?:-|$)")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _read_lock(path: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads(path.read_text(encoding="utf-8"))
+        return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else None
+    except (OSError, ValueError):
+        return None
+
+
+def run_lock_name(command: str, cfg: Any) -> str:
+    """The lock a command takes: the whole output directory, except for one part of a multi-machine ``label``
+    (``label.num_shards`` > 1), whose parts share one output directory by design and lock only their own part."""
+    label = getattr(cfg, "label", None)
+    if command == "label" and label is not None and label.num_shards > 1:
+        return f".spar-label-part-{label.shard_index}-of-{label.num_shards}.lock"
+    return LOCK_FILE
+
+
+def acquire_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | None:
+    """Take ``<directory>/.spar.lock`` for this process, or fail naming the run that holds it.
+
+    A lock whose owner died on this machine (``kill -9``, power loss) is stale and taken over. A stage process
+    started by ``spar run`` shares its parent's lock (see :data:`LOCK_ENV`); then nothing is taken and None is
+    returned.
+    """
+    d = ensure_writable(directory)
+    lock = d / name
+    host = socket.gethostname()
+    for _ in range(20):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _read_lock(lock)
+            if owner is None:  # being written by its owner right now (or garbage): look again shortly
+                time.sleep(0.05)
+                if _read_lock(lock) is None and lock.exists() and time.time() - lock.stat().st_mtime > 5:
+                    lock.unlink(missing_ok=True)
+                continue
+            if owner.get("host") == host and owner["pid"] == os.getpid():
+                return None  # this process holds it already (stages run in-process one after another)
+            if os.environ.get(LOCK_ENV) == f"{lock.resolve()}|{owner['pid']}" and pid_alive(owner["pid"]):
+                # A stage process of `spar run` (or a DDP rank) shares its parent's lock, so it must not outlive
+                # it: an orphan would keep writing while a rerun takes the stale lock over.
+                die_with_parent()
+                return None
+            if owner.get("host") == host and not pid_alive(owner["pid"]):
+                if _read_lock(lock) == owner:
+                    lock.unlink(missing_ok=True)  # stale: its owner is dead
+                continue
+            raise ArtifactError(
+                f"{d}: another spar run (pid {owner['pid']} on {owner.get('host')}, started {owner.get('started')}) "
+                f"is using this output directory; wait for it or stop it (if it is dead, delete {lock})")
+        except OSError as exc:
+            raise ArtifactError(f"cannot create the lock file {lock}: {exc.strerror or exc}") from None
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"pid": os.getpid(), "host": host, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                       "command": " ".join(sys.argv)}, fh)
+        os.environ[LOCK_ENV] = f"{lock.resolve()}|{os.getpid()}"
+        return lock
+    raise ArtifactError(f"{lock}: cannot take the lock (unreadable lock file; delete it if no spar run is active)")
+
+
+def release_output_lock(lock: Path | None) -> None:
+    """Remove a lock this process took (never another process's)."""
+    if lock is None:
+        return
+    owner = _read_lock(lock)
+    if owner is not None and owner["pid"] == os.getpid():
+        lock.unlink(missing_ok=True)
+    if os.environ.get(LOCK_ENV, "").endswith(f"|{os.getpid()}"):
+        os.environ.pop(LOCK_ENV, None)
+
+
+@contextlib.contextmanager
+def output_lock(directory: str | Path, name: str = LOCK_FILE):
+    """``with output_lock(output_dir):`` one spar run per output directory (see :func:`acquire_output_lock`)."""
+    lock = acquire_output_lock(directory, name)
+    try:
+        yield lock
+    finally:
+        release_output_lock(lock)
+
+
+def hold_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | None:
+    """Take the output directory's lock until this process exits (for the CLI: one call, no indentation)."""
+    lock = acquire_output_lock(directory, name)
+    if lock is not None:
+        atexit.register(release_output_lock, lock)
+    return lock
+
+
+def die_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``), so a killed
+    ``spar run`` leaves no orphan stage writing into the output directory. Also usable as a ``preexec_fn``."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+    """Delete ``*.tmp-<pid>*`` work files and directories in ``directory`` whose process is dead (a killed stage's
+    ``teacher_index.tmp-<pid>/``, its JSON collection copy, half-written files). Returns what was removed."""
+    removed = []
+    d = Path(directory)
+    if not d.is_dir():
+        return removed
+    for entry in d.iterdir():
+        found = _TEMPORARY.search(entry.name)
+        if found is None or pid_alive(int(found.group(1))) or int(found.group(1)) == os.getpid():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed

@@ -17,7 +17,9 @@ import sys
 import time
 from typing import Sequence
 
+from spar.artifacts import hold_output_lock, run_lock_name
 from spar.errors import SparError
+from spar.preflight import check_inputs
 
 #: Set by ``spar run`` for its stage processes: the command line that reproduces the whole run.
 RUN_COMMAND_ENV = "SPAR_RUN_COMMAND"
@@ -177,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return search_command(args)
         cfg = _load(args)
+        hold_output_lock(cfg.output_dir, run_lock_name(args.command, cfg))  # one run per output directory
         if args.command == "run":
+            check_inputs(cfg)  # every input file and qrels id, before the first stage runs
             # Results and model cards record the command that reproduces them: this one, not the stage's.
             os.environ[RUN_COMMAND_ENV] = "spar " + shlex.join(argv)
             first = STAGES.index(args.from_stage) if args.from_stage else 0

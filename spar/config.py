@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +62,15 @@ class ExperimentSection(Section):
     on_bad_record: Literal["fail", "skip"] = Field(
         "fail", description="On malformed input: fail with file and line, or skip, count and report."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        # The name becomes file names (results/<name>.json, W&B runs): never a path that leaves results_dir.
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", value) or ".." in value:
+            raise ValueError(f"{value!r} is not a plain name: use letters, digits, '.', '_' and '-' "
+                             "(no '/', no '..'), starting with a letter or digit")
+        return value
 
 
 class DataSection(Section):
@@ -220,6 +230,13 @@ class TrainSection(Section):
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps for linear warm-up.")
     max_epochs: int = Field(3, ge=1)
     max_steps: int = Field(-1, description="Stop after this many steps (-1: run max_epochs).")
+
+    @field_validator("max_steps")
+    @classmethod
+    def _steps_or_unlimited(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise ValueError(f"must be -1 (run max_epochs) or at least 1, not {value}")
+        return value
     gradient_clip: float = Field(2.0, ge=0)
     precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
         "auto", description="'auto': bf16-mixed on GPUs that support it, else 32."
@@ -246,6 +263,15 @@ class TrainSection(Section):
         "Shorter is cheaper on CPU; the exported Λ keeps encoder.passage_max_length for encoding."
     )
     val_check_interval: float | int = Field(1.0, description="Validate every N steps (int) or fraction of epoch.")
+
+    @field_validator("val_check_interval")
+    @classmethod
+    def _positive_interval(cls, value: float | int) -> float | int:
+        if isinstance(value, float) and not 0 < value <= 1:
+            raise ValueError(f"a fraction of an epoch must be in (0, 1], not {value}")
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"a number of steps must be at least 1, not {value}")
+        return value
     checkpoint_every_n_steps: int = Field(
         50, ge=1, description="Write the resumable last.ckpt every N steps (and at the end of training)."
     )

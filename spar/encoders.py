@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from spar.errors import ArtifactError
-from spar.models import resolve_model
+from spar.models import ModelNotFoundError, missing_tokenizer, resolve_model
 
 ENCODER_CONFIG = "spar_encoder.json"
 QUERY_DIR, PASSAGE_DIR = "query_encoder", "passage_encoder"
@@ -84,6 +85,18 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor
     raise ValueError(f"unknown pooling {pooling!r}")
 
 
+@contextlib.contextmanager
+def _loading(name: str):
+    """transformers' load errors (no weights, no safetensors, hub unreachable) as one line naming the model."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ModelNotFoundError):
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelNotFoundError(f"cannot load model {name!r}: {reason}") from None
+
+
 class BiEncoder(nn.Module):
     """Query and passage encoders with pooling and optional normalisation (see the module docstring)."""
 
@@ -115,12 +128,16 @@ class BiEncoder(nn.Module):
         settings = EncoderSettings(pooling, normalize, query_prefix, passage_prefix, query_max_length,
                                    passage_max_length, shared_weights)
         q_src = resolve_model(model)
-        tokenizer = AutoTokenizer.from_pretrained(str(q_src), trust_remote_code=trust_remote_code)
-        q_model = AutoModel.from_pretrained(str(q_src), trust_remote_code=trust_remote_code, use_safetensors=None)
+        with _loading(model):
+            tokenizer = AutoTokenizer.from_pretrained(str(q_src), trust_remote_code=trust_remote_code)
+            # Safetensors only (never pickled weights), for hub ids too.
+            q_model = AutoModel.from_pretrained(str(q_src), trust_remote_code=trust_remote_code, use_safetensors=True)
         p_model = None
         if not shared_weights:
             p_src = resolve_model(passage_model) if passage_model else q_src
-            p_model = AutoModel.from_pretrained(str(p_src), trust_remote_code=trust_remote_code)
+            with _loading(passage_model or model):
+                p_model = AutoModel.from_pretrained(str(p_src), trust_remote_code=trust_remote_code,
+                                                    use_safetensors=True)
         return cls(q_model, p_model, tokenizer, settings)
 
     @classmethod
@@ -145,6 +162,8 @@ class BiEncoder(nn.Module):
         for sub in [QUERY_DIR] + ([] if settings.shared_weights else [PASSAGE_DIR]):
             if not (d / sub / "model.safetensors").exists():
                 raise ArtifactError(f"{d}: missing file '{sub}/model.safetensors'")
+            if missing_tokenizer(d / sub):
+                raise ArtifactError(f"{missing_tokenizer(d / sub)}: the encoder directory is incomplete")
         tokenizer = AutoTokenizer.from_pretrained(str(d / QUERY_DIR))
         q_model = AutoModel.from_pretrained(str(d / QUERY_DIR), use_safetensors=True)
         p_model = None if settings.shared_weights else AutoModel.from_pretrained(str(d / PASSAGE_DIR), use_safetensors=True)

@@ -49,6 +49,7 @@ from spar.artifacts import artifact_dir, is_complete, read_manifest
 from spar.errors import ArtifactError, BadRecordError
 from spar.metrics import evaluate_run, mean_rbo
 from spar.readers import evaluation_qrels, read_queries
+from spar.schemas import read_table
 from spar.tuning import hybrid_fuse, resolve_candidates, top_k
 
 log = logging.getLogger(__name__)
@@ -82,12 +83,18 @@ class SplitQueries:
 
 def split_queries(cfg, split: str) -> SplitQueries:
     """Qrels of ``split`` ("dev" or "test", via :func:`spar.readers.evaluation_qrels`) and their query texts."""
-    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed)
-    if not qrels:
-        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
     if cfg.data.queries is None:
         raise BadRecordError("<config>", None, "data.queries is not set (evaluation needs the query texts)")
-    texts = {q.id: q.text for q in read_queries(cfg.data.queries, cfg.experiment.on_bad_record) if q.id in qrels}
+    on_bad = cfg.experiment.on_bad_record
+    # Judgments naming unknown queries or passages: file:line errors, or skipped with on_bad_record=skip.
+    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    known_passages = set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
+    known_queries = {q.id for q in read_queries(cfg.data.queries, on_bad)}
+    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed, known_queries=known_queries,
+                             known_passages=known_passages, on_bad_record=on_bad)
+    if not qrels:
+        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
+    texts = {q.id: q.text for q in read_queries(cfg.data.queries, on_bad) if q.id in qrels}
     missing = sorted(set(qrels) - set(texts))
     if missing:
         raise BadRecordError(cfg.data.queries, None, f"{len(missing)} judged {split} queries have no text, e.g. "
@@ -345,6 +352,11 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
     ev = cfg.evaluate
     inputs = inputs or ExperimentInputs(cfg)
+    index_dir = artifact_dir(cfg.output_dir, "index")
+    if not is_complete(index_dir):
+        raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
+    spar_index = SparIndex.load(index_dir)
+    check_index_is_current(spar_index, index_dir, inputs)
     tuned = read_tuned(cfg.output_dir)
     mu = float(tuned["mu"])
     alpha = tuned.get("alpha")
@@ -357,10 +369,6 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
     doc_ids = inputs.doc_ids
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
 
-    index_dir = artifact_dir(cfg.output_dir, "index")
-    if not is_complete(index_dir):
-        raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
-    spar_index = SparIndex.load(index_dir)
     spar_variant = getattr(spar_index, "variant", None) or read_manifest(index_dir)["stats"].get("variant", "concat")
     spar_mu = tuned_mu(tuned, spar_variant) or mu
     sum_mu = tuned_mu(tuned, "sum")
@@ -445,6 +453,22 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
                             command_line(cfg, "evaluate"))
 
 
+def check_index_is_current(spar_index, index_dir: Path, inputs: ExperimentInputs) -> None:
+    """Refuse an index built from other passage embeddings than the current ones (e.g. Λ retrained and the corpus
+    re-encoded, but not re-indexed): the SPAR row would silently come from the old Λ."""
+    for name, key in (("base", "base_fingerprint"), ("lambda", "lambda_fingerprint")):
+        recorded, current = spar_index.info.get(key), inputs.passages[name].model_fingerprint
+        if recorded is None:
+            raise ArtifactError(f"{index_dir}: the index records no {name} encoder fingerprint, so it cannot be "
+                                f"checked against {inputs.passage_dir(name)}: re-run `spar index`")
+        if recorded != current:
+            raise ArtifactError(f"{index_dir}: built from {name} encoder {recorded}, but {inputs.passage_dir(name)} "
+                                f"comes from {current}: the index is stale, re-run `spar index`")
+    if list(spar_index.ids) != list(inputs.doc_ids):
+        raise ArtifactError(f"{index_dir}: indexes other passages than {inputs.passage_dir('base')}: the index is "
+                            "stale, re-run `spar index`")
+
+
 def _why_skipped(name: str, sum_index, alpha) -> str:
     if name == "spar_sum" and sum_index is None:
         return "base and Λ dimensions differ (the sum variant needs equal dimensions)"
@@ -476,13 +500,14 @@ def _index_run(index, base_q: np.ndarray, lambda_q: np.ndarray, query_ids: Seque
 
 
 def passage_texts(cfg, wanted: set[str]) -> dict[str, str]:
-    """``title text`` of the wanted passages, streamed from the corpus (for answer matching)."""
+    """The text of the wanted passages, streamed from the corpus (for answer matching: like DPR and Pyserini's
+    ``evaluate_dpr_retrieval``, answers are looked for in the passage text, not its title)."""
     from spar.readers import read_corpus
 
     texts = {}
     for p in read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record):
         if p.id in wanted:
-            texts[p.id] = p.contents()
+            texts[p.id] = p.text
     return texts
 
 

@@ -1,6 +1,7 @@
 """Training objectives for Λ.
 
-- :func:`contrastive_loss`: DPR's loss, cross-entropy of each query over every passage in the (gathered) batch.
+- :func:`contrastive_loss`: DPR's loss, cross-entropy of each query over every passage in the (gathered) batch;
+  :func:`in_batch_keep_mask` drops padding and, optionally, the teacher's other positives from the negatives.
 - :func:`listwise_kl_loss`: KL between the teacher's score distribution over a query's labelled passages and Λ's.
 - :func:`margin_mse_loss`: MSE between Λ's and the teacher's score margins (positive minus each hard negative).
 
@@ -32,6 +33,23 @@ def contrastive_loss(q: torch.Tensor, p: torch.Tensor, positive_index: torch.Ten
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return F.cross_entropy(scores, positive_index)
+
+
+def in_batch_keep_mask(passage_rows: torch.Tensor, target: torch.Tensor, positive_rows: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    """The ``mask`` of :func:`contrastive_loss` for in-batch negatives ([n_q, n_p], True = keep).
+
+    ``passage_rows`` [n_p]: each batch passage's corpus row (-1 = padding, dropped). ``positive_rows`` [n_q, n_pos]
+    (-1 = padding), given when ``train.mask_teacher_positives`` is on: a passage the teacher also labels positive
+    for a query is not a negative of that query (a false negative). Each query's own ``target`` is always kept.
+    """
+    keep = (passage_rows >= 0)[None, :].expand(target.shape[0], -1)
+    if positive_rows is not None:
+        labelled = (passage_rows[None, :, None] == positive_rows[:, None, :]) & (positive_rows[:, None, :] >= 0)
+        keep = keep & ~labelled.any(-1)
+    keep = keep.clone()
+    keep[torch.arange(target.shape[0], device=target.device), target] = True
+    return keep
 
 
 def listwise_kl_loss(student_scores: torch.Tensor, teacher_scores: torch.Tensor, mask: torch.Tensor | None = None,

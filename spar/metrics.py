@@ -3,8 +3,8 @@
 - :func:`evaluate_run` computes any ir_measures measure (``nDCG@10``, ``RR@10``, ``R@100``, ...; ``MRR@k`` is
   accepted as the common name of ``RR@k``) averaged over **every judged query of the qrels**: a query the run
   misses counts as 0 (as ``trec_eval -c``; plain trec_eval would silently drop it).
-- :func:`has_answer` / :func:`answer_accuracy`: top-k retrieval accuracy as in DPR (an answer string occurs as a
-  token subsequence of a passage, or a regular expression matches it for CuratedTREC).
+- :func:`has_answer` / :func:`answer_accuracy`: top-k retrieval accuracy with Pyserini's (DPR's) answer matching
+  (an answer string occurs as a token subsequence of a passage, or a regular expression matches it).
 - :func:`rbo` : extrapolated rank-biased overlap RBO_ext (Webber, Moffat and Zobel, TOIS 2010, eq. 32), which also
   handles rankings of different lengths. (The ``rbo`` package on PyPI pins ``numpy<2``, so it is not used.)
 - :func:`write_trec_run` / :func:`read_trec_run`: TREC run files (``qid Q0 docid rank score tag``).
@@ -26,12 +26,10 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
-import unicodedata
 from pathlib import Path
 from typing import Iterable, Literal, Mapping, Sequence
-
-import regex
 
 from spar.errors import BadRecordError
 
@@ -211,52 +209,26 @@ def mean_rbo(first: Ranked, second: Ranked, p: float = 0.9, depth: int = 100,
 # Answer accuracy (DPR has_answer)
 # ----------------------------------------------------------------------------------------------------------------
 
-# DPR's SimpleTokenizer word pattern: runs of letters/digits/marks. Punctuation tokens are dropped here.
-_WORD = regex.compile(r"[\p{L}\p{N}\p{M}]+", flags=regex.UNICODE)
-
-
-def normalize_answer_text(text: str) -> str:
-    """NFD, accents (combining marks) removed, lower-cased."""
-    decomposed = unicodedata.normalize("NFD", text)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).lower()
-
-
-def answer_tokens(text: str) -> list[str]:
-    """DPR SimpleTokenizer-style words of ``text``: lower-cased, accents and punctuation stripped."""
-    return _WORD.findall(normalize_answer_text(text))
-
-
-def _contains(haystack: Sequence[str], needle: Sequence[str]) -> bool:
-    n = len(needle)
-    if n == 0:
-        return False
-    first = needle[0]
-    return any(haystack[i] == first and list(haystack[i:i + n]) == list(needle)
-               for i in range(len(haystack) - n + 1))
-
-
 def has_answer(answers: Iterable[str], text: str, match: Literal["string", "regex"] = "string") -> bool:
-    """Whether a passage contains one of the answers (DPR's ``has_answer``).
+    """Whether a passage contains one of the answers: Pyserini's ``has_answers`` (DPR's code), so Acc@k is
+    comparable with DPR's and the SPAR paper's figures.
 
-    ``string``: an answer's tokens occur as a contiguous subsequence of the passage's tokens (see
-    :func:`answer_tokens`). ``regex``: an answer is a regular expression (CuratedTREC) searched case-insensitively
-    in the NFD-normalised passage; an invalid pattern never matches (as in DPR).
+    ``string``: the answer's DPR ``SimpleTokenizer`` tokens (NFD text, lower-cased, punctuation kept as tokens,
+    accents kept as combining marks) occur contiguously in the passage's. ``regex``: an answer is a regular
+    expression (CuratedTREC) searched case-insensitively; an invalid pattern never matches.
     """
-    if match == "regex":
-        body = unicodedata.normalize("NFD", text)
-        for pattern in answers:
-            try:
-                compiled = regex.compile(unicodedata.normalize("NFD", pattern),
-                                         flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
-            except regex.error:
-                continue
-            if compiled.search(body) is not None:
-                return True
-        return False
-    if match != "string":
+    if match not in ("string", "regex"):
         raise ValueError(f"match must be 'string' or 'regex', not {match!r}")
-    tokens = answer_tokens(text)
-    return any(_contains(tokens, answer_tokens(answer)) for answer in answers)
+    from pyserini.eval.evaluate_dpr_retrieval import has_answers
+
+    return bool(has_answers(text, list(answers), _dpr_tokenizer(), regex=match == "regex"))
+
+
+@functools.cache
+def _dpr_tokenizer():
+    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer
+
+    return SimpleTokenizer()
 
 
 def answer_accuracy(ranked: Ranked, answers: Mapping[str, Sequence[str]], passage_text: Mapping[str, str],
@@ -310,5 +282,9 @@ def read_answers(path: str | Path) -> dict[str, list[str]]:
                     raise BadRecordError(str(p), number, f"malformed JSON answer list: {exc.msg}") from None
             if qid is None or gold is None:
                 raise BadRecordError(str(p), number, "missing query id or answers")
-            out[str(qid)] = [str(a) for a in (gold if isinstance(gold, list) else [gold])]
+            gold = [str(a) for a in (gold if isinstance(gold, list) else [gold])]
+            if not gold or not all(a.strip() for a in gold):
+                # DPR's matching finds an empty answer in every passage: it would count as a hit.
+                raise BadRecordError(str(p), number, "empty answer")
+            out[str(qid)] = gold
     return out

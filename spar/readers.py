@@ -101,6 +101,16 @@ def _bad(error: BadRecordError, on_bad: OnBad, stats: ReadStats) -> None:
     stats.skip(error)
 
 
+def _has_whitespace(identifier: str) -> bool:
+    return any(ch.isspace() for ch in identifier)
+
+
+def _whitespace_error(path: Path, number: int, kind: str, identifier: str) -> BadRecordError:
+    # TREC run and qrels files are whitespace-separated: such an id would corrupt every run file written later.
+    return BadRecordError(str(path), number, f"whitespace in id: {kind} id {identifier!r} (TREC files cannot "
+                          "hold it; rename the id)")
+
+
 def detect_corpus_format(path: str | Path) -> str:
     """Infer the corpus format from the file name and its first line."""
     p = Path(path)
@@ -129,8 +139,8 @@ def read_corpus(
 ) -> Iterator[Passage]:
     """Stream passages from a corpus file (BEIR, DPR TSV, MS MARCO TSV or JSONL).
 
-    Errors (or counted skips) for: malformed JSON, missing id or text, empty text, duplicate ids, non-UTF-8
-    bytes, wrong TSV column count.
+    Errors (or counted skips) for: malformed JSON, missing id or text, empty text, duplicate ids, ids containing
+    whitespace, non-UTF-8 bytes, wrong TSV column count.
     """
     p = Path(path)
     stats = stats if stats is not None else ReadStats()
@@ -140,6 +150,9 @@ def read_corpus(
     if fmt not in reader:
         raise ValueError(f"unknown corpus format {fmt!r}")
     for number, passage in reader[fmt](p, on_bad_record, stats):
+        if _has_whitespace(passage.id):
+            _bad(_whitespace_error(p, number, "passage", passage.id), on_bad_record, stats)
+            continue
         if not passage.text.strip():
             _bad(BadRecordError(str(p), number, f"empty text: passage {passage.id!r}"), on_bad_record, stats)
             continue
@@ -228,6 +241,9 @@ def read_queries(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadSta
         if qid is None or text is None or not str(text).strip():
             _bad(BadRecordError(str(p), number, "missing id or text in query"), on_bad_record, stats)
             continue
+        if _has_whitespace(str(qid)):
+            _bad(_whitespace_error(p, number, "query", str(qid)), on_bad_record, stats)
+            continue
         if str(qid) in seen:
             _bad(BadRecordError(str(p), number, f"duplicate query id: {qid!r}"), on_bad_record, stats)
             continue
@@ -264,6 +280,11 @@ def read_qrels(
             _bad(BadRecordError(str(p), number, f"wrong column count: expected 3 or 4, found {len(parts)}"),
                  on_bad_record, stats)
             continue
+        qid, pid = qid.strip(), pid.strip()
+        if _has_whitespace(qid) or _has_whitespace(pid):
+            kind, bad = ("query", qid) if _has_whitespace(qid) else ("passage", pid)
+            _bad(_whitespace_error(p, number, kind, bad), on_bad_record, stats)
+            continue
         try:
             grade = int(float(rel))
         except ValueError:
@@ -287,12 +308,18 @@ def load_queries_for(qrels: dict[str, dict[str, int]], queries_path: str | Path)
     return {q.id: q.text for q in read_queries(queries_path) if q.id in qrels}
 
 
-def evaluation_qrels(data, split: str, seed: int = 42) -> dict[str, dict[str, int]]:
+def evaluation_qrels(data, split: str, seed: int = 42, *, known_queries: set[str] | None = None,
+                     known_passages: set[str] | None = None, on_bad_record: OnBad = "fail",
+                     stats: ReadStats | None = None) -> dict[str, dict[str, int]]:
     """The qrels of ``split`` ("dev" or "test") for a config's ``data`` section: the one place splits are made.
 
     With ``data.dev_holdout_fraction`` the test qrels are divided by a seeded hash of the query id, so the dev
-    and test query sets are disjoint and stable across runs.
+    and test query sets are disjoint and stable across runs. Judgments naming queries or passages outside
+    ``known_queries`` / ``known_passages`` are bad records (an error, or skipped and counted).
     """
+    def read(path):
+        return read_qrels(path, known_queries, known_passages, on_bad_record, stats)
+
     import hashlib
 
     if split not in ("dev", "test"):
@@ -301,10 +328,10 @@ def evaluation_qrels(data, split: str, seed: int = 42) -> dict[str, dict[str, in
         path = data.qrels_dev if split == "dev" else data.qrels_test
         if path is None:
             raise BadRecordError("<config>", None, f"data.qrels_{split} is not set")
-        return read_qrels(path)
+        return read(path)
     if data.qrels_test is None:
         raise BadRecordError("<config>", None, "data.dev_holdout_fraction needs data.qrels_test")
-    qrels = read_qrels(data.qrels_test)
+    qrels = read(data.qrels_test)
 
     def is_dev(qid: str) -> bool:
         digest = hashlib.sha256(f"{seed}:{qid}".encode()).digest()

@@ -304,8 +304,7 @@ def write_passages(passages: Iterable[Passage], path: Path, positions: ArticlePo
 
 def iter_passage_batches(path: Path, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
     """Record batches of ``passages.arrow`` (memory-mapped)."""
-    with pa.memory_map(str(path), "r") as source:
-        reader = pa.ipc.open_file(source)
+    with schemas.open_ipc(path) as reader:
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             for offset in range(0, batch.num_rows, batch_rows):
@@ -391,6 +390,9 @@ def write_query_set(
         tqdm(passages, desc="reading corpus", unit=" passages", disable=not progress, mininterval=1.0),
         passages_path, positions, on_bad_record, read_stats,
     )
+    if n_passages == 0:
+        skipped = f" ({read_stats.summary()})" if read_stats.total_skipped else ""
+        raise BadRecordError(corpus_name, None, f"the corpus holds no passage{skipped}: nothing to sample")
 
     sampler = SentenceSampler(strategy, seed, exponential_base, uniform_rate, min_words, max_words, sentence_splitter)
     dev = DevSplit(dev_fraction, max_dev_queries, seed)

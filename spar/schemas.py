@@ -13,6 +13,7 @@ loading them.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,9 +65,26 @@ def write_table(path: str | Path, table: pa.Table) -> None:
 
 
 def read_table(path: str | Path) -> pa.Table:
-    """Memory-map an Arrow IPC file written by :func:`write_table`."""
-    with pa.memory_map(str(path), "r") as source:
-        return pa.ipc.open_file(source).read_all()
+    """Memory-map an Arrow IPC file written by :func:`write_table`; a damaged (e.g. truncated) or missing file is
+    an :class:`~spar.errors.ArtifactError` naming it."""
+    with open_ipc(path) as reader:
+        return reader.read_all()
+
+
+@contextlib.contextmanager
+def open_ipc(path: str | Path):
+    """``with open_ipc(path) as reader:`` a memory-mapped Arrow IPC file reader; read errors name the file."""
+    from spar.errors import ArtifactError
+
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            yield pa.ipc.open_file(source)
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing file (re-run the stage that writes it)") from None
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ArtifactError(f"{path}: damaged Arrow file ({reason}); delete it and re-run the stage that writes "
+                            "it") from None
 
 
 def read_shards(directory: str | Path, prefix: str) -> pa.Table:

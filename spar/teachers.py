@@ -10,7 +10,7 @@ Both teachers answer ``search(queries, k)`` with ``{query_id: [(passage_id, scor
   with k=100 on 2 cores).
 - :class:`ImpactTeacher` (uniCOIL-style): passages and queries are encoded by a learned-sparse model
   (:class:`SparseEncoder`; SPLADE ``weight(t) = max_i log(1 + relu(logit_i(t)))`` over the sequence, or uniCOIL
-  ``relu(w·h_i)`` max-pooled per token), weights are quantised to ``int(round(w * quantization))`` and indexed by
+  ``relu(w·h_i)`` per token, max-pooled for passages and summed for queries as in Pyserini), weights are quantised to ``int(round(w * quantization))`` and indexed by
   Anserini as an impact index (JsonVectorCollection, ``-impact -pretokenized``). Query scores are then exactly the
   dot product of the integer query and document weights.
 
@@ -34,8 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
-import pyarrow as pa
-
+from spar import schemas
 from spar.errors import ArtifactError, ConfigError
 from spar.java import pyserini_module, start_jvm
 
@@ -54,8 +53,7 @@ FILES_PER_THREAD = 2
 def iter_passages(passages_arrow: Path, columns: Sequence[str] = ("id", "title", "text"),
                   batch_rows: int = 10_000) -> Iterator[dict[str, list]]:
     """Column batches (dict of lists) of ``passages.arrow``, memory-mapped, in row order."""
-    with pa.memory_map(str(passages_arrow), "r") as source:
-        reader = pa.ipc.open_file(source)
+    with schemas.open_ipc(passages_arrow) as reader:
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             for offset in range(0, batch.num_rows, batch_rows):
@@ -64,8 +62,7 @@ def iter_passages(passages_arrow: Path, columns: Sequence[str] = ("id", "title",
 
 
 def count_passages(passages_arrow: Path) -> int:
-    with pa.memory_map(str(passages_arrow), "r") as source:
-        reader = pa.ipc.open_file(source)
+    with schemas.open_ipc(passages_arrow) as reader:
         return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
 
 
@@ -205,8 +202,8 @@ class BM25Searcher:
 class SparseEncoder:
     """Learned-sparse term weights from a SPLADE (any ``*ForMaskedLM``) or uniCOIL checkpoint.
 
-    ``kind="auto"`` picks uniCOIL when the name or config says so, else SPLADE on the masked-LM head. Special tokens
-    ([CLS], [SEP], [PAD], ...) never become terms.
+    ``kind="auto"`` picks uniCOIL when the name or config says so, else SPLADE on the masked-LM head. SPLADE never
+    makes special tokens ([CLS], [SEP], [PAD], ...) terms; uniCOIL keeps [SEP], as Pyserini does.
 
     Example::
 
@@ -263,11 +260,17 @@ class SparseEncoder:
             token_weights = self.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
             return inputs["input_ids"], token_weights.squeeze(-1) * inputs["attention_mask"]
 
-    def encode(self, texts: Sequence[str], max_length: int = 256, batch_size: int = 32) -> list[dict[str, float]]:
-        """{term: weight > 0} for each text."""
+    def encode(self, texts: Sequence[str], max_length: int = 256, batch_size: int = 32,
+               role: Literal["passage", "query"] = "passage") -> list[dict[str, float]]:
+        """{term: weight > 0} for each text.
+
+        uniCOIL follows Pyserini's UniCoilDocumentEncoder / UniCoilQueryEncoder exactly: every token but [CLS] and
+        padding is a term ([SEP] included); a passage keeps a repeated token's largest weight, a query sums them.
+        """
         import torch
 
         vocab, special = self.vocab, self.special_ids
+        cls_id = self.tokenizer.cls_token_id
         # Keep the [batch, length, vocab] logits under ~256 MB.
         micro = max(1, min(batch_size, (1 << 26) // max(1, max_length * len(vocab)))) if self.kind == "splade" else batch_size
         # Batch texts of similar length together (less padding); results go back to the input order.
@@ -288,17 +291,19 @@ class SparseEncoder:
                 for position, ids, row in zip(positions, input_ids.tolist(), weights.tolist()):
                     terms = out[position]
                     for i, w in zip(ids, row):
-                        if i in special or w <= 0:
+                        if i == cls_id or w <= 0:  # padding has weight 0 (masked)
                             continue
                         term = vocab[i]
-                        if w > terms.get(term, 0.0):
+                        if role == "query":
+                            terms[term] = terms.get(term, 0.0) + w
+                        elif w > terms.get(term, 0.0):
                             terms[term] = w
         return out
 
     def encode_quantized(self, texts: Sequence[str], quantization: int, max_length: int = 256,
-                         batch_size: int = 32) -> list[dict[str, int]]:
+                         batch_size: int = 32, role: Literal["passage", "query"] = "passage") -> list[dict[str, int]]:
         """Integer impacts ``int(round(w * quantization))``; terms that round to 0 are dropped."""
-        return [quantize(v, quantization) for v in self.encode(texts, max_length, batch_size)]
+        return [quantize(v, quantization) for v in self.encode(texts, max_length, batch_size, role)]
 
 
 def quantize(weights: dict[str, float], quantization: int) -> dict[str, int]:
@@ -381,7 +386,8 @@ class ImpactTeacher:
         self.num_docs = int(self.searcher.get_total_num_docs())
 
     def encode_queries(self, texts: Sequence[str]) -> list[dict[str, int]]:
-        return self.encoder.encode_quantized(list(texts), self.quantization, self.max_length, self.batch_size)
+        return self.encoder.encode_quantized(list(texts), self.quantization, self.max_length, self.batch_size,
+                                             role="query")
 
     def search(self, queries: Sequence[tuple[str, str]], k: int) -> Hits:
         if not queries:

@@ -62,3 +62,24 @@ def test_bad_yaml_names_file_and_line(tmp_path: Path):
     bad.write_text("data:\n  corpus: a\n label: [\n")
     with pytest.raises(ConfigError, match=r"x.yaml:\d+: not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.max_steps=-5", "'train.max_steps': Value error, must be -1 (run max_epochs) or at least 1, not -5"),
+    ("train.max_steps=0", "must be -1 (run max_epochs) or at least 1, not 0"),
+    ("train.val_check_interval=0", "'train.val_check_interval': Value error, a number of steps must be at least 1"),
+    ("train.val_check_interval=0.0", "a fraction of an epoch must be in (0, 1], not 0.0"),
+    ("experiment.name=../../x", "'experiment.name': Value error, '../../x' is not a plain name"),
+    ("experiment.name=a/b", "'a/b' is not a plain name"),
+    ("experiment.name=..", "'..' is not a plain name"),
+])
+def test_values_that_used_to_crash_later_are_refused_up_front(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert message in str(info.value)
+
+
+def test_valid_steps_intervals_and_names_load():
+    cfg = load_config(None, ["train.max_steps=-1", "train.val_check_interval=10", "experiment.name=scifact-2.0_b"])
+    assert cfg.train.val_check_interval == 10 and cfg.experiment.name == "scifact-2.0_b"
+    assert load_config(None, ["train.max_steps=1", "train.val_check_interval=0.25"]).train.max_steps == 1

@@ -143,6 +143,8 @@ def test_publish_writes_a_complete_model_directory(tiny_run):
 
 
 def test_model_card_states_how_the_model_was_made(tiny_run):
+    # The fixture's tune.json and results table are stand-ins: this checks that what they say reaches the card.
+    # The card of a real tuned and evaluated run is checked in tests/test_evaluate.py (test_evaluate_stage_...).
     card = (tiny_run["model"] / "README.md").read_text()
     assert card.startswith("---\n")
     meta = yaml.safe_load(card.split("---\n")[1])
@@ -268,6 +270,17 @@ def test_missing_file_is_named(tiny_run, tmp_path, missing):
     broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
     (broken / missing).unlink()
     with pytest.raises(ArtifactError, match=f"missing file '{missing}'"):
+        SparEncoder.from_pretrained(broken)
+
+
+def test_missing_tokenizer_is_refused(tiny_run, tmp_path):
+    """Without its tokenizer files a published encoder would load and encode every text to nearly one vector."""
+    from spar.publish import SparEncoder
+
+    broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
+    for name in ("tokenizer.json", "vocab.txt"):
+        (broken / "query" / "lambda" / name).unlink(missing_ok=True)
+    with pytest.raises(ArtifactError, match=r"broken/query/lambda: no tokenizer vocabulary .*re-run `spar publish`"):
         SparEncoder.from_pretrained(broken)
 
 

@@ -38,6 +38,11 @@ def _kill_when(out: Path, args: list[str], ready) -> None:
     pytest.fail(f"{' '.join(args)} finished (rc={proc.returncode}) before it could be killed")
 
 
+def _inode_and_mtime(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns
+
+
 def _files(directory: Path, pattern: str) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.glob(pattern))}
 
@@ -62,10 +67,15 @@ def test_label_killed_then_resumed_is_byte_identical(sampled: Path, tmp_path: Pa
     _kill_when(resumed, ["label", *LABEL_ARGS], lambda: len(list(partial.glob("labels-*.arrow"))) >= 2)
     assert not (resumed / "labels").exists(), "a killed run must not leave a complete-looking output"
     done_before = _files(partial, "labels-*.arrow")
-    assert 2 <= len(done_before) < 6
+    total = len(_files(reference / "labels", "labels-*.arrow"))
+    assert 2 <= len(done_before) < total
+    identity = {name: _inode_and_mtime(partial / name) for name in done_before}
 
     log = _spar(resumed, "label", *LABEL_ARGS).stdout
-    assert f"{len(done_before)} reused" in log or "reused" in log
+    n = len(done_before)
+    assert f"{total - n} written, {n} reused" in log, log
+    # The finished shards were kept as they were (same file, never rewritten), not recomputed.
+    assert {name: _inode_and_mtime(resumed / "labels" / name) for name in done_before} == identity
     assert _files(resumed / "labels", "labels-*.arrow") == _files(reference / "labels", "labels-*.arrow")
     assert not partial.exists()
 

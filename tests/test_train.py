@@ -165,7 +165,16 @@ def test_surrogate_pool_and_sampler_follow_the_labels(labelled: Path):
     again = [item for batch in sampler for item in batch]
     assert again == epoch0  # seeded
     sampler.set_epoch(1)
-    assert [item for batch in sampler for item in batch] != epoch0  # redrawn every epoch
+    epoch1 = [item for batch in sampler for item in batch]
+    assert [i.label_index for i in epoch1] != [i.label_index for i in epoch0]  # reshuffled every epoch
+    # ... and each query's positive (and negatives) redrawn, not only the order: with up to 10 positives a fresh
+    # draw keeps the same slot about once in 10, so most queries with several positives get another one.
+    first = {i.label_index: i for i in epoch0}
+    second = {i.label_index: i for i in epoch1}
+    several = [q for q in first.keys() & second.keys() if len(rows[q]["positive_rows"]) > 1]
+    assert len(several) > 100
+    assert sum(first[q].positive_slot != second[q].positive_slot for q in several) > 0.6 * len(several)
+    assert sum(first[q].negative_slots != second[q].negative_slots for q in several) > 0.3 * len(several)
 
     # Two ranks split every global batch without overlap.
     ranks = [ContrastiveBatchSampler(labels, train, 8, 1, seed=1, world_size=2, rank=r) for r in (0, 1)]

@@ -296,9 +296,9 @@ def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_e
     splits = []
     real = spar.readers.evaluation_qrels
 
-    def recording(data, split, seed=42):
+    def recording(data, split, seed=42, **known):
         splits.append(split)
-        return real(data, split, seed)
+        return real(data, split, seed, **known)
 
     monkeypatch.setattr(spar.readers, "evaluation_qrels", recording)
     monkeypatch.setattr("spar.evaluation.evaluation_qrels", recording)

@@ -1,0 +1,121 @@
+"""Check every input of an experiment before its first stage runs.
+
+``spar run`` calls :func:`check_inputs` first, so a missing queries file or a qrels line naming an unknown passage
+fails in seconds with the file and line, not after training. Each file is streamed once: the qrels first (they are
+small), then the corpus, keeping only the ids the qrels name, then the queries.
+
+With ``experiment.on_bad_record=skip`` malformed records and qrels naming unknown queries or passages are counted
+(the report lists them by file and reason) instead of failing; the stages skip the same records.
+
+Example::
+
+    >>> from spar.config import load_config
+    >>> from spar.preflight import check_inputs
+    >>> check_inputs(load_config())["corpus"]["passages"]
+    600
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from spar.errors import BadRecordError, ConfigError
+from spar.readers import ReadStats, read_corpus, read_qrels, read_queries
+
+log = logging.getLogger(__name__)
+
+
+def _readable(path: str | None, key: str) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise BadRecordError(str(p), None, f"file not found ({key})")
+    try:
+        with p.open("rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise BadRecordError(str(p), None, f"cannot read ({key}): {exc.strerror or exc}") from None
+    return p
+
+
+def qrels_files(data) -> dict[str, Path]:
+    """The configured qrels files by config key."""
+    files = {}
+    for key in ("qrels_dev", "qrels_test"):
+        path = _readable(getattr(data, key), f"data.{key}")
+        if path is not None:
+            files[f"data.{key}"] = path
+    return files
+
+
+def check_models(cfg) -> None:
+    """Every model option names a bundled model, a complete local directory or a hub id (no download here)."""
+    from spar.models import resolve_model
+
+    models = {"encode.base.model": cfg.encode.base.model, "train.encoder.model": cfg.train.encoder.model,
+              "encode.base.passage_model": getattr(cfg.encode.base, "passage_model", None)}
+    if cfg.label.teacher == "impact":
+        models["label.impact_model"] = cfg.label.impact_model
+    for key, name in models.items():
+        if name:
+            try:
+                resolve_model(name)
+            except ConfigError as exc:
+                raise type(exc)(f"{key}: {exc}") from None
+
+
+def check_inputs(cfg) -> dict[str, Any]:
+    """Check the corpus, queries, qrels (every judged query and passage must exist) and answers files of ``cfg``.
+
+    Raises :class:`~spar.errors.BadRecordError` naming the file and line (``on_bad_record=fail``), or returns the
+    counts of what the stages will skip (``skip``). Returns a report: passages read, queries read, judgments kept
+    per qrels file and skipped records by reason.
+    """
+    data, on_bad = cfg.data, cfg.experiment.on_bad_record
+    corpus = _readable(data.corpus, "data.corpus")
+    queries = _readable(data.queries, "data.queries")
+    qrels = qrels_files(data)
+    if qrels and queries is None:
+        raise ConfigError("data.queries is not set, but qrels are: evaluation needs the query texts")
+    answers = _readable(getattr(cfg.evaluate, "answers", None), "evaluate.answers")
+    check_models(cfg)
+
+    # 1. Which passages the qrels name (format errors are reported here, with their line).
+    named: set[str] = set()
+    for path in qrels.values():
+        for rels in read_qrels(path, on_bad_record=on_bad).values():
+            named.update(rels)
+
+    # 2. The corpus, streamed once: every record checked, only the named ids kept.
+    corpus_stats = ReadStats()
+    found: set[str] = set()
+    passages = 0
+    for passage in read_corpus(corpus, data.corpus_format, on_bad, corpus_stats):
+        passages += 1
+        if passage.id in named:
+            found.add(passage.id)
+    if passages == 0:
+        raise BadRecordError(str(corpus), None, "the corpus holds no passage" + (
+            f" ({corpus_stats.summary()})" if corpus_stats.total_skipped else ""))
+
+    # 3. Queries, then the qrels again against the known ids (line numbers for unknown ones).
+    report: dict[str, Any] = {"corpus": {"passages": passages, **corpus_stats.as_dict()}}
+    if queries is not None:
+        query_stats = ReadStats()
+        query_ids = {q.id for q in read_queries(queries, on_bad, query_stats)}
+        report["queries"] = {"queries": len(query_ids), **query_stats.as_dict()}
+        for key, path in qrels.items():
+            stats = ReadStats()
+            kept = read_qrels(path, known_queries=query_ids, known_passages=found, on_bad_record=on_bad, stats=stats)
+            if not kept:
+                raise BadRecordError(str(path), None, f"no judgment left ({key}; {stats.summary()})")
+            report[key] = {"judgments": stats.read, **stats.as_dict()}
+    if answers is not None:
+        report["evaluate.answers"] = str(answers)
+    skipped = {k: v["skipped"] for k, v in report.items() if isinstance(v, dict) and v.get("skipped")}
+    if skipped:
+        log.warning("inputs: records that will be skipped (on_bad_record=skip): %s", skipped)
+    return report

@@ -1,0 +1,317 @@
+"""Reliability findings of the CLI attack (issue #16), each with a test that fails without its fix: inputs checked
+up front, qrels naming unknown passages, empty corpora, damaged Arrow files, ids with whitespace, one run per
+output directory, stage processes dying with their parent, and stale temporaries of killed runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from spar.config import load_config
+from spar.errors import ArtifactError, BadRecordError, SparError
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "scifact-sample"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+ENV.pop("SPAR_OUTPUT_LOCK", None)
+SPAR = [sys.executable, "-m", "spar.cli"]
+
+
+def _small_inputs(root: Path, n_docs: int = 30) -> dict[str, Path]:
+    """The first ``n_docs`` abstracts of the embedded sample, all its queries and the qrels of those abstracts."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = (SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:n_docs]
+    ids = {json.loads(line)["_id"] for line in lines}
+    (root / "corpus.jsonl").write_text("".join(lines), encoding="utf-8")
+    shutil.copy(SAMPLE / "queries.jsonl", root / "queries.jsonl")
+    for split in ("train", "test"):
+        rows = (SAMPLE / "qrels" / f"{split}.tsv").read_text().splitlines()
+        kept = [rows[0]] + [r for r in rows[1:] if r.split("\t")[1] in ids]
+        (root / f"{split}.tsv").write_text("\n".join(kept) + "\n")
+    return {"corpus": root / "corpus.jsonl", "queries": root / "queries.jsonl", "dev": root / "train.tsv",
+            "test": root / "test.tsv"}
+
+
+def _config(files: dict[str, Path], out: Path, *extra: str):
+    return load_config(None, [f"data.corpus={files['corpus']}", f"data.queries={files['queries']}",
+                              f"data.qrels_dev={files['dev']}", f"data.qrels_test={files['test']}",
+                              f"experiment.output_dir={out}", *extra])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Inputs checked up front; qrels naming unknown passages
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_preflight_names_the_qrels_line_of_an_unknown_passage(tmp_path):
+    from spar.preflight import check_inputs
+
+    files = _small_inputs(tmp_path / "in")
+    report = check_inputs(_config(files, tmp_path / "run"))
+    assert report["corpus"]["passages"] == 30 and report["data.qrels_test"]["skipped"] == {}
+
+    known_query = files["test"].read_text().splitlines()[1].split("\t")[0]
+    with files["test"].open("a") as fh:
+        fh.write(f"{known_query}\tno-such-passage\t1\n")
+    n = len(files["test"].read_text().splitlines())
+    with pytest.raises(BadRecordError, match=rf"^{files['test']}:{n}: unknown passage: 'no-such-passage' is not in "
+                                             "the corpus$"):
+        check_inputs(_config(files, tmp_path / "run"))
+    # on_bad_record=skip: counted, and reported by file and reason.
+    skipped = check_inputs(_config(files, tmp_path / "run", "experiment.on_bad_record=skip"))
+    assert skipped["data.qrels_test"]["skipped"] == {"unknown passage": 1}
+
+
+def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
+    from spar.preflight import check_inputs
+
+    files = _small_inputs(tmp_path / "in")
+    files["queries"].unlink()
+    with pytest.raises(BadRecordError, match=r"queries\.jsonl: file not found \(data\.queries\)$"):
+        check_inputs(_config(files, tmp_path / "run"))
+    files = _small_inputs(tmp_path / "in2")
+    files["corpus"].write_text("")
+    with pytest.raises(BadRecordError, match=r"corpus\.jsonl: the corpus holds no passage$"):
+        check_inputs(_config(files, tmp_path / "run"))
+
+
+def test_preflight_refuses_a_model_path_that_does_not_exist(tmp_path):
+    from spar.preflight import check_inputs
+
+    files = _small_inputs(tmp_path / "in")
+    with pytest.raises(SparError, match=r"^train\.encoder\.model: model path not found: /no/such/model$"):
+        check_inputs(_config(files, tmp_path / "run", "train.encoder.model=/no/such/model"))
+
+
+def test_skip_mode_drops_judgments_of_unknown_passages_from_evaluation(tmp_path):
+    """`--on-bad-record skip` applies to qrels: a judgment of a passage outside the corpus does not count as a miss."""
+    import pipelines.sample
+    from spar.evaluation import split_queries
+
+    files = _small_inputs(tmp_path / "in")
+    cfg = _config(files, tmp_path / "run", "sample.max_queries=20")
+    pipelines.sample.run(cfg)
+    clean = split_queries(cfg, "test")
+    first = clean.ids[0]
+    with files["test"].open("a") as fh:
+        fh.write(f"{first}\tno-such-passage\t1\n")
+    with pytest.raises(BadRecordError, match=r"test\.tsv:\d+: unknown passage: 'no-such-passage'"):
+        split_queries(cfg, "test")
+    skipping = split_queries(_config(files, tmp_path / "run", "experiment.on_bad_record=skip"), "test")
+    assert skipping.qrels == clean.qrels
+
+
+def test_on_bad_record_does_not_invalidate_the_sample(tmp_path):
+    import pipelines.sample
+
+    files = _small_inputs(tmp_path / "in")
+    assert "skipped" not in pipelines.sample.run(_config(files, tmp_path / "run", "sample.max_queries=20"))
+    again = pipelines.sample.run(_config(files, tmp_path / "run", "sample.max_queries=20",
+                                         "experiment.on_bad_record=skip"))
+    assert again == {"skipped": True}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 5. One-line errors: empty corpus at sample, damaged Arrow file
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_sample_refuses_an_empty_corpus(tmp_path):
+    import pipelines.sample
+
+    files = _small_inputs(tmp_path / "in")
+    files["corpus"].write_text('{"_id": "1", "text": ""}\n')  # its only record is skipped as empty
+    with pytest.raises(BadRecordError, match=r"corpus\.jsonl: the corpus holds no passage \(0 records read, 1 "
+                                             r"skipped \(1 empty text\)\): nothing to sample$"):
+        pipelines.sample.run(_config(files, tmp_path / "run", "experiment.on_bad_record=skip"))
+    assert not (tmp_path / "run" / "queries").exists()
+
+
+def test_truncated_arrow_file_is_named(tmp_path):
+    import pyarrow as pa
+
+    from spar.schemas import read_table, write_table
+    from spar.teachers import count_passages
+
+    path = tmp_path / "passages.arrow"
+    write_table(path, pa.table({"id": [str(i) for i in range(1000)]}))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    for read in (read_table, count_passages):
+        with pytest.raises(ArtifactError, match=rf"^{path}: damaged Arrow file \(.*\); delete it and re-run"):
+            read(path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 7. Ids with whitespace are refused where they are read
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_ids_with_whitespace_are_refused_with_file_and_line(tmp_path):
+    from spar.readers import read_corpus, read_qrels, read_queries
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "text": "x"}\n{"_id": "b c", "text": "y"}\n')
+    with pytest.raises(BadRecordError, match=r"corpus\.jsonl:2: whitespace in id: passage id 'b c'"):
+        list(read_corpus(corpus))
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("q 1\twhat is it\n")
+    with pytest.raises(BadRecordError, match=r"queries\.tsv:1: whitespace in id: query id 'q 1'"):
+        list(read_queries(queries))
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq1\td\u00a01\t1\n")
+    with pytest.raises(BadRecordError, match=r"qrels\.tsv:2: whitespace in id: passage id"):
+        read_qrels(qrels)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 6. One run per output directory; stages die with their parent; a rerun after kill -9 works
+# ----------------------------------------------------------------------------------------------------------------
+
+HOLD_LOCK = textwrap.dedent("""
+    import sys, time
+    from spar.artifacts import output_lock
+    with output_lock(sys.argv[1]):
+        print("locked", flush=True)
+        time.sleep(60)
+""")
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_lock_refuses_a_second_run_and_takes_over_a_stale_one(tmp_path):
+    import socket
+
+    from spar.artifacts import LOCK_FILE, output_lock
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**ENV, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ArtifactError, match=rf"^{tmp_path}: another spar run \(pid {holder.pid} on "):
+            with output_lock(tmp_path):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder was killed (-9): its lock is stale and taken over; released on exit.
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == holder.pid
+    with output_lock(tmp_path) as lock:
+        assert json.loads(lock.read_text()) | {"pid": os.getpid(), "host": socket.gethostname()} == json.loads(
+            lock.read_text())
+        with output_lock(tmp_path) as nested:  # the same process again (in-process stages): shared
+            assert nested is None
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
+    from spar.artifacts import LOCK_FILE
+
+    files = _small_inputs(tmp_path / "in")
+    out = tmp_path / "run"
+    args = [f"data.corpus={files['corpus']}", f"experiment.output_dir={out}", "sample.max_queries=20"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True,
+                              env={**ENV, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        busy = subprocess.run(SPAR + ["sample", *args], env=ENV, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert busy.returncode == 2, busy.stderr
+    assert busy.stderr.strip().splitlines() == [
+        f"spar: error: {out}: another spar run (pid {holder.pid} on " + busy.stderr.split(" on ", 1)[1].strip()]
+    # kill -9 left the lock behind: the rerun takes it over and runs.
+    assert (out / LOCK_FILE).exists()
+    done = subprocess.run(SPAR + ["sample", *args], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (out / "queries" / "manifest.json").exists() and not (out / LOCK_FILE).exists()
+
+
+# `spar run` holds the lock and starts each stage as a process that shares it (as spar/cli.py does).
+def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
+    from spar.artifacts import LOCK_FILE, output_lock, run_lock_name
+
+    def parts(i):
+        return load_config(None, ["label.num_shards=2", f"label.shard_index={i}"])
+
+    assert run_lock_name("label", parts(0)) != run_lock_name("label", parts(1))
+    assert run_lock_name("train", parts(0)) == run_lock_name("label", load_config(None, [])) == LOCK_FILE
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.replace("output_lock(sys.argv[1])",
+                                                                      "output_lock(sys.argv[1], sys.argv[2])"),
+                               str(tmp_path), run_lock_name("label", parts(0))],
+                              stdout=subprocess.PIPE, text=True, env={**ENV, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with output_lock(tmp_path, run_lock_name("label", parts(1))) as lock:  # the other part runs beside it
+            assert lock is not None
+        with pytest.raises(ArtifactError, match="another spar run"):
+            with output_lock(tmp_path, run_lock_name("label", parts(0))):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    from spar.artifacts import hold_output_lock
+    hold_output_lock(sys.argv[1])
+    stage = ("import sys, time; from spar.artifacts import acquire_output_lock; "
+             "assert acquire_output_lock(sys.argv[1]) is None; print('shared', flush=True); time.sleep(120)")
+    child = subprocess.Popen([sys.executable, "-c", stage, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "shared"
+    print(child.pid, flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_stage_processes_die_with_their_parent(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**ENV, "PYTHONPATH": str(REPO)})
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    from spar.artifacts import pid_alive
+
+    deadline = time.time() + 10
+    while time.time() < deadline and pid_alive(child) and not _is_zombie(child):
+        time.sleep(0.05)
+    assert not pid_alive(child) or _is_zombie(child), "the stage process outlived its parent"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def test_label_removes_what_killed_runs_left_behind(tmp_path):
+    from spar.artifacts import remove_stale_temporaries
+
+    dead, alive = _dead_pid(), os.getpid()
+    stale = [tmp_path / f"teacher_index.tmp-{dead}", tmp_path / f".teacher_index.tmp-{dead}-collection-x1y2"]
+    for d in stale:
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "part-000.jsonl").write_text("{}\n")
+    (tmp_path / f".manifest.json.tmp-{dead}").write_text("{}")
+    kept = [tmp_path / f"teacher_index.tmp-{alive}", tmp_path / "teacher_index", tmp_path / "labels.partial"]
+    for d in kept:
+        d.mkdir()
+    removed = remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == sorted([p.name for p in stale] + [f".manifest.json.tmp-{dead}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)
