@@ -24,7 +24,7 @@ import torch
 
 from spar.encoders import ENCODER_CONFIG, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
 from spar.lexical.base import LAMBDA_CONFIG, LexicalModel, PassageLike, TrainingContext
-from spar.losses import contrastive_loss, listwise_kl_loss, margin_mse_loss
+from spar.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
 
 
 @dataclass
@@ -126,12 +126,7 @@ class TransformerLambda(LexicalModel):
         if cfg.loss in ("contrastive", "contrastive+kl"):
             all_p, all_rows, offset = context.gather_passages(p, batch["passage_rows"])
             target = batch["target"] + offset
-            keep = (all_rows >= 0)[None, :].expand(q.shape[0], -1)
-            if cfg.mask_teacher_positives:
-                labelled_positive = (all_rows[None, :, None] == batch["positive_rows"][:, None, :]).any(-1)
-                keep = keep & ~labelled_positive
-            keep = keep.clone()
-            keep[torch.arange(q.shape[0], device=q.device), target] = True
+            keep = in_batch_keep_mask(all_rows, target, batch["positive_rows"] if cfg.mask_teacher_positives else None)
             terms["contrastive"] = contrastive_loss(q, all_p, target, cfg.temperature, mask=keep)
         if cfg.loss in ("contrastive+kl", "kl", "margin_mse"):
             cand = batch["candidates"]
