@@ -13,7 +13,7 @@ from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_f
 from spar.artifacts import write_json_atomic
 from spar.evaluation import ExperimentInputs, evaluate_experiment, wandb_log
 
-SECTIONS = ["experiment", "data", "evaluate"]
+SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
 SUMMARY = "evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, evaluation/"
 
 

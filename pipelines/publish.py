@@ -17,7 +17,7 @@ from spar.errors import ArtifactError
 from spar.evaluation import command_line
 from spar.tuning import TunedWeights, read_tuned
 
-SECTIONS = ["experiment", "data", "publish"]
+SECTIONS = ["experiment", "data", "sample", "label", "train", "encode", "publish"]
 SUMMARY = "export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> model/"
 
 #: Marker of the last successful upload (dot file: never uploaded itself).

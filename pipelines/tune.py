@@ -11,7 +11,7 @@ from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, is_co
 from spar.evaluation import ExperimentInputs, wandb_log
 from spar.tuning import plot_curve, tune_experiment
 
-SECTIONS = ["experiment", "data", "tune"]
+SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
 SUMMARY = "tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/"
 
 

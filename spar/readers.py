@@ -282,11 +282,6 @@ def read_qrels(
     return qrels
 
 
-def load_queries_for(qrels: dict[str, dict[str, int]], queries_path: str | Path) -> dict[str, str]:
-    """The text of every query that has a judgment (BEIR queries files hold every split)."""
-    return {q.id: q.text for q in read_queries(queries_path) if q.id in qrels}
-
-
 def evaluation_qrels(data, split: str, seed: int = 42) -> dict[str, dict[str, int]]:
     """The qrels of ``split`` ("dev" or "test") for a config's ``data`` section: the one place splits are made.
 
