@@ -15,7 +15,7 @@ Several machines: ``num_shards=N, shard_index=i`` labels the global shards ``s``
 part directories into ``labels/`` with the manifest a single-machine run would have written; ``spar label`` does it
 by itself once every part directory is present in the output directory (shared file system, or copied there).
 
-Example::
+Example (skipped in the doctest run: it needs a run's teacher index and queries, and starts the JVM)::
 
     >>> from spar.teachers import BM25Searcher
     >>> from spar.labelling import LabelSettings, label_queries

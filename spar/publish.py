@@ -26,7 +26,7 @@ Layout::
       document/spar_combination.json       document route: weights 1 and 1
       document/base/, document/lambda/
 
-Loading::
+Loading (skipped in the doctest run: it needs a published run under ``runs/``)::
 
     >>> from spar.publish import SparEncoder                                   # doctest: +SKIP
     >>> enc = SparEncoder.from_pretrained("runs/scifact-sample/model")        # doctest: +SKIP

@@ -4,7 +4,7 @@ A searcher joins three things a run leaves: the published model directory (:mod:
 μ), the FAISS index (:class:`spar.index.SparIndex`) and the passages table (:class:`spar.passages.PassagesTable`,
 for titles and texts). μ is the published model's (tuned by ``spar tune``), or the caller's.
 
-Example::
+Example (skipped in the doctest run: it needs a published run under ``runs/``)::
 
     >>> from spar.search import SparSearcher
     >>> searcher = SparSearcher.open("runs/scifact-sample/model")            # doctest: +SKIP

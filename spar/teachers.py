@@ -16,7 +16,7 @@ Both teachers answer ``search(queries, k)`` with ``{query_id: [(passage_id, scor
 
 Pyserini is imported only through :func:`spar.java.pyserini_module` (the JVM must be started with Java 21 first).
 
-Example::
+Example (skipped in the doctest run: it needs a sampled run's ``passages.arrow`` and starts the JVM)::
 
     >>> from pathlib import Path
     >>> from spar.teachers import build_bm25_index, BM25Searcher
@@ -192,9 +192,10 @@ class SparseEncoder:
 
     Example::
 
-        >>> enc = SparseEncoder("splade-tiny")                           # doctest: +SKIP
-        >>> enc.encode_quantized(["dense retrieval"], 100)[0]["retrieval"]  # doctest: +SKIP
-        187
+        >>> enc = SparseEncoder("splade-tiny")
+        >>> weights = enc.encode_quantized(["dense retrieval"], 100)[0]
+        >>> weights["retrieval"] > 100 and weights["dense"] > 100 and all(isinstance(w, int) for w in weights.values())
+        True
     """
 
     def __init__(self, model: str = "splade-tiny", kind: Literal["auto", "splade", "unicoil"] = "auto",
