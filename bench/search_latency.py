@@ -145,8 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         opts = {"hnsw_m": args.hnsw_m, "hnsw_ef_construction": args.hnsw_ef_construction,
                 "hnsw_ef_search": args.hnsw_ef_search}
         start = time.perf_counter()
-        spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type,
-                                  mu=args.mu, **opts)
+        spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type, **opts)
         base_ix = build_spar_index(base_p, None, index_type=index_type, **opts)
         indexes[index_type] = (spar_ix, base_ix)
         print(f"built {index_type} indexes in {time.perf_counter() - start:.0f}s", file=sys.stderr)

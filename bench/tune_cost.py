@@ -45,7 +45,7 @@ def passage_embeddings(cfg, work_dir: Path, max_length: int | None, threads: int
     """(base, Λ) passage Embeddings of the experiment, or encoded now into ``work_dir`` (cached)."""
     from spar.embeddings import EncodeOptions, encode_passages, load_embeddings
     from spar.encoders import BiEncoder
-    from spar.evaluation import ExperimentInputs
+    from spar.experiment import ExperimentInputs
 
     inputs = ExperimentInputs(cfg)
     try:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from spar.config import load_config
-    from spar.evaluation import ExperimentInputs, split_queries
+    from spar.experiment import ExperimentInputs, split_queries
     from spar.index import build_spar_index, spar_query_vectors
     from spar.metrics import evaluate_run
     from spar.tuning import resolve_candidates, spar_candidates, tune_mu, tune_weight

@@ -55,7 +55,7 @@ def build_sample_experiment(root: Path) -> Path:
 
     from spar.embeddings import EncodeOptions, encode_passages, encode_queries
     from spar.encoders import BiEncoder
-    from spar.evaluation import split_queries
+    from spar.experiment import split_queries
     from spar.index import SparIndex
     from spar.readers import read_corpus
     from spar.schemas import PASSAGES, write_table
@@ -272,7 +272,7 @@ def test_tune_weight_finds_the_weight_that_ranks_the_relevant_passage_first():
 
 
 def test_chosen_mu_is_confirmed_by_a_real_search_on_the_sample(sample_experiment):
-    from spar.evaluation import ExperimentInputs, split_queries
+    from spar.experiment import ExperimentInputs, split_queries
 
     cfg = experiment_config(sample_experiment, sample_experiment / "results")
     inputs = ExperimentInputs(cfg)
