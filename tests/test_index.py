@@ -123,8 +123,8 @@ def test_ivfpq_trains_and_finds_neighbours():
     assert ivf.index.pq.nbits == 6  # 3,000 passages cannot train 256 centroids per sub-quantiser
     flat = SparIndex.build(base, lam, index_type="flat")
     queries = rng.choice(3000, 40, replace=False)
-    _, exact = flat.search(base[queries], lam[queries], k=10)
-    _, approx = ivf.search(base[queries], lam[queries], k=10)
+    _, exact = flat.search(base[queries], lam[queries], k=10, mu=1.0)
+    _, approx = ivf.search(base[queries], lam[queries], k=10, mu=1.0)
     assert np.mean([x[0] == str(q) for x, q in zip(approx, queries)]) >= 0.9
     assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)]) >= 0.4
     with pytest.raises(ArtifactError, match="pq_m=7 must divide the vector dimension 768"):

@@ -21,11 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete  # noqa: E402
 from spar.config import load_config  # noqa: E402
 from spar.metrics import evaluate_run  # noqa: E402
+from spar.grid import default_grid, extend_grid, grid_search  # noqa: E402
 from spar.tuning import (  # noqa: E402
     AffineCandidates,
-    default_grid,
-    extend_grid,
-    grid_search,
     hybrid_candidates,
     hybrid_fuse,
     spar_candidates,
@@ -301,7 +299,7 @@ def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_e
         return real(data, split, seed)
 
     monkeypatch.setattr(spar.readers, "evaluation_qrels", recording)
-    monkeypatch.setattr("spar.evaluation.evaluation_qrels", recording)
+    monkeypatch.setattr("spar.experiment.evaluation_qrels", recording)
     stats = tune_stage.run(cfg, force=True)
     assert splits and set(splits) == {"dev"}
 
