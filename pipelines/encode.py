@@ -39,7 +39,12 @@ def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
         wanted.append("dev")
     if data.qrels_test:
         wanted.append("test")
-    return {f"queries-{split}": split_queries(cfg, split).pairs() for split in wanted}
+    sets = {}
+    for split in wanted:
+        queries = split_queries(cfg, split)
+        # qrels-file order, as stored before the split had one owner (unchanged vectors and fingerprints)
+        sets[f"queries-{split}"] = [(q, queries.texts[q]) for q in queries.qrels]
+    return sets
 
 
 def load_encoder(cfg, name: str):

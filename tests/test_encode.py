@@ -172,8 +172,8 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
     result = stage.run(cfg)
     assert "skipped" not in result and result["source"].endswith("passages.arrow")
     emb = out / "embeddings"
-    test_qids = split_queries(cfg, "test").ids  # what evaluate reads
-    dev_qids = split_queries(cfg, "dev").ids  # what tune reads
+    test_qids = list(split_queries(cfg, "test").qrels)  # what evaluate reads (stored in qrels-file order)
+    dev_qids = list(split_queries(cfg, "dev").qrels)  # what tune reads
     assert test_qids and dev_qids and not set(test_qids) & set(dev_qids)
     assert set(dev_qids) == set(evaluation_qrels(cfg.data, "dev", seed=7))
     assert set(dev_qids) != set(evaluation_qrels(cfg.data, "dev", seed=42))  # the seed matters on this sample
