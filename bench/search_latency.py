@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from spar.index import SparIndex, build_spar_index, spar_query_vectors
     from spar.java import pyserini_module
+    from spar.metrics import ranked_run
     from spar.readers import read_qrels, read_queries
     from spar.teachers import build_bm25_index
     from spar.tuning import hybrid_fuse
@@ -145,8 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
         opts = {"hnsw_m": args.hnsw_m, "hnsw_ef_construction": args.hnsw_ef_construction,
                 "hnsw_ef_search": args.hnsw_ef_search}
         start = time.perf_counter()
-        spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type,
-                                  mu=args.mu, **opts)
+        spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type, **opts)
         base_ix = build_spar_index(base_p, None, index_type=index_type, **opts)
         indexes[index_type] = (spar_ix, base_ix)
         print(f"built {index_type} indexes in {time.perf_counter() - start:.0f}s", file=sys.stderr)
@@ -158,15 +158,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     def hybrid_search_one(bq, text):
         scores, rows = base_index.search(bq, k)
-        dense = [(doc_ids[r], float(s)) for r, s in zip(rows[0], scores[0]) if r >= 0]
+        dense = ranked_run(["q"], rows, scores, doc_ids)["q"]
         sparse = [(h.docid, h.score) for h in searcher.search(text, k)]
         return hybrid_fuse(dense, sparse, args.alpha, k=k)
 
     def hybrid_search_batch(bq, texts_, ids_, threads):
         scores, rows = base_index.search(bq, k)
         hits = searcher.batch_search(texts_, ids_, k, threads)
-        return [hybrid_fuse([(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0],
-                            [(h.docid, h.score) for h in hits[q]], args.alpha, k=k) for i, q in enumerate(ids_)]
+        dense = ranked_run(ids_, rows, scores, doc_ids)
+        return [hybrid_fuse(dense[q], [(h.docid, h.score) for h in hits[q]], args.alpha, k=k) for q in ids_]
 
     def measure(threads: int) -> dict:
         faiss.omp_set_num_threads(threads)

@@ -45,7 +45,7 @@ def passage_embeddings(cfg, work_dir: Path, max_length: int | None, threads: int
     """(base, Λ) passage Embeddings of the experiment, or encoded now into ``work_dir`` (cached)."""
     from spar.embeddings import EncodeOptions, encode_passages, load_embeddings
     from spar.encoders import BiEncoder
-    from spar.evaluation import ExperimentInputs
+    from spar.experiment import ExperimentInputs
 
     inputs = ExperimentInputs(cfg)
     try:
@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from spar.config import load_config
-    from spar.evaluation import ExperimentInputs, split_queries
+    from spar.experiment import ExperimentInputs, split_queries
     from spar.index import build_spar_index, spar_query_vectors
-    from spar.metrics import evaluate_run
+    from spar.metrics import evaluate_run, ranked_run
     from spar.tuning import resolve_candidates, spar_candidates, tune_mu, tune_weight
 
     faiss.omp_set_num_threads(args.threads)
@@ -119,9 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     def evaluation_pass():
         q = spar_query_vectors(base_q, lambda_q, mu, variant)
         scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), k)
-        ranked = {qid: [(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0]
-                  for i, qid in enumerate(dev.ids)}
-        return evaluate_run(dev.qrels, ranked, [metric])[metric]
+        return evaluate_run(dev.qrels, ranked_run(dev.ids, rows, scores, doc_ids), [metric])[metric]
 
     def sweep_19():
         cands = spar_candidates(base_q, lambda_q, base_p, lambda_p, dev.ids, doc_ids, variant, candidates)

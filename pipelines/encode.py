@@ -1,7 +1,7 @@
 """Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
 
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
-``queries-test`` (``readers.evaluation_qrels`` + ``data.queries``, when configured). Every split is its own
+``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every split is its own
 resumable artifact; see :mod:`spar.embeddings`.
 """
 
@@ -27,8 +27,9 @@ def passages_source(cfg) -> Path:
 
 
 def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
-    """``{"queries-dev": [(id, text)], "queries-test": [...]}`` for the splits the data section configures."""
-    from spar.readers import evaluation_qrels, read_queries
+    """``{"queries-dev": [(id, text)], "queries-test": [...]}`` for the splits the data section configures: exactly
+    the queries tune and evaluate use (:func:`spar.experiment.split_queries`, seeded by ``experiment.seed``)."""
+    from spar.experiment import split_queries
 
     data = cfg.data
     if not data.queries:
@@ -38,17 +39,11 @@ def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
         wanted.append("dev")
     if data.qrels_test:
         wanted.append("test")
-    if not wanted:
-        return {}
-    qrels = {split: evaluation_qrels(data, split) for split in wanted}
-    texts = {q.id: q.text for q in read_queries(data.queries, cfg.experiment.on_bad_record)}
     sets = {}
-    for split, judged in qrels.items():
-        missing = [q for q in judged if q not in texts]
-        if missing:
-            raise ArtifactError(f"{data.queries}: {len(missing)} {split} queries with judgments have no text "
-                                f"(first: {missing[0]!r})")
-        sets[f"queries-{split}"] = [(q, texts[q]) for q in judged]
+    for split in wanted:
+        queries = split_queries(cfg, split)
+        # qrels-file order, as stored before the split had one owner (unchanged vectors and fingerprints)
+        sets[f"queries-{split}"] = [(q, queries.texts[q]) for q in queries.qrels]
     return sets
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
 from spar.artifacts import write_json_atomic
-from spar.evaluation import ExperimentInputs, evaluate_experiment, wandb_log
+from spar.evaluation import evaluate_experiment, wandb_log
+from spar.experiment import ExperimentInputs
 
-SECTIONS = ["experiment", "data", "evaluate"]
+SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
 SUMMARY = "evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, evaluation/"
 
 

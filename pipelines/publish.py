@@ -15,8 +15,9 @@ from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_c
                             write_json_atomic)
 from spar.errors import ArtifactError
 from spar.evaluation import command_line
+from spar.tuning import TunedWeights, read_tuned
 
-SECTIONS = ["experiment", "data", "publish"]
+SECTIONS = ["experiment", "data", "sample", "label", "train", "encode", "publish"]
 SUMMARY = "export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> model/"
 
 #: Marker of the last successful upload (dot file: never uploaded itself).
@@ -36,12 +37,10 @@ def run(cfg, force: bool = False) -> dict:
 
     out = model_output(cfg)
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
-    tune_dir = artifact_dir(cfg.output_dir, "tune")
     index_dir = artifact_dir(cfg.output_dir, "index")
     if not is_complete(lam_dir):
         raise ArtifactError(f"{lam_dir}: Λ is missing (run `spar train` first)")
-    if not (tune_dir / "tune.json").exists():
-        raise ArtifactError(f"{tune_dir}: missing file 'tune.json' (run `spar tune` first)")
+    tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     if not (index_dir / "index.faiss").exists():
         raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
     results_md = Path(cfg.experiment.results_dir) / f"{cfg.experiment.name}.md"
@@ -49,7 +48,7 @@ def run(cfg, force: bool = False) -> dict:
     inputs = {
         "lambda": read_manifest(lam_dir)["fingerprint"] if is_complete(lam_dir) else file_fingerprint(
             lam_dir / "spar_encoder.json"),
-        "tune": file_fingerprint(tune_dir / "tune.json"),
+        "tune": file_fingerprint(tuned.path),
         "index": file_fingerprint(index_dir / "index.json") if (index_dir / "index.json").exists() else
         file_fingerprint(index_dir / "index.faiss"),
         "base_model": model_fingerprint(base.model),
@@ -63,23 +62,23 @@ def run(cfg, force: bool = False) -> dict:
     skipped = not force and is_complete(out, writer.fingerprint)
     stats: dict = {"skipped": True} if skipped else {}
     if not skipped:
-        stats = _write(cfg, writer, lam_dir, tune_dir, index_dir, results_md)
+        stats = _write(cfg, writer, lam_dir, tuned, index_dir, results_md)
     if cfg.publish.push_to_hub:
         stats.update(_push(cfg, out))
     return stats
 
 
-def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tune_dir: Path, index_dir: Path, results_md: Path) -> dict:
+def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tuned: TunedWeights, index_dir: Path, results_md: Path) -> dict:
     from spar.config import dump_config
     from spar.encoders import BiEncoder
     from spar.publish import SparEncoder, gather_card_facts, publish_model
 
-    tune = json.loads((tune_dir / "tune.json").read_text(encoding="utf-8"))
+    tune = tuned.payload
     index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
-    variant = tune.get("variant") or index_info.get("variant") or cfg.index.variant
+    variant = tuned.variant
     if index_info.get("variant") and index_info["variant"] != variant:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
-                            f"({tune_dir / 'tune.json'}); rebuild the index or re-tune with tune.variant")
+                            f"({tuned.path}); rebuild the index or re-tune with tune.variant")
     base = BiEncoder.from_section(cfg.encode.base)
     from spar.lexical import load_lambda
 
@@ -94,7 +93,7 @@ def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tune_dir: Path, index_dir
         "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant")},
         "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
     }
-    encoder = SparEncoder(base, lam, float(tune["mu"]), variant, metadata={"provenance": provenance})
+    encoder = SparEncoder(base, lam, tuned.mu(variant), variant, metadata={"provenance": provenance})
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = _manifest_or_empty(lam_dir)
     facts = gather_card_facts(cfg, encoder, tune, manifests,

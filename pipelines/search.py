@@ -2,7 +2,7 @@
 
 ``PATH`` is a published model directory (``spar publish`` records the run's index in it, or copies it in with
 ``publish.copy_index=true``) or a run's ``index/`` directory (the run's published ``model/`` beside it encodes the
-query). Logic: :class:`spar.publish.SparSearcher`.
+query). Logic: :class:`spar.search.SparSearcher`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def search_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from spar.publish import SparSearcher
+    from spar.search import SparSearcher
 
     query = " ".join(args.query)
     searcher = SparSearcher.open(args.index_dir)

@@ -8,10 +8,11 @@ W&B (``evaluate.wandb_mode``). Logic: :func:`spar.tuning.tune_experiment`.
 from __future__ import annotations
 
 from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, is_complete, write_json_atomic
-from spar.evaluation import ExperimentInputs, wandb_log
+from spar.evaluation import wandb_log
+from spar.experiment import ExperimentInputs
 from spar.tuning import plot_curve, tune_experiment
 
-SECTIONS = ["experiment", "data", "tune"]
+SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
 SUMMARY = "tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/"
 
 

@@ -45,7 +45,7 @@ LAYOUT = {
     "labels": "labels",  # label: Arrow shards of teacher positives/negatives
     "lambda": "lambda",  # train: Λ query/passage encoders (HF + safetensors), Lightning checkpoints
     "embeddings": "embeddings",  # encode: <encoder>/<corpus|queries-split>/ .npy shards
-    "tune": "tune",  # tune: mu.json, alpha, curve PNG
+    "tune": "tune",  # tune: tune.json (mu per variant, alpha), curve PNGs
     "index": "index",  # index: FAISS index of [P, PΛ]
     "evaluation": "evaluation",  # evaluate: TREC run files, per-system metrics
     "model": "model",  # publish: the combined SPAR model directory

@@ -29,8 +29,10 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 import re
-from importlib import resources
+import sys
+import sysconfig
 from pathlib import Path
 from typing import Any, Literal
 
@@ -404,11 +406,23 @@ class SparConfig(Section):
 
 
 def default_config_path() -> Path:
-    """The embedded default experiment: ``configs/default.yaml`` of the source tree, else the packaged copy."""
+    """The embedded default experiment: ``configs/default.yaml`` of the source tree (a checkout or an editable
+    install), else the copy a wheel installs under ``<prefix>/share/spar/configs/`` next to ``share/spar/data/``
+    (pyproject's data-files), so the config's relative data paths resolve the same way in both."""
     repo_copy = Path(__file__).resolve().parent.parent / "configs" / DEFAULT_CONFIG_NAME
     if repo_copy.exists():
         return repo_copy
-    return Path(str(resources.files("spar") / "resources" / DEFAULT_CONFIG_NAME))
+    candidates = [Path(sysconfig.get_path("data")), Path(sys.prefix)]
+    user_scheme = f"{os.name}_user"
+    if user_scheme in sysconfig.get_scheme_names():  # pip install --user
+        candidates.append(Path(sysconfig.get_path("data", user_scheme)))
+    candidates = list(dict.fromkeys(candidates))
+    for prefix in candidates:
+        installed = prefix / "share" / "spar" / "configs" / DEFAULT_CONFIG_NAME
+        if installed.exists():
+            return installed
+    raise ConfigError(f"the default config {DEFAULT_CONFIG_NAME} is not installed (looked in {repo_copy} and "
+                      f"{', '.join(str(p / 'share' / 'spar' / 'configs') for p in candidates)}); pass --config")
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

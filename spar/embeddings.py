@@ -630,16 +630,11 @@ def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_forma
         if not path.exists():
             raise ArtifactError(f"passages not found: {path}")
         if path.suffix == ".arrow":
-            table = read_table(path)
-            n = table.num_rows
+            from spar.passages import PassagesTable
 
-            def arrow_shards() -> Iterator[list[tuple[str, Any]]]:
-                for start in range(0, n, shard_size):
-                    piece = table.slice(start, shard_size)
-                    ids, titles, texts = (piece.column(c).to_pylist() for c in ("id", "title", "text"))
-                    yield list(zip(ids, zip(titles if use_titles else [""] * len(ids), texts)))
-
-            return arrow_shards(), {"passages": file_fingerprint(path)}, n
+            table = PassagesTable.open(path, use_titles)
+            shards = (list(zip(ids, zip(titles, texts))) for ids, titles, texts in table.iter_slices(shard_size))
+            return shards, {"passages": file_fingerprint(path)}, len(table)
         from spar.readers import read_corpus
 
         stream = ((p.id, (p.title if use_titles else "", p.text))

@@ -119,7 +119,7 @@ class FrontierReport:
 
 
 def _top_run(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], k: int):
-    from spar.evaluation import dense_search
+    from spar.experiment import dense_search
 
     return dense_search(np.ascontiguousarray(q, dtype=np.float32), np.ascontiguousarray(p, dtype=np.float32),
                         query_ids, doc_ids, k)
@@ -130,7 +130,7 @@ class FrontierInputs:
 
     def __init__(self, cfg):
         from spar.embeddings import load_embeddings
-        from spar.evaluation import ExperimentInputs, split_queries
+        from spar.experiment import ExperimentInputs, split_queries
         from spar.lexical import corpus_texts
         from spar.lexical.terms import BM25Weights
 
@@ -178,9 +178,9 @@ class FrontierInputs:
             table = model.embedding.weight.detach().cpu().numpy()
             return (np.asarray(self.passage_terms @ table, dtype=np.float32),
                     {s: np.asarray(m @ table, dtype=np.float32) for s, m in self.query_terms.items()})
-        from spar.training_data import PassageStore
+        from spar.passages import PassagesTable
 
-        store = PassageStore(self.passages_arrow, self.cfg.data.title_field)
+        store = PassagesTable(self.passages_arrow, self.cfg.data.title_field)
         passages = store.get(np.arange(len(store)))
         return model.encode_passage(passages), {s.split: model.encode_query(list(s.texts.values()))
                                                 for s in (self.dev, self.test)}

@@ -11,8 +11,12 @@ SPAR combines a base dense retriever (P, Q) with the lexical model Λ (PΛ, QΛ)
 ``flat`` (``IndexFlatIP``, exact), ``hnsw`` (``IndexHNSWFlat``), ``ivfpq`` (``IndexIVFPQ`` trained on a sample).
 
 A saved index is a directory: ``index.faiss``, ``ids.arrow`` (schemas.EMBEDDING_IDS) and ``index.json`` (variant,
-type, both encoders' fingerprints and dimensions, count, default μ, search parameters). :meth:`SparIndex.search`
+type, both encoders' fingerprints and dimensions, count, search parameters). The index stores vectors, not μ: the
+caller passes μ to :meth:`SparIndex.search` (from :func:`spar.tuning.read_tuned` or a published model), which
 refuses query vectors from other encoders or of another dimension.
+
+:func:`spar_query_vectors` and :func:`spar_passage_vectors` are the one implementation of the SPAR formula (the
+published :class:`spar.publish.SparEncoder` uses them too).
 
 Example::
 
@@ -221,7 +225,7 @@ class SparIndex:
     # -- construction ----------------------------------------------------------------------------------------
     @classmethod
     def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
-              index_type: IndexType = "flat", mu: float = 1.0, options: IndexOptions | None = None,
+              index_type: IndexType = "flat", options: IndexOptions | None = None,
               **opts: Any) -> "SparIndex":
         """Build from two matrices or two :class:`~spar.embeddings.Embeddings` (ids and fingerprints checked)."""
         options = options or IndexOptions(**opts)
@@ -245,7 +249,7 @@ class SparIndex:
         info = {
             "variant": variant, "type": index_type, "count": n, "dim": int(index.d),
             "base_dim": int(base_p.shape[1]), "lambda_dim": int(lambda_p.shape[1]),
-            "base_fingerprint": base_fp, "lambda_fingerprint": lambda_fp, "mu": float(mu),
+            "base_fingerprint": base_fp, "lambda_fingerprint": lambda_fp,
             "options": {k: v for k, v in options.__dict__.items() if k != "threads"},
         }
         return cls(index, ids, info)
@@ -297,10 +301,6 @@ class SparIndex:
     def variant(self) -> str:
         return self.info["variant"]
 
-    @property
-    def mu(self) -> float:
-        return float(self.info.get("mu", 1.0))
-
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -327,15 +327,14 @@ class SparIndex:
             pairs.append(q)
         return pairs[0], pairs[1]
 
-    def search(self, base_q, lambda_q, k: int, mu: float | None = None) -> tuple[np.ndarray, list[list[str | None]]]:
-        """Top-``k`` passages for each query: ``sim + μ·simΛ`` (concat); μ defaults to the tuned value.
+    def search(self, base_q, lambda_q, k: int, mu: float) -> tuple[np.ndarray, list[list[str | None]]]:
+        """Top-``k`` passages for each query: ``sim + μ·simΛ`` (concat); μ comes from the caller (tuned by ``tune``).
 
         ``base_q``/``lambda_q``: matrices [n, dim] or :class:`~spar.embeddings.Embeddings` (whose encoder
         fingerprints must match the index's). Returns scores [n, k] and ids (``None`` where fewer than k exist).
         """
         base_q, lambda_q = self.check_query_side(base_q, lambda_q)
-        return self.search_vectors(spar_query_vectors(base_q, lambda_q, self.mu if mu is None else mu,
-                                                      self.variant), k)
+        return self.search_vectors(spar_query_vectors(base_q, lambda_q, mu, self.variant), k)
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str | None]]]:
         """Search with ready-made query vectors (``[Q, μ·QΛ]`` for concat)."""

@@ -10,7 +10,7 @@ needed. Two traps are avoided here (see README, "Pyserini"):
 
 Call :func:`start_jvm` before importing anything from ``pyserini``; :func:`pyserini_module` does both.
 
-Example::
+Example (skipped in the doctest run: it starts the JVM, which stays in the process)::
 
     >>> from spar.java import pyserini_module
     >>> lucene = pyserini_module("pyserini.search.lucene")   # doctest: +SKIP

@@ -15,7 +15,7 @@ Several machines: ``num_shards=N, shard_index=i`` labels the global shards ``s``
 part directories into ``labels/`` with the manifest a single-machine run would have written; ``spar label`` does it
 by itself once every part directory is present in the output directory (shared file system, or copied there).
 
-Example::
+Example (skipped in the doctest run: it needs a run's teacher index and queries, and starts the JVM)::
 
     >>> from spar.teachers import BM25Searcher
     >>> from spar.labelling import LabelSettings, label_queries
@@ -98,9 +98,10 @@ def select(hits: Sequence[tuple[str, float]], n_positives: int, n_negatives: int
 
 
 def passage_row_map(passages_arrow: str | Path) -> dict[str, int]:
-    """passage id -> row in ``passages.arrow``."""
-    table = schemas.read_table(passages_arrow)
-    return dict(zip(table.column("id").to_pylist(), table.column("row").to_pylist()))
+    """passage id -> row in ``passages.arrow`` (a dict: :func:`build_label_table` looks ids up one hit at a time)."""
+    from spar.passages import PassagesTable
+
+    return PassagesTable(passages_arrow).row_map()
 
 
 def shard_name(index: int) -> str:

@@ -68,6 +68,17 @@ def as_scored(ranked: Ranked) -> dict[str, dict[str, float]]:
     return {qid: {doc: float(score) for doc, score in hits} for qid, hits in ranked.items()}
 
 
+def ranked_run(query_ids: Sequence[str], rows, scores, doc_ids: Sequence[str]) -> dict[str, list[tuple[str, float]]]:
+    """The ranked run of a top-k search: query ``i`` gets ``(doc_ids[rows[i, j]], scores[i, j])`` for every
+    ``rows[i, j] >= 0`` (FAISS pads missing hits with -1), best first as searched.
+
+    >>> ranked_run(["q1", "q2"], [[1, 0], [0, -1]], [[2.0, 1.0], [0.5, 0.0]], ["d0", "d1"])
+    {'q1': [('d1', 2.0), ('d0', 1.0)], 'q2': [('d0', 0.5)]}
+    """
+    return {qid: [(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0]
+            for i, qid in enumerate(query_ids)}
+
+
 def per_query_values(qrels: Qrels, run: Mapping[str, Mapping[str, float]], measure: str) -> dict[str, float]:
     """ir_measures' value of one measure for each query of ``run`` (``{qid: {docid: score}}``) judged in qrels."""
     import ir_measures

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 from importlib import resources
 from pathlib import Path
 
@@ -144,12 +143,3 @@ def model_fingerprint(name_or_path: str) -> str:
             with f.open("rb") as fh:
                 h.update(fh.read(1 << 16))
     return h.hexdigest()[:16]
-
-
-def describe(name_or_path: str) -> str:
-    resolved = resolve_model(name_or_path)
-    return f"{name_or_path} ({'hub' if isinstance(resolved, str) else resolved})"
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())

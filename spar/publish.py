@@ -9,7 +9,7 @@ The directory is at once
 - four plain **Hugging Face** models (``query/base``, ``query/lambda``, ``document/base``, ``document/lambda``: each
   ``config.json``, ``model.safetensors`` and tokenizer files) for ``transformers.AutoModel``;
 - a **spar** model (``spar_model.json``: μ, variant, pooling/normalisation/prefixes/lengths of each encoder, where
-  the index and passages of the run are) for :class:`SparEncoder` and ``spar search``;
+  the index and passages of the run are) for :class:`SparEncoder` and ``spar search`` (:mod:`spar.search`);
 - a model card (``README.md``) with Hugging Face metadata.
 
 Layout::
@@ -26,7 +26,7 @@ Layout::
       document/spar_combination.json       document route: weights 1 and 1
       document/base/, document/lambda/
 
-Loading::
+Loading (skipped in the doctest run: it needs a published run under ``runs/``)::
 
     >>> from spar.publish import SparEncoder                                   # doctest: +SKIP
     >>> enc = SparEncoder.from_pretrained("runs/scifact-sample/model")        # doctest: +SKIP
@@ -42,16 +42,16 @@ Loading::
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
 from spar.errors import ArtifactError, SparError
+from spar.index import spar_passage_vectors, spar_query_vectors
 
 MODEL_CONFIG = "spar_model.json"
 MODEL_FORMAT = "spar-model"
@@ -65,26 +65,6 @@ LEXICAL_FILES = ("lexical_bag.json", "vocab.txt", "model.safetensors")
 #: Licences of the models spar bundles, for the model card.
 KNOWN_LICENSES = {"all-minilm-l6-v2": "apache-2.0", "sentence-transformers/all-minilm-l6-v2": "apache-2.0"}
 KNOWN_HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The combination itself (numpy), as the index builds it
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def combine_query_vectors(base_q: np.ndarray, lambda_q: np.ndarray, mu: float, variant: str) -> np.ndarray:
-    """``[Q, μ·QΛ]`` (concat) or ``Q + μ·QΛ`` (sum), float32."""
-    base_q, lambda_q = np.asarray(base_q, np.float32), np.asarray(lambda_q, np.float32)
-    if variant == "concat":
-        return np.hstack([base_q, np.float32(mu) * lambda_q])
-    if variant == "sum":
-        return base_q + np.float32(mu) * lambda_q
-    raise ValueError(f"unknown variant {variant!r} (expected 'concat' or 'sum')")
-
-
-def combine_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: str) -> np.ndarray:
-    """``[P, PΛ]`` (concat) or ``P + PΛ`` (sum), float32."""
-    return combine_query_vectors(base_p, lambda_p, 1.0, variant)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -153,15 +133,15 @@ class SparEncoder:
     def encode_queries(self, texts: Iterable[str], batch_size: int = 64, mu: float | None = None) -> np.ndarray:
         """SPAR query vectors ``[Q(q), μ·QΛ(q)]`` [n, dim] float32 (``mu`` overrides ``self.mu`` for this call)."""
         texts = list(texts)
-        return combine_query_vectors(self.base.encode_query(texts, batch_size),
-                                     self.lambda_.encode_query(texts, batch_size),
-                                     self.mu if mu is None else mu, self.variant)
+        return spar_query_vectors(self.base.encode_query(texts, batch_size),
+                                  self.lambda_.encode_query(texts, batch_size),
+                                  self.mu if mu is None else mu, self.variant)
 
     def encode_passages(self, passages: Iterable, batch_size: int = 64) -> np.ndarray:
         """SPAR passage vectors ``[P(p), PΛ(p)]``; passages are ``(title, text)`` tuples or strings."""
         passages = list(passages)
-        return combine_passage_vectors(self.base.encode_passage(passages, batch_size),
-                                       self.lambda_.encode_passage(passages, batch_size), self.variant)
+        return spar_passage_vectors(self.base.encode_passage(passages, batch_size),
+                                    self.lambda_.encode_passage(passages, batch_size), self.variant)
 
     @staticmethod
     def similarity(q: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -681,132 +661,3 @@ def publish_model(encoder: SparEncoder, directory: str | Path, facts: ModelCardF
         config["index"] = {"index_dir": "index", "passages": "index/passages.arrow" if passages else None}
         _write_json(d / MODEL_CONFIG, config)
     return d
-
-
-def resolve_index_location(model_dir: str | Path) -> tuple[Path, Path | None]:
-    """Where a published model's index and passages are: inside it (``index/``) or recorded at publish time."""
-    d = Path(model_dir)
-    config = json.loads((d / MODEL_CONFIG).read_text(encoding="utf-8"))
-    index = config.get("index") or {}
-    if not index.get("index_dir"):
-        if (d / "index").is_dir():
-            return d / "index", (d / "index" / "passages.arrow") if (d / "index" / "passages.arrow").exists() else None
-        raise ArtifactError(f"{d}: the model records no index (publish with publish.copy_index=true, or pass the "
-                            "run's index directory to `spar search`)")
-    index_dir = Path(index["index_dir"])
-    index_dir = index_dir if index_dir.is_absolute() else d / index_dir
-    passages = index.get("passages")
-    passages_path = None if not passages else (Path(passages) if Path(passages).is_absolute() else d / passages)
-    if not index_dir.exists():
-        raise ArtifactError(f"{d / MODEL_CONFIG}: the recorded index {index_dir} does not exist (moved or deleted?)")
-    return index_dir, passages_path
-
-
-def find_passages_file(index_dir: Path) -> Path | None:
-    """``queries/passages.arrow`` of the run an index belongs to (``<output_dir>/index`` -> ``<output_dir>``)."""
-    for candidate in (index_dir / "passages.arrow", index_dir.parent / "queries" / "passages.arrow"):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def lookup_passages(passages_path: Path, ids: Sequence[str]) -> list[dict[str, Any] | None]:
-    """Rows of ``passages.arrow`` for these passage ids (memory-mapped; vectorised lookup), ``None`` if absent."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from spar.schemas import read_table
-
-    table = read_table(passages_path)
-    positions = pc.index_in(pa.array([str(i) for i in ids], pa.string()), value_set=table.column("id"))
-    out: list[dict[str, Any] | None] = []
-    for pos in positions.to_pylist():
-        out.append(None if pos is None else {k: table.column(k)[pos].as_py() for k in ("row", "id", "title", "text")})
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Searching with a published model
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Hit:
-    rank: int
-    id: str
-    score: float
-    title: str = ""
-    text: str = ""
-
-
-class SparSearcher:
-    """A published SPAR model with its FAISS index and passages: ``search(queries, k, mu)`` -> hits.
-
-    Open it from the model directory (which records or holds the index) or from a run's ``index/`` directory
-    (the model is then the run's published ``model/`` beside it). Encoders always come from a published model
-    directory, because only it records every setting (pooling, normalisation, prefixes, lengths) the index's
-    vectors were made with; the index's encoder fingerprints are checked against the ones recorded at publish time.
-
-    Example::
-
-        >>> searcher = SparSearcher.open("runs/scifact-sample/model")            # doctest: +SKIP
-        >>> [h.id for h in searcher.search(["what causes scurvy"], k=3)[0]]     # doctest: +SKIP
-    """
-
-    def __init__(self, encoder: SparEncoder, index, passages: Path | None, model_dir: Path, index_dir: Path):
-        self.encoder, self.index, self.passages = encoder, index, passages
-        self.model_dir, self.index_dir = model_dir, index_dir
-
-    @classmethod
-    def open(cls, path: str | Path, device: str = "cpu") -> "SparSearcher":
-        from spar.index import SparIndex
-
-        p = Path(path)
-        if is_model_dir(p):
-            model_dir = p
-            check_model_dir(model_dir)
-            index_dir, passages = resolve_index_location(model_dir)
-        elif (p / "index.faiss").exists():
-            index_dir, model_dir = p, p.parent / "model"
-            if not is_model_dir(model_dir):
-                raise ArtifactError(f"{p}: found the index but no published model at {model_dir} to encode queries "
-                                    "with (run `spar publish`, or pass the model directory instead)")
-            passages = None
-        elif not p.exists():
-            raise ArtifactError(f"{p}: no such directory")
-        else:
-            raise ArtifactError(f"{p}: neither a SPAR model directory ({MODEL_CONFIG}) nor an index directory "
-                                "(index.faiss)")
-        if passages is None or not Path(passages).exists():
-            passages = find_passages_file(index_dir)
-        index = SparIndex.load(index_dir)
-        encoder = SparEncoder.from_pretrained(model_dir, device=device)
-        recorded = (encoder.metadata.get("provenance") or {}).get("index_fingerprints") or {}
-        for key in ("base_fingerprint", "lambda_fingerprint"):
-            if recorded.get(key) and index.info.get(key) and recorded[key] != index.info[key]:
-                raise ArtifactError(f"{index_dir} was built with another {key.split('_')[0]} encoder "
-                                    f"({index.info[key]}) than the model in {model_dir} ({recorded[key]}); "
-                                    "re-run `spar publish` after `spar index`")
-        if index.variant != encoder.variant:
-            raise ArtifactError(f"{index_dir} is a '{index.variant}' index but {model_dir} is a "
-                                f"'{encoder.variant}' model")
-        return cls(encoder, index, Path(passages) if passages else None, model_dir, index_dir)
-
-    def search(self, queries: Sequence[str], k: int = 10, mu: float | None = None) -> list[list[Hit]]:
-        """Top-``k`` passages per query by ``sim + μ·simΛ`` (μ: ``mu``, else the model's tuned μ)."""
-        queries = list(queries)
-        base_q = self.encoder.base.encode_query(queries)
-        lambda_q = self.encoder.lambda_.encode_query(queries)
-        scores, ids = self.index.search(base_q, lambda_q, k, mu=self.encoder.mu if mu is None else mu)
-        flat = [i for row in ids for i in row if i is not None]
-        found = dict(zip(flat, lookup_passages(self.passages, flat))) if self.passages and flat else {}
-        results = []
-        for row_scores, row_ids in zip(scores, ids):
-            hits = []
-            for rank, (score, pid) in enumerate(zip(row_scores, row_ids), start=1):
-                if pid is None:
-                    continue
-                passage = found.get(pid) or {}
-                hits.append(Hit(rank, pid, float(score), passage.get("title", ""), passage.get("text", "")))
-            results.append(hits)
-        return results

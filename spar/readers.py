@@ -303,11 +303,6 @@ def read_qrels(
     return qrels
 
 
-def load_queries_for(qrels: dict[str, dict[str, int]], queries_path: str | Path) -> dict[str, str]:
-    """The text of every query that has a judgment (BEIR queries files hold every split)."""
-    return {q.id: q.text for q in read_queries(queries_path) if q.id in qrels}
-
-
 def evaluation_qrels(data, split: str, seed: int = 42, *, known_queries: set[str] | None = None,
                      known_passages: set[str] | None = None, on_bad_record: OnBad = "fail",
                      stats: ReadStats | None = None) -> dict[str, dict[str, int]]:

@@ -41,13 +41,14 @@ from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Literal
 
 import blingfire
 import pyarrow as pa
 
 from spar import schemas
 from spar.errors import BadRecordError
+from spar.passages import PassagesTable
 from spar.readers import Passage, ReadStats
 
 Strategy = Literal["wiki", "all", "uniform"]
@@ -302,15 +303,6 @@ def write_passages(passages: Iterable[Passage], path: Path, positions: ArticlePo
     return row, raw_positions, from_field
 
 
-def iter_passage_batches(path: Path, batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``passages.arrow`` (memory-mapped)."""
-    with schemas.open_ipc(path) as reader:
-        for i in range(reader.num_record_batches):
-            batch = reader.get_batch(i)
-            for offset in range(0, batch.num_rows, batch_rows):
-                yield batch.slice(offset, batch_rows)
-
-
 class DevSplit:
     """Seeded dev hold-out: a query is a dev candidate when its (seed, id) hash falls under ``fraction``; when more
     than ``cap`` qualify, the ``cap`` with the smallest hash stay dev (independent of reading order)."""
@@ -414,7 +406,7 @@ def write_query_set(
         splits.clear()
 
     bar = tqdm(total=n_passages, desc="sampling sentences", unit=" passages", disable=not progress, mininterval=1.0)
-    for batch in iter_passage_batches(passages_path):
+    for batch in PassagesTable(passages_path).iter_batches():
         rows, ids, texts = (batch.column(n).to_pylist() for n in ("row", "id", "text"))
         for row, pid, text in zip(rows, ids, texts):
             position = 0

@@ -356,9 +356,9 @@ def build_module(model: LexicalModel, train: TrainSection, passages_path: str | 
                           len(pool.pool_rows))
     options = {"passage_max_length": train.passage_max_length, "passages_path": passages_path}
     if model.kind == "static":
-        from spar.training_data import PassageStore
+        from spar.passages import PassagesTable
 
-        store = PassageStore(passages_path, use_title)
+        store = PassagesTable(passages_path, use_title)
         options["corpus_texts"] = [" ".join(x for x in pair if x) for pair in store.get(np.arange(len(store)))]
     preparer = model.batch_preparer(**options)
     gpu_preparer = model.batch_preparer(**options, pad_to_multiple_of=8) if model.kind == "transformer" else preparer

@@ -1,6 +1,6 @@
 """Training data for Λ: memory-mapped labels and passages, seeded resumable batches, the validation surrogate.
 
-- :class:`LabelStore` / :class:`PassageStore` memory-map the label shards (:data:`spar.schemas.LABELS`) and
+- :class:`LabelStore` / :class:`PassagesTable` memory-map the label shards (:data:`spar.schemas.LABELS`) and
   ``queries/passages.arrow``.
 - :class:`ContrastiveBatchSampler` draws, each epoch, every training query's positive and hard negatives (seeded by
   ``(seed, epoch)``), optionally grouping passages of similar length, and splits global batches across DDP ranks;
@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader, Sampler
 
 from spar.config import TrainSection
 from spar.errors import ArtifactError, ConfigError
-from spar.schemas import LABELS, PASSAGES, read_shards, read_table
+from spar.passages import PassagesTable
+from spar.schemas import LABELS, read_shards
 
 log = logging.getLogger(__name__)
 
@@ -143,41 +144,6 @@ class LabelStore:
 
     def queries(self, idx: Sequence[int]) -> list[str]:
         return self.table.column("query").take(pa.array(np.asarray(idx, dtype=np.int64))).to_pylist()
-
-
-class PassageStore:
-    """``queries/passages.arrow`` memory-mapped; passages are fetched by row (the label's ``*_rows``)."""
-
-    def __init__(self, passages_path: str | Path, use_title: bool = True):
-        self.path = Path(passages_path)
-        if not self.path.exists():
-            raise ArtifactError(f"{self.path}: passages file missing (run the sample stage)")
-        self.table = read_table(self.path)
-        missing = [f.name for f in PASSAGES if f.name not in self.table.column_names]
-        if missing:
-            raise ArtifactError(f"{self.path}: lacks columns {missing} (schema spar.schemas.PASSAGES)")
-        n = self.table.num_rows
-        rows = self.table.column("row")
-        if n and (rows[0].as_py() != 0 or rows[n - 1].as_py() != n - 1):
-            raise ArtifactError(f"{self.path}: column 'row' must number passages 0..{n - 1} in file order")
-        self.use_title = use_title
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def get(self, rows: Sequence[int]) -> list[tuple[str, str]]:
-        taken = self.table.select(["title", "text"]).take(pa.array(np.asarray(rows, dtype=np.int64)))
-        texts = taken.column("text").to_pylist()
-        if not self.use_title:
-            return [("", t) for t in texts]
-        return list(zip(taken.column("title").to_pylist(), texts))
-
-    def char_lengths(self) -> np.ndarray:
-        """Characters of title + text per row (a cheap proxy for token length, for length-grouped batches)."""
-        length = pc.utf8_length(self.table.column("text"))
-        if self.use_title:
-            length = pc.add(length, pc.utf8_length(self.table.column("title")))
-        return length.to_numpy().astype(np.int32)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -308,7 +274,7 @@ class TrainBatchDataset(torch.utils.data.Dataset):
         self.kl_passages = kl_passages
         self.random_negatives, self.seed = random_negatives, seed
         self._labels: LabelStore | None = None
-        self._passages: PassageStore | None = None
+        self._passages: PassagesTable | None = None
 
     # Memory maps are opened lazily in each worker process and never pickled.
     def __getstate__(self) -> dict[str, Any]:
@@ -321,9 +287,9 @@ class TrainBatchDataset(torch.utils.data.Dataset):
         return self._labels
 
     @property
-    def passages(self) -> PassageStore:
+    def passages(self) -> PassagesTable:
         if self._passages is None:
-            self._passages = PassageStore(self.passages_path, self.use_title)
+            self._passages = PassagesTable(self.passages_path, self.use_title)
         return self._passages
 
     def __len__(self) -> int:  # batches come from the batch sampler; the length is never used for indexing
@@ -417,7 +383,7 @@ class EncodeDataset(torch.utils.data.Dataset):
         self.kind, self.keys = kind, np.asarray(keys, dtype=np.int64)
         self.labels_dir, self.passages_path, self.use_title = Path(labels_dir), Path(passages_path), use_title
         self.preparer = preparer
-        self._store: LabelStore | PassageStore | None = None
+        self._store: LabelStore | PassagesTable | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_store": None}
@@ -432,7 +398,7 @@ class EncodeDataset(torch.utils.data.Dataset):
         keys = self.keys[np.asarray(positions, dtype=np.int64)]
         if self._store is None:
             self._store = (LabelStore(self.labels_dir) if self.kind == "query"
-                           else PassageStore(self.passages_path, self.use_title))
+                           else PassagesTable(self.passages_path, self.use_title))
         if self.kind == "query":
             tokens = self.preparer.queries(self._store.queries(keys))
         else:
@@ -504,7 +470,7 @@ class LabelDataModule(pl.LightningDataModule):
         self.cfg, self.preparer, self.gpu_preparer = train, preparer, gpu_preparer or preparer
         self.seed, self.use_title = seed, use_title
         self.labels = LabelStore(self.labels_dir)
-        self.passages = PassageStore(self.passages_path, use_title)
+        self.passages = PassagesTable(self.passages_path, use_title)
         self.train_indices = self.labels.split_indices("train")
         if len(self.train_indices) == 0:
             raise ArtifactError(f"{self.labels_dir}: no labelled queries with split 'train'")

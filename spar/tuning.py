@@ -8,117 +8,31 @@ Only the candidate set is an approximation (a passage outside every part's top-k
 combined top-k); :func:`confirm_mu` therefore re-checks the chosen μ with one real search of the combined FAISS
 index.
 
-The grid (:func:`default_grid`) is {0.1, ..., 1.0} ∪ reciprocals (19 values). When the best value lies at an
-edge the grid is extended by one decade beyond it (:func:`extend_grid`), up to ``max_extensions`` times: the
-scores of two models can differ by orders of magnitude (SciFact, MiniLM + Λ: μ ≈ 0.01).
+The weight grid and its search live in :mod:`spar.grid`.
 
-Example::
-
-    >>> from spar.tuning import default_grid, grid_search
-    >>> len(default_grid())
-    19
-    >>> import math
-    >>> result = grid_search(lambda mu: -abs(math.log10(mu) + 2), default_grid(), max_extensions=3)
-    >>> result.best, result.extensions
-    (0.01, 2)
+``tune/tune.json`` is the one record of μ and α: :func:`read_tuned` is its one reader (``evaluate`` and ``publish``
+use it; the index stores vectors only, so ``index`` does not depend on ``tune``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from spar.metrics import Qrels, evaluate_run, measure_depth
+from spar.artifacts import artifact_dir, is_complete
+from spar.errors import ArtifactError
+from spar.experiment import ExperimentInputs, dense_search, split_queries, top_k
+from spar.grid import GridSearch, grid_search, grid_values
+from spar.metrics import Qrels, evaluate_run, measure_depth, ranked_run
 
 log = logging.getLogger(__name__)
 
 Variant = Literal["concat", "sum"]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The grid
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _clean(value: float) -> float:
-    return float(f"{value:.6g}")
-
-
-def default_grid() -> list[float]:
-    """{0.1, 0.2, ..., 1.0} ∪ {1/0.9, 1/0.8, ..., 10}: 19 values, log-symmetric around 1."""
-    tenths = [i / 10 for i in range(1, 11)]
-    return sorted({_clean(v) for v in tenths} | {_clean(1 / v) for v in tenths})
-
-
-def extend_grid(grid: Sequence[float], side: Literal["low", "high"]) -> list[float]:
-    """Add one decade beyond an edge: the grid's outermost decade scaled by 1/10 (low) or 10 (high).
-
-    ``default_grid()`` extended low gains 0.01, ..., 0.09; extended high it gains 11.1, 12.5, ..., 100.
-    """
-    values = sorted(set(grid))
-    if not values or values[0] <= 0:
-        raise ValueError("grid values must be positive")
-    if side == "low":
-        edge = values[0]
-        decade = [v for v in values if v < edge * 10 - 1e-12] or [edge]
-        new = {_clean(v / 10) for v in decade}
-    elif side == "high":
-        edge = values[-1]
-        decade = [v for v in values if v > edge / 10 + 1e-12] or [edge]
-        new = {_clean(v * 10) for v in decade}
-    else:
-        raise ValueError(f"side must be 'low' or 'high', not {side!r}")
-    return sorted(set(values) | new)
-
-
-@dataclass
-class GridSearch:
-    """Outcome of :func:`grid_search`: the best value, every value tried and its score."""
-
-    best: float
-    best_score: float
-    grid: list[float]
-    scores: dict[float, float]
-    extensions: int = 0
-    at_edge: bool = False  # still at an edge after max_extensions
-
-    def scores_by_name(self) -> dict[str, float]:
-        """Scores keyed by the value's short decimal form (JSON keys)."""
-        return {f"{v:g}": round(self.scores[v], 6) for v in sorted(self.scores)}
-
-
-def _pick_best(scores: Mapping[float, float]) -> float:
-    # Ties go to the value closest to 1 in log space: no needless extension on a plateau that reaches an edge.
-    top = max(scores.values())
-    tied = [v for v, s in scores.items() if s >= top - 1e-12]
-    return min(tied, key=lambda v: (abs(math.log(v)), v))
-
-
-def grid_search(objective: Callable[[float], float], grid: Sequence[float] | None = None,
-                max_extensions: int = 4) -> GridSearch:
-    """Maximise ``objective`` over ``grid`` (default :func:`default_grid`), extending it past an edge optimum."""
-    values = sorted(set(grid)) if grid else default_grid()
-    scores: dict[float, float] = {}
-    extensions = 0
-    while True:
-        for v in values:
-            if v not in scores:
-                scores[v] = float(objective(v))
-        best = _pick_best(scores)
-        side = "low" if best == values[0] else "high" if best == values[-1] else None
-        if side is None or extensions >= max_extensions or len(values) == 1:
-            break
-        values = extend_grid(values, side)
-        extensions += 1
-        log.info("best weight %g is at the %s edge of the grid; extending to %g..%g", best, side, values[0], values[-1])
-    at_edge = len(values) > 1 and best in (values[0], values[-1])
-    if at_edge:
-        log.warning("best weight %g is still at the edge of the grid after %d extensions", best, extensions)
-    return GridSearch(best, scores[best], values, scores, extensions, at_edge)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -156,15 +70,10 @@ class AffineCandidates:
         top_rows = np.where(np.isfinite(top_scores), top_rows, -1)
         return top_rows, top_scores
 
-    def ranking(self, rows: np.ndarray, scores: np.ndarray) -> list[tuple[str, float]]:
-        """One query's (passage id, score) list from a row of :meth:`top`."""
-        keep = rows >= 0
-        return [(self.doc_ids[r], float(s)) for r, s in zip(rows[keep].tolist(), scores[keep].tolist())]
-
     def rank(self, weight: float, depth: int) -> dict[str, list[tuple[str, float]]]:
         """The top-``depth`` ranking of every query under ``s0 + weight·s1`` (padding never ranks)."""
         rows, scores = self.top(weight, depth)
-        return {qid: self.ranking(rows[i], scores[i]) for i, qid in enumerate(self.query_ids)}
+        return ranked_run(self.query_ids, rows.tolist(), scores.tolist(), self.doc_ids)
 
 
 class IncrementalMetric:
@@ -232,16 +141,6 @@ class IncrementalMetric:
                 self.memo[i][signature[k].tobytes()] = values[k]
             self.evaluated_queries += len(misses)
         return float(values.sum() / len(self.judged))
-
-
-def top_k(queries: np.ndarray, passages: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first."""
-    import faiss
-
-    k = min(k, passages.shape[0])
-    scores, rows = faiss.knn(np.ascontiguousarray(queries, dtype=np.float32),
-                             np.ascontiguousarray(passages, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
-    return scores, rows
 
 
 #: Up to this many query x passage scores, a part's whole score matrix is computed with one BLAS call (cheaper
@@ -416,8 +315,7 @@ def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lam
                              variant, "flat")
     q = spar_query_vectors(base_q, lambda_q, mu, variant)
     scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), min(depth, len(doc_ids)))
-    ranked = {qid: [(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0]
-              for i, qid in enumerate(query_ids)}
+    ranked = ranked_run(query_ids, rows, scores, doc_ids)
     return evaluate_run(qrels, ranked, [metric])[metric], ranked
 
 
@@ -447,16 +345,6 @@ def plot_curve(path, results: Mapping[str, GridSearch], metric: str, xlabel: str
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def grid_values(values: Iterable[float] | None) -> list[float] | None:
-    """Validate a configured grid: positive values, sorted, deduplicated (None stays None)."""
-    if values is None:
-        return None
-    out = sorted({float(v) for v in values})
-    if not out or out[0] <= 0:
-        raise ValueError(f"a weight grid needs positive values, got {list(values)}")
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -532,8 +420,6 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
     ``tune.tune_both_variants``) and the hybrid's α, on the dev qrels only (never the test qrels)."""
     import time
 
-    from spar.evaluation import ExperimentInputs, dense_search, split_queries
-
     t = cfg.tune
     inputs = inputs or ExperimentInputs(cfg)
     dev = split_queries(cfg, "dev")  # never the test split
@@ -563,7 +449,7 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
                         grid_values(t.hybrid_alphas), t.max_extensions)
     base_score = evaluate_run(dev.qrels, base_deep, [t.metric])[t.metric]
     bm25_score = evaluate_run(dev.qrels, bm25_deep, [t.metric])[t.metric]
-    lambda_score = evaluate_run(dev.qrels, _top(lambda_q, lambda_p, dev.ids, doc_ids, measure_depth(t.metric)),
+    lambda_score = evaluate_run(dev.qrels, dense_search(lambda_q, lambda_p, dev.ids, doc_ids, measure_depth(t.metric)),
                                 [t.metric])[t.metric]
 
     main = tuned[t.variant]
@@ -583,7 +469,73 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
     return TuneReport(payload, {v: m.search for v, m in tuned.items()}, alpha)
 
 
-def _top(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], k: int):
-    scores, rows = top_k(q, p, k)
-    return {qid: [(doc_ids[r], float(s)) for r, s in zip(rows[i], scores[i]) if r >= 0]
-            for i, qid in enumerate(query_ids)}
+# ----------------------------------------------------------------------------------------------------------------
+# Reading the tuned weights (the one reader of tune/tune.json)
+# ----------------------------------------------------------------------------------------------------------------
+
+TUNE_FILE = "tune.json"
+
+
+@dataclass
+class TunedWeights:
+    """``tune/tune.json``: μ of each tuned SPAR variant, the hybrid's α and the tuning record (``payload``).
+
+    >>> tuned = TunedWeights(Path("tune.json"), {"variant": "concat", "mu": 0.5, "alpha": 0.2,
+    ...                                          "variants": {"concat": {"mu": 0.5}, "sum": {"mu": 0.3}}})
+    >>> tuned.mu(), tuned.mu("sum"), tuned.alpha, sorted(tuned.variants)
+    (0.5, 0.3, 0.2, ['concat', 'sum'])
+    """
+
+    path: Path
+    payload: dict[str, Any]
+
+    @property
+    def variant(self) -> str:
+        """The configured variant (``tune.variant``), the one whose μ is the record's main ``mu``."""
+        return self.payload.get("variant", "concat")
+
+    @property
+    def variants(self) -> set[str]:
+        """Every variant μ was tuned for."""
+        return {self.variant, *self.payload.get("variants", {})}
+
+    def mu(self, variant: str | None = None) -> float:
+        """μ tuned for ``variant`` (default: the configured one); fails naming the file when it was not tuned."""
+        variant = variant or self.variant
+        if variant == self.variant:
+            return float(self.payload["mu"])
+        other = self.payload.get("variants", {}).get(variant)
+        if not other:
+            raise ArtifactError(f"{self.path}: μ was not tuned for the '{variant}' variant (tuned: "
+                                f"{sorted(self.variants)}); re-run `spar tune` with tune.variant={variant}")
+        return float(other["mu"])
+
+    @property
+    def alpha(self) -> float | None:
+        """α of the BM25 hybrid, or None when it was not tuned."""
+        return self.payload.get("alpha")
+
+    @property
+    def candidates(self) -> int | None:
+        """The candidate depth the weights were tuned with."""
+        return self.payload.get("candidates")
+
+
+def read_tuned(output_dir: str | Path) -> TunedWeights:
+    """``tune/tune.json`` of an experiment (fails naming the stage to run when it is missing or unreadable)."""
+    d = artifact_dir(output_dir, "tune")
+    path = d / TUNE_FILE
+    if not is_complete(d) or not path.exists():
+        raise ArtifactError(f"{d}: tuned weights are missing (run `spar tune`)")
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not isinstance(payload, dict) or "mu" not in payload:
+        raise ArtifactError(f"{path}: no 'mu' (re-run `spar tune`)")
+    return TunedWeights(path, payload)
+
+
+def read_mu(output_dir: str | Path, variant: str | None = None) -> float:
+    """μ of ``variant`` (default: the tuned one) from ``tune/tune.json``."""
+    return read_tuned(output_dir).mu(variant)

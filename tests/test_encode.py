@@ -150,9 +150,11 @@ def test_damaged_directory_names_the_missing_file(base_encoder, passages, tmp_pa
 
 
 def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_dir, tmp_path):
-    """`spar encode` on passages.arrow (as the sample stage writes it), with dev/test queries, base and Λ."""
+    """`spar encode` on passages.arrow (as the sample stage writes it), with dev/test queries, base and Λ; the stored
+    query splits are the ones tune and evaluate use, with the experiment's seed (7, not the default 42)."""
     import pipelines.encode as stage
     from spar.config import load_config
+    from spar.experiment import split_queries
 
     out = tmp_path / "run"
     (out / "queries").mkdir(parents=True)
@@ -165,14 +167,16 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
         f"experiment.output_dir={out}", f"data.corpus={sample_dir / 'corpus.jsonl'}",
         f"data.queries={sample_dir / 'queries.jsonl'}", "data.qrels_dev=null", "data.dev_holdout_fraction=0.5",
         f"data.qrels_test={sample_dir / 'qrels' / 'test.tsv'}", "encode.base.passage_max_length=64",
-        "encode.shard_size=5", "encode.batch_size=16",
+        "encode.shard_size=5", "encode.batch_size=16", "experiment.seed=7",
     ])
     result = stage.run(cfg)
     assert "skipped" not in result and result["source"].endswith("passages.arrow")
     emb = out / "embeddings"
-    test_qids = list(evaluation_qrels(cfg.data, "test"))
-    dev_qids = list(evaluation_qrels(cfg.data, "dev"))
+    test_qids = list(split_queries(cfg, "test").qrels)  # what evaluate reads (stored in qrels-file order)
+    dev_qids = list(split_queries(cfg, "dev").qrels)  # what tune reads
     assert test_qids and dev_qids and not set(test_qids) & set(dev_qids)
+    assert set(dev_qids) == set(evaluation_qrels(cfg.data, "dev", seed=7))
+    assert set(dev_qids) != set(evaluation_qrels(cfg.data, "dev", seed=42))  # the seed matters on this sample
     for name, pooling in (("base", "mean"), ("lambda", "cls")):
         p = load_embeddings(emb / name / "passages")
         assert p.ids == [x.id for x in rows] and p.manifest["stats"]["shards"] == 3

@@ -15,7 +15,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 from spar.artifacts import artifact_dir  # noqa: E402
 from spar.errors import BadRecordError  # noqa: E402
-from spar.evaluation import SYSTEMS, SplitQueries, shuffle_query, shuffled_queries  # noqa: E402
+from spar.evaluation import SYSTEMS, shuffle_query, shuffled_queries  # noqa: E402
+from spar.experiment import SplitQueries  # noqa: E402
 from spar.metrics import (  # noqa: E402
     answer_accuracy,
     evaluate_run,
@@ -198,7 +199,7 @@ def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
     import pyarrow as pa
 
     from spar.config import load_config
-    from spar.evaluation import ExperimentInputs, split_queries
+    from spar.experiment import ExperimentInputs, split_queries
     from spar.readers import read_corpus
     from spar.schemas import PASSAGES, write_table
 
@@ -252,7 +253,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     assert report["command"].startswith("spar ")
 
     # Every system's TREC run, re-read and re-evaluated, gives the reported figures.
-    from spar.evaluation import split_queries
+    from spar.experiment import split_queries
 
     test = split_queries(cfg, "test")
     runs = artifact_dir(sample_experiment, "evaluation") / "runs"

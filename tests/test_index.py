@@ -123,8 +123,8 @@ def test_ivfpq_trains_and_finds_neighbours():
     assert ivf.index.pq.nbits == 6  # 3,000 passages cannot train 256 centroids per sub-quantiser
     flat = SparIndex.build(base, lam, index_type="flat")
     queries = rng.choice(3000, 40, replace=False)
-    _, exact = flat.search(base[queries], lam[queries], k=10)
-    _, approx = ivf.search(base[queries], lam[queries], k=10)
+    _, exact = flat.search(base[queries], lam[queries], k=10, mu=1.0)
+    _, approx = ivf.search(base[queries], lam[queries], k=10, mu=1.0)
     assert np.mean([x[0] == str(q) for x, q in zip(approx, queries)]) >= 0.9
     assert np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)]) >= 0.4
     with pytest.raises(ArtifactError, match="pq_m=7 must divide the vector dimension 768"):
@@ -134,23 +134,25 @@ def test_ivfpq_trains_and_finds_neighbours():
 def test_save_load_and_refusals(encoded, tmp_path):
     bp, lp = _emb(encoded, "base", "passages"), _emb(encoded, "lambda", "passages")
     bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
-    SparIndex.build(bp, lp, index_type="hnsw", mu=0.25, hnsw_ef_search=99).save(tmp_path / "ix")
+    SparIndex.build(bp, lp, index_type="hnsw", hnsw_ef_search=99).save(tmp_path / "ix")
     index = SparIndex.load(tmp_path / "ix")
     info = json.loads((tmp_path / "ix" / "index.json").read_text())
-    assert {k: info[k] for k in ("variant", "type", "count", "base_dim", "lambda_dim", "mu")} == {
-        "variant": "concat", "type": "hnsw", "count": 48, "base_dim": 384, "lambda_dim": 384, "mu": 0.25}
+    assert {k: info[k] for k in ("variant", "type", "count", "base_dim", "lambda_dim")} == {
+        "variant": "concat", "type": "hnsw", "count": 48, "base_dim": 384, "lambda_dim": 384}
     assert info["lambda_fingerprint"] == lp.model_fingerprint and index.index.hnsw.efSearch == 99
     assert index.ids == bp.ids
-    # The default mu is the saved one.
-    np.testing.assert_allclose(index.search(bq, lq, k=3)[0], index.search(bq, lq, k=3, mu=0.25)[0])
+    # The index stores vectors, not μ: the caller always passes it.
+    assert "mu" not in info
+    with pytest.raises(TypeError, match="mu"):
+        index.search(bq, lq, k=3)
 
     # Queries from the wrong encoder: Λ's queries given as the base side (same dimension, other fingerprint).
     with pytest.raises(ArtifactError) as err:
-        index.search(lq, lq, k=3)
+        index.search(lq, lq, k=3, mu=1.0)
     assert lq.model_fingerprint in str(err.value) and bp.model_fingerprint in str(err.value)
     # Another dimension on the query side.
     with pytest.raises(ArtifactError, match="dimension 256.*dimension 384"):
-        index.search(bq.vectors[:, :256], lq.vectors, k=3)
+        index.search(bq.vectors[:, :256], lq.vectors, k=3, mu=1.0)
     with pytest.raises(ArtifactError, match="dimension 512, the index 768"):
         index.search_vectors(np.zeros((1, 512), np.float32), k=3)
     # A damaged directory names the missing file.
@@ -159,7 +161,7 @@ def test_save_load_and_refusals(encoded, tmp_path):
         SparIndex.load(tmp_path / "ix")
 
 
-def test_stage_builds_index_and_mu_never_reindexes(encoded, tmp_path):
+def test_stage_builds_index_without_tune_and_search_params_never_reindex(encoded, tmp_path):
     import pipelines.index as stage
     from spar.config import load_config
 
@@ -167,19 +169,22 @@ def test_stage_builds_index_and_mu_never_reindexes(encoded, tmp_path):
     for name in ("base", "lambda"):
         shutil.copytree(encoded / name / "passages", out / "embeddings" / name / "passages")
     cfg = load_config(None, [f"experiment.output_dir={out}"])
-    result = stage.run(cfg)
-    assert result["passages"] == "48" and result["mu"].startswith("1 ")
+    result = stage.run(cfg)  # no tune/ exists: the index does not depend on it
+    assert result["passages"] == "48" and "mu" not in result
     manifest = json.loads((out / "index" / "manifest.json").read_text())
-    assert manifest["kind"] == "index" and manifest["stats"]["mu"] == 1.0 and manifest["stats"]["count"] == 48
+    assert manifest["kind"] == "index" and "mu" not in manifest["stats"] and manifest["stats"]["count"] == 48
+    assert "mu" not in SparIndex.load(out / "index").info
 
-    # Tuning writes mu: the index picks it up as its default without being rebuilt.
+    # Tuning does not touch the index; a search-time parameter updates index.json in place without rebuilding.
     (out / "tune").mkdir()
     (out / "tune" / "tune.json").write_text(json.dumps({"variant": "concat", "mu": 0.7}))
     before = (out / "index" / "index.faiss").stat().st_mtime_ns
+    assert stage.run(cfg) == {"skipped": True}
+    cfg = load_config(None, [f"experiment.output_dir={out}", "index.nprobe=7"])
     again = stage.run(cfg)
-    assert again["skipped"] and "mu 1.0 -> 0.7" in again["updated"]
+    assert again["skipped"] and "nprobe 32 -> 7" in again["updated"]
     assert (out / "index" / "index.faiss").stat().st_mtime_ns == before
-    assert SparIndex.load(out / "index").mu == 0.7
+    assert SparIndex.load(out / "index").info["options"]["nprobe"] == 7
 
     # A build parameter does rebuild.
     cfg = load_config(None, [f"experiment.output_dir={out}", "index.type=hnsw", "index.hnsw_m=8"])

@@ -178,7 +178,8 @@ def test_parts_on_several_machines_merge_into_the_single_run(labelled, corpus, t
 
 
 def test_impact_teacher_scores_are_integer_dot_products(corpus, tmp_path):
-    from spar.teachers import ImpactTeacher, SparseEncoder, build_impact_index, iter_passages, passage_contents
+    from spar.passages import PassagesTable
+    from spar.teachers import ImpactTeacher, SparseEncoder, build_impact_index, passage_contents
 
     import pipelines.sample
 
@@ -191,7 +192,7 @@ def test_impact_teacher_scores_are_integer_dot_products(corpus, tmp_path):
     assert encoder.kind == "splade"
     index = build_impact_index(passages, tmp_path / "impact", encoder, quantization=100, threads=2, max_length=128,
                                batch_size=16, progress=False)
-    batch = next(iter_passages(passages, batch_rows=256))
+    batch = next(PassagesTable(passages).iter_columns(batch_rows=256))
     doc_vectors = dict(zip(batch["id"], encoder.encode_quantized(passage_contents(["title", "text"], batch), 100,
                                                                  128, 16)))
     assert all(isinstance(w, int) and w > 0 for v in doc_vectors.values() for w in v.values())

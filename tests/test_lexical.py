@@ -159,7 +159,8 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     import torch
 
     from spar.training import train_lambda
-    from spar.training_data import ContrastiveBatchSampler, LabelStore, PassageStore, SurrogatePool, TrainBatchDataset
+    from spar.training_data import ContrastiveBatchSampler, LabelStore, SurrogatePool, TrainBatchDataset
+    from spar.passages import PassagesTable
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", "sample.max_queries=3000", "train.kind=static",
                              "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32", "train.learning_rate=0.002",
@@ -171,7 +172,7 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     start = model.embedding.weight.detach().clone()
 
     # The objective on fixed batches of training queries, before and after (per-step losses are too noisy).
-    store = PassageStore(passages)
+    store = PassagesTable(passages)
     preparer = model.batch_preparer(corpus_texts=[" ".join(x for x in d if x) for d in store.get(np.arange(len(store)))])
     data = TrainBatchDataset(tmp_path / "labels", passages, True, preparer, random_negatives=64, seed=9)
     labels = LabelStore(tmp_path / "labels")

@@ -76,6 +76,7 @@ def tiny_run(tmp_path_factory):
     torch.set_num_threads(1)
     import pipelines.publish
     import pipelines.sample
+    from spar.artifacts import ArtifactWriter
     from spar.config import load_config
     from spar.encoders import BiEncoder
     from spar.index import SparIndex
@@ -100,13 +101,12 @@ def tiny_run(tmp_path_factory):
 
     indexed = passages[:N_INDEXED]
     base_p, lam_p = base.encode_passage(indexed), lam.encode_passage(indexed)
-    SparIndex.build(base_p, lam_p, ids=ids[:N_INDEXED], variant="concat", index_type="flat", mu=MU).save(
-        run / "index")
-    (run / "tune").mkdir()
-    (run / "tune" / "tune.json").write_text(json.dumps({
-        "variant": "concat", "metric": "nDCG@10", "mu": MU, "grid": [0.1, 0.3, 0.7, 1.0, 3.0],
-        "scores": {"0.1": 0.61, "0.3": 0.63, "0.7": 0.655, "1.0": 0.64, "3.0": 0.58}, "confirmed": 0.655,
-        "alpha": 0.5, "alpha_scores": {"0.5": 0.66}}))
+    SparIndex.build(base_p, lam_p, ids=ids[:N_INDEXED], variant="concat", index_type="flat").save(run / "index")
+    with ArtifactWriter(run / "tune", kind="tune", config={}, inputs={}) as w:  # what `spar tune` leaves
+        (w.path / "tune.json").write_text(json.dumps({
+            "variant": "concat", "metric": "nDCG@10", "mu": MU, "grid": [0.1, 0.3, 0.7, 1.0, 3.0],
+            "scores": {"0.1": 0.61, "0.3": 0.63, "0.7": 0.655, "1.0": 0.64, "3.0": 0.58}, "confirmed": 0.655,
+            "alpha": 0.5, "alpha_scores": {"0.5": 0.66}}))
     (run / "results").mkdir()
     (run / "results" / "tiny.md").write_text("| system | nDCG@10 |\n|---|---|\n| BM25 | 0.679 |\n| SPAR | 0.700 |\n")
 
@@ -300,7 +300,7 @@ def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_p
 
 def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
     from spar import cli
-    from spar.publish import SparSearcher
+    from spar.search import SparSearcher
 
     base_p, lam_p, ids = tiny_run["base_p"], tiny_run["lambda_p"], tiny_run["ids"][:N_INDEXED]
     query = tiny_run["passages"][5][0]  # a title of an indexed passage
@@ -329,7 +329,8 @@ def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
 
 
 def test_copy_index_makes_the_model_dir_self_contained(tiny_run, tmp_path):
-    from spar.publish import SparEncoder, SparSearcher, publish_model
+    from spar.publish import SparEncoder, publish_model
+    from spar.search import SparSearcher
 
     enc = SparEncoder.from_pretrained(tiny_run["model"])
     out = publish_model(enc, tmp_path / "portable", index_dir=tiny_run["run"] / "index",

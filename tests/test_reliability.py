@@ -139,14 +139,14 @@ def test_sample_refuses_an_empty_corpus(tmp_path):
 def test_truncated_arrow_file_is_named(tmp_path):
     import pyarrow as pa
 
+    from spar.passages import PassagesTable
     from spar.schemas import read_table, write_table
-    from spar.teachers import count_passages
 
     path = tmp_path / "passages.arrow"
     write_table(path, pa.table({"id": [str(i) for i in range(1000)]}))
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    for read in (read_table, count_passages):
+    for read in (read_table, PassagesTable.open):
         with pytest.raises(ArtifactError, match=rf"^{path}: damaged Arrow file \(.*\); delete it and re-run"):
             read(path)
 

@@ -20,12 +20,12 @@ import torch
 
 from spar import schemas
 from spar.config import TrainSection, load_config
+from spar.passages import PassagesTable
 from spar.lexical.transformer import ContrastiveObjective, TokenizingPreparer, TransformerLambda
 from spar.training import build_module, train_lambda
 from spar.training_data import (
     ContrastiveBatchSampler,
     LabelStore,
-    PassageStore,
     SurrogatePool,
     TrainBatchDataset,
     surrogate_mrr,
@@ -329,7 +329,7 @@ def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, d
     labels = LabelStore(labelled / "labels")
     pool = SurrogatePool.from_labels(labels)
     q = trained.encode_query(labels.queries(pool.query_indices))
-    p = trained.encode_passage(PassageStore(labelled / "queries" / "passages.arrow").get(pool.pool_rows))
+    p = trained.encode_passage(PassagesTable(labelled / "queries" / "passages.arrow").get(pool.pool_rows))
     assert surrogate_mrr(q, p, pool.positive_pool_index) == pytest.approx(m["best_valid_mrr"], abs=2e-3)
     initial = BiEncoder.from_section(cfg.train.encoder)
     before, after = _fixed_batch_loss(initial, labelled), _fixed_batch_loss(trained, labelled)

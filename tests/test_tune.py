@@ -21,11 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete  # noqa: E402
 from spar.config import load_config  # noqa: E402
 from spar.metrics import evaluate_run  # noqa: E402
+from spar.grid import default_grid, extend_grid, grid_search  # noqa: E402
 from spar.tuning import (  # noqa: E402
     AffineCandidates,
-    default_grid,
-    extend_grid,
-    grid_search,
     hybrid_candidates,
     hybrid_fuse,
     spar_candidates,
@@ -55,7 +53,7 @@ def build_sample_experiment(root: Path) -> Path:
 
     from spar.embeddings import EncodeOptions, encode_passages, encode_queries
     from spar.encoders import BiEncoder
-    from spar.evaluation import split_queries
+    from spar.experiment import split_queries
     from spar.index import SparIndex
     from spar.readers import read_corpus
     from spar.schemas import PASSAGES, write_table
@@ -272,7 +270,7 @@ def test_tune_weight_finds_the_weight_that_ranks_the_relevant_passage_first():
 
 
 def test_chosen_mu_is_confirmed_by_a_real_search_on_the_sample(sample_experiment):
-    from spar.evaluation import ExperimentInputs, split_queries
+    from spar.experiment import ExperimentInputs, split_queries
 
     cfg = experiment_config(sample_experiment, sample_experiment / "results")
     inputs = ExperimentInputs(cfg)
@@ -301,7 +299,7 @@ def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_e
         return real(data, split, seed, **known)
 
     monkeypatch.setattr(spar.readers, "evaluation_qrels", recording)
-    monkeypatch.setattr("spar.evaluation.evaluation_qrels", recording)
+    monkeypatch.setattr("spar.experiment.evaluation_qrels", recording)
     stats = tune_stage.run(cfg, force=True)
     assert splits and set(splits) == {"dev"}
 

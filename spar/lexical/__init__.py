@@ -23,9 +23,10 @@ __all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "lambda_clas
 
 def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:
     """Every passage of ``passages.arrow`` as the teacher indexed it (the ``label.fields`` joined by a space)."""
-    from spar.teachers import iter_passages, passage_contents
+    from spar.passages import PassagesTable
+    from spar.teachers import passage_contents
 
-    for batch in iter_passages(Path(passages_arrow), columns=("id", *fields)):
+    for batch in PassagesTable.open(passages_arrow).iter_columns(("id", *fields)):
         yield from passage_contents(fields, batch)
 
 

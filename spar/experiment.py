@@ -1,0 +1,233 @@
+"""An experiment's inputs for tuning and evaluation: the query splits, exact dense search, the artifacts.
+
+The one owner of
+
+- the dev/test **query splits** (:func:`split_queries`, seeded by ``experiment.seed``): ``encode`` stores the
+  query vectors of exactly these queries, ``tune`` reads the dev split, ``evaluate`` the test split;
+- **exact dense search** (:func:`top_k`, :func:`dense_search`);
+- lazy access to the artifacts tuning and evaluation read (:class:`ExperimentInputs`).
+
+:mod:`spar.tuning` and :mod:`spar.evaluation` both build on this module; it imports neither.
+
+Example::
+
+    >>> import numpy as np
+    >>> from spar.experiment import dense_search
+    >>> ranked = dense_search(np.eye(2, dtype="float32"), np.eye(2, dtype="float32"), ["q1", "q2"], ["d1", "d2"], 1)
+    >>> ranked["q2"]
+    [('d2', 1.0)]
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from spar.artifacts import artifact_dir, is_complete, read_manifest
+from spar.errors import ArtifactError, BadRecordError
+from spar.metrics import ranked_run
+from spar.readers import evaluation_qrels, read_queries
+
+log = logging.getLogger(__name__)
+
+ENCODERS = ("base", "lambda")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Queries and qrels of a split
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SplitQueries:
+    """The judged queries of one split: qrels and text, in a fixed (sorted) order."""
+
+    split: str
+    qrels: dict[str, dict[str, int]]
+    texts: dict[str, str]
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.texts)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return list(self.texts.items())
+
+
+def split_queries(cfg, split: str) -> SplitQueries:
+    """Qrels of ``split`` ("dev" or "test", via :func:`spar.readers.evaluation_qrels`) and their query texts."""
+    from spar.schemas import read_table
+
+    if cfg.data.queries is None:
+        raise BadRecordError("<config>", None, "data.queries is not set (evaluation needs the query texts)")
+    on_bad = cfg.experiment.on_bad_record
+    # Judgments naming unknown queries or passages: file:line errors, or skipped with on_bad_record=skip.
+    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    known_passages = set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
+    known_queries = {q.id for q in read_queries(cfg.data.queries, on_bad)}
+    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed, known_queries=known_queries,
+                             known_passages=known_passages, on_bad_record=on_bad)
+    if not qrels:
+        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
+    texts = {q.id: q.text for q in read_queries(cfg.data.queries, on_bad) if q.id in qrels}
+    missing = sorted(set(qrels) - set(texts))
+    if missing:
+        raise BadRecordError(cfg.data.queries, None, f"{len(missing)} judged {split} queries have no text, e.g. "
+                             f"{missing[:3]} (qrels and queries files do not match)")
+    return SplitQueries(split, qrels, {q: texts[q] for q in sorted(texts)})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Dense inputs: passage embeddings, query vectors, encoders
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def top_k(queries: np.ndarray, passages: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first."""
+    import faiss
+
+    k = min(k, passages.shape[0])
+    scores, rows = faiss.knn(np.ascontiguousarray(queries, dtype=np.float32),
+                             np.ascontiguousarray(passages, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
+    return scores, rows
+
+
+def dense_search(queries: np.ndarray, passages: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
+                 k: int) -> dict[str, list[tuple[str, float]]]:
+    """Exact inner-product top-``k`` of every query (FAISS brute force) as a ranked run."""
+    scores, rows = top_k(queries, passages, k)
+    return ranked_run(query_ids, rows, scores, doc_ids)
+
+
+class ExperimentInputs:
+    """Lazy access to an experiment's artifacts for tuning and evaluation (each loaded at most once)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.out = cfg.output_dir
+        self.embeddings_root = artifact_dir(self.out, "embeddings")
+        self._encoders: dict[str, Any] = {}
+
+    # -- passages ----------------------------------------------------------------------------------------------
+    def passage_dir(self, encoder: str) -> Path:
+        return self.embeddings_root / encoder / "passages"
+
+    def query_dir(self, encoder: str, split: str) -> Path:
+        return self.embeddings_root / encoder / f"queries-{split}"
+
+    @cached_property
+    def passages(self) -> dict[str, Any]:
+        """``{"base": Embeddings, "lambda": Embeddings}`` of the corpus; both must list the same ids in order."""
+        from spar.embeddings import load_embeddings
+
+        out = {}
+        for name in ENCODERS:
+            d = self.passage_dir(name)
+            if not is_complete(d):
+                raise ArtifactError(f"{d}: passage embeddings of '{name}' are missing (run `spar encode`)")
+            out[name] = load_embeddings(d)
+        if out["base"].ids != out["lambda"].ids:
+            raise ArtifactError(f"{self.passage_dir('base')} and {self.passage_dir('lambda')} list different passages "
+                                "(re-run `spar encode`)")
+        return out
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self.passages["base"].ids
+
+    def passage_vectors(self, encoder: str) -> np.ndarray:
+        return self.passages[encoder].vectors
+
+    # -- encoders ----------------------------------------------------------------------------------------------
+    def encoder(self, name: str):
+        """The base retriever (``encode.base``) or Λ (``lambda/``), loaded once."""
+        if name not in self._encoders:
+            from spar.encoders import BiEncoder
+
+            if name == "base":
+                self._encoders[name] = BiEncoder.from_section(self.cfg.encode.base)
+            elif name == "lambda":
+                lam = artifact_dir(self.out, "lambda")
+                if not is_complete(lam):
+                    raise ArtifactError(f"{lam}: Λ is missing (run `spar train`)")
+                from spar.lexical import load_lambda
+
+                self._encoders[name] = load_lambda(lam)
+            else:
+                raise KeyError(name)
+        return self._encoders[name]
+
+    def query_vectors(self, encoder: str, queries: SplitQueries, batch_size: int = 64) -> np.ndarray:
+        """Query vectors in ``queries.ids`` order: stored ``queries-<split>`` embeddings when they hold every query
+        and come from the same encoder as the passages, else encoded now."""
+        from spar.embeddings import load_embeddings
+
+        d = self.query_dir(encoder, queries.split)
+        if is_complete(d):
+            stored = load_embeddings(d)
+            position = {q: i for i, q in enumerate(stored.ids)}
+            same_model = stored.model_fingerprint == self.passages[encoder].model_fingerprint
+            if not same_model:
+                log.warning("%s: query vectors come from another encoder than the passages; encoding anew", d)
+            elif all(q in position for q in queries.ids):
+                return np.asarray(stored.vectors[[position[q] for q in queries.ids]], dtype=np.float32)
+            else:
+                log.warning("%s lacks some %s queries; encoding them anew", d, queries.split)
+        log.info("encoding %d %s queries with %s", len(queries.ids), queries.split, encoder)
+        return self.encoder(encoder).encode_query(list(queries.texts.values()), batch_size=batch_size)
+
+    def input_fingerprints(self, splits: Sequence[str]) -> dict[str, str]:
+        """Manifest fingerprints of every dense input that exists (passages required, query vectors optional)."""
+        prints = {}
+        for name in ENCODERS:
+            d = self.passage_dir(name)
+            if not is_complete(d):
+                raise ArtifactError(f"{d}: passage embeddings of '{name}' are missing (run `spar encode`)")
+            prints[f"{name}/passages"] = read_manifest(d)["fingerprint"]
+            for split in splits:
+                q = self.query_dir(name, split)
+                if is_complete(q):
+                    prints[f"{name}/queries-{split}"] = read_manifest(q)["fingerprint"]
+        lam = artifact_dir(self.out, "lambda")
+        if is_complete(lam):
+            prints["lambda"] = read_manifest(lam)["fingerprint"]
+        return prints
+
+    # -- BM25 --------------------------------------------------------------------------------------------------
+    @cached_property
+    def bm25(self):
+        """A BM25 searcher (k1/b from ``label``): the teacher index when the teacher is BM25, else one built now."""
+        from spar.teachers import BM25Searcher, build_bm25_index
+
+        teacher = artifact_dir(self.out, "teacher_index")
+        label = self.cfg.label
+        if is_complete(teacher) and _is_bm25_index(teacher):
+            index_dir = teacher
+        else:
+            passages = artifact_dir(self.out, "queries") / "passages.arrow"
+            if not passages.exists():
+                raise ArtifactError(f"{passages}: missing (run `spar sample`); BM25 needs the corpus as Arrow")
+            self._bm25_tmp = tempfile.TemporaryDirectory(prefix="spar-bm25-")
+            log.info("the teacher index is not BM25; building a BM25 index of %s", passages)
+            index_dir = build_bm25_index(passages, Path(self._bm25_tmp.name) / "index", label.threads)
+        return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads)
+
+    def bm25_fingerprint(self) -> str | None:
+        teacher = artifact_dir(self.out, "teacher_index")
+        return read_manifest(teacher)["fingerprint"] if is_complete(teacher) else None
+
+    def bm25_search(self, queries: SplitQueries, k: int) -> dict[str, list[tuple[str, float]]]:
+        hits = self.bm25.search(queries.pairs(), k)
+        return {q: list(hits.get(q, [])) for q in queries.ids}
+
+
+def _is_bm25_index(directory: Path) -> bool:
+    manifest = read_manifest(directory)
+    teacher = manifest.get("stats", {}).get("teacher") or manifest.get("config", {}).get("teacher")
+    return teacher in (None, "bm25")

@@ -1,0 +1,98 @@
+"""Each stage's ``SECTIONS`` (what ``spar <stage> --help`` documents) lists every config section the stage reads.
+
+Static: the stage module's source is walked for ``cfg.<section>`` accesses, and so is every library function or
+class the stage hands the whole ``cfg`` to (followed transitively through the functions and classes those pass
+``cfg`` on to, within ``spar``). Cheap, and it fails as soon as a stage starts reading a section it does not list.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from pipelines import STAGES
+from spar.config import SparConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION_NAMES = set(SparConfig.model_fields) - {"source"}
+#: SparConfig properties and the section they read.
+PROPERTIES = {"output_dir": "experiment"}
+
+
+def _module_path(module: str) -> Path:
+    return ROOT / (module.replace(".", "/") + ".py")
+
+
+def _is_cfg(node: ast.AST) -> bool:
+    """``cfg`` or ``self.cfg``."""
+    if isinstance(node, ast.Name):
+        return node.id == "cfg"
+    return isinstance(node, ast.Attribute) and node.attr == "cfg" and isinstance(node.value, ast.Name) \
+        and node.value.id == "self"
+
+
+class _Module:
+    def __init__(self, name: str):
+        self.name = name
+        self.tree = ast.parse(_module_path(name).read_text(encoding="utf-8"))
+        self.defs = {n.name: n for n in self.tree.body
+                     if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+        # name -> module it is imported from (spar/pipelines only), at any level of the file
+        self.imports: dict[str, str] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("spar", "pipelines"):
+                for alias in node.names:
+                    self.imports[alias.asname or alias.name] = node.module
+
+
+def _sections(module: str, node: ast.AST, seen: set[tuple[str, str]]) -> set[str]:
+    """Sections read under ``node`` of ``module``, following callees that receive ``cfg``."""
+    mod = _Module(module)
+    found: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and _is_cfg(sub.value):
+            if sub.attr in SECTION_NAMES:
+                found.add(sub.attr)
+            elif sub.attr in PROPERTIES:
+                found.add(PROPERTIES[sub.attr])
+        if isinstance(sub, ast.Call) and any(_is_cfg(a) for a in [*sub.args, *(k.value for k in sub.keywords)]):
+            func = sub.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name is None:
+                continue
+            target = (module, name) if name in mod.defs else (mod.imports[name], name) if name in mod.imports else None
+            if target is None or target in seen:
+                continue
+            seen.add(target)
+            callee = _Module(target[0])
+            if target[1] in callee.defs:
+                found |= _sections(target[0], callee.defs[target[1]], seen)
+    return found
+
+
+def sections_read(stage: str) -> set[str]:
+    module = f"pipelines.{stage}"
+    return _sections(module, _Module(module).tree, set())
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_sections_list_exactly_the_sections_the_stage_reads(stage):
+    declared = set(importlib.import_module(f"pipelines.{stage}").SECTIONS)
+    read = sections_read(stage)
+    assert read, f"pipelines/{stage}.py: no cfg.<section> access found (the walk is broken)"
+    assert read <= declared, f"pipelines/{stage}.py SECTIONS lacks {sorted(read - declared)}"
+    # Every stage's help shows experiment and data (every config must set data.corpus); other extras are stale.
+    extra = declared - read - {"experiment", "data"}
+    assert not extra, f"pipelines/{stage}.py SECTIONS lists {sorted(extra)}, which it never reads"
+    order = [name for name in SparConfig.model_fields if name in declared]
+    assert list(importlib.import_module(f"pipelines.{stage}").SECTIONS) == order, "SECTIONS in config order"
+
+
+def test_the_walk_follows_library_calls():
+    # tune hands cfg to spar.tuning.tune_experiment and ExperimentInputs, which read label.k1/b (BM25) and encode.base.
+    assert {"label", "encode", "tune"} <= sections_read("tune")
+    # evaluate reads tune.candidates through spar.evaluation.evaluate_experiment.
+    assert "tune" in sections_read("evaluate")
