@@ -15,10 +15,34 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from spar.errors import ConfigError
-from spar.lexical.base import KINDS, LexicalModel, lambda_class, load_lambda, read_lambda_config
+import torch
+
+from spar.lexical.base import KINDS, LexicalModel, read_lambda_config
 
 __all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "lambda_class", "load_lambda",
            "read_lambda_config"]
+
+
+def lambda_class(kind: str) -> type[LexicalModel]:
+    if kind == "transformer":
+        from spar.lexical.transformer import TransformerLambda
+
+        return TransformerLambda
+    if kind == "projection":
+        from spar.lexical.projection import ProjectionLambda
+
+        return ProjectionLambda
+    if kind == "static":
+        from spar.lexical.static import StaticLambda
+
+        return StaticLambda
+    raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
+
+
+def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
+    """Open any Λ directory written by ``spar train`` (or :meth:`LexicalModel.save`)."""
+    config = read_lambda_config(directory)
+    return lambda_class(config["kind"]).load(directory, device=device)
 
 
 def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:

@@ -14,7 +14,7 @@ kind              what it is
 ================  =========================================================================================
 
 A Λ directory holds ``spar_lambda.json`` (``kind``, ``dim`` and the kind's settings) beside the kind's own files;
-:func:`load_lambda` opens any of them.
+:func:`spar.lexical.load_lambda` opens any of them.
 
 The contract (:class:`LexicalModel`):
 
@@ -138,28 +138,6 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
     if not d.exists():
         raise ArtifactError(f"{d}: no such Λ directory")
     raise ArtifactError(f"{d}: missing file '{LAMBDA_CONFIG}' (not a Λ directory; run `spar train`)")
-
-
-def lambda_class(kind: str) -> type[LexicalModel]:
-    if kind == "transformer":
-        from spar.lexical.transformer import TransformerLambda
-
-        return TransformerLambda
-    if kind == "projection":
-        from spar.lexical.projection import ProjectionLambda
-
-        return ProjectionLambda
-    if kind == "static":
-        from spar.lexical.static import StaticLambda
-
-        return StaticLambda
-    raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
-
-
-def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
-    """Open any Λ directory written by ``spar train`` (or :meth:`LexicalModel.save`)."""
-    config = read_lambda_config(directory)
-    return lambda_class(config["kind"]).load(directory, device=device)
 
 
 def passage_text(passage: PassageLike) -> str:
