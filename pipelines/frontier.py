@@ -47,7 +47,15 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=(0,
         # Points of earlier invocations made with the same settings are kept (add kinds, dims or seeds bit by bit).
         known = [FrontierPoint(**p) for p in previous["points"]
                  if previous.get("settings", {}).get(p["kind"]) == settings[p["kind"]]]
-    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds, out, progress=print, known=known)
+    def save_progress(points) -> None:  # a killed frontier keeps what it computed; the next run reuses it
+        from dataclasses import asdict
+
+        previous = json.loads((out / "frontier.json").read_text()) if (out / "frontier.json").exists() else {}
+        write_json_atomic(out / "frontier.json", {**previous, "settings": settings,
+                                                  "points": [asdict(p) for p in points]})
+
+    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds, out, progress=print, known=known,
+                          on_point=save_progress)
     report.details["settings"] = settings
     report.details["command"] = command_line(cfg, "frontier")
     write_json_atomic(out / "frontier.json", report.to_json())

@@ -231,9 +231,11 @@ def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dic
 def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Sequence[int] = DEFAULT_DIMS,
                  seeds: Sequence[int] = (0, 1, 2), work_dir: str | Path | None = None,
                  progress: Callable[[str], None] = log.info,
-                 known: Sequence[FrontierPoint] = ()) -> FrontierReport:
+                 known: Sequence[FrontierPoint] = (),
+                 on_point: Callable[[list[FrontierPoint]], None] | None = None) -> FrontierReport:
     """Every (kind, dim, seed) point of the frontier on ``cfg``'s run (see the module docstring). ``known`` points
-    (from an earlier run with the same settings) are kept instead of being recomputed."""
+    (from an earlier run with the same settings) are kept instead of being recomputed; ``on_point(points)`` is
+    called after each new point (to save progress: a static point costs minutes)."""
     from spar.evaluation import dataset_name
     from spar.lexical.projection import ProjectionLambda
 
@@ -247,10 +249,14 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
             if "projection" in kinds and ("projection", dim, seed) not in done:
                 points.append(score_point(inputs, projection, seed, 0.0))
                 progress(f"projection d={dim} seed={seed}: SPAR {points[-1].spar['nDCG@10']:.4f}")
+                if on_point:
+                    on_point(points)
             if "static" in kinds and ("static", dim, seed) not in done:
                 model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
                 points.append(score_point(inputs, model, seed, seconds, steps))
                 progress(f"static d={dim} seed={seed}: SPAR {points[-1].spar['nDCG@10']:.4f} ({seconds:.0f}s)")
+                if on_point:
+                    on_point(points)
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
     if "transformer" in kinds and is_complete(lam_dir) and not any(p.kind == "transformer" for p in points):
         from spar.artifacts import read_manifest
