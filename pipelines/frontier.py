@@ -3,7 +3,9 @@
 Needs the run's ``queries/``, ``labels/``, ``teacher_index/`` and base embeddings (``spar run --to encode
 encode.encoders=[base]``, or a whole run). Every point fits or trains its Λ in memory (static ones under
 ``frontier/static-d<dim>-s<seed>/``); nothing else of the run changes. Options (``frontier.*`` is not a config
-section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``. Writes
+section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``; ``section.key=value``
+overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed earlier under the same
+settings are kept (``--force`` recomputes them), so a frontier can be grown kind by kind. Writes
 ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*``. Logic:
 :mod:`spar.frontier`.
 """
@@ -33,7 +35,7 @@ def settings_fingerprint(cfg, kind: str) -> str:
     return fingerprint_dict(shared)
 
 
-def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=(0, 1, 2), force: bool = False) -> dict:
+def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=None, force: bool = False) -> dict:
     import json
 
     from spar.evaluation import command_line
@@ -54,7 +56,7 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=(0,
         write_json_atomic(out / "frontier.json", {**previous, "settings": settings,
                                                   "points": [asdict(p) for p in points]})
 
-    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds, out, progress=print, known=known,
+    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds or (0, 1, 2), out, progress=print, known=known,
                           on_point=save_progress)
     report.details["settings"] = settings
     report.details["command"] = command_line(cfg, "frontier")

@@ -36,6 +36,9 @@ from typing import Any, Iterable
 from spar.errors import ArtifactError
 
 MANIFEST = "manifest.json"
+#: Set by ``spar run`` for its stage processes: the command line that reproduces the whole run (recorded in results
+#: and model cards).
+RUN_COMMAND_ENV = "SPAR_RUN_COMMAND"
 SCHEMA_VERSION = 1
 
 #: Artifact directory names under ``experiment.output_dir`` (the pipeline's layout).

@@ -126,12 +126,12 @@ def dataset_name(cfg) -> str:
 def command_line(cfg, stage: str) -> str:
     """The ``spar`` command that produced a result: the ``spar run`` that started this stage, else this process's own
     when it is the CLI, else an equivalent."""
-    from spar.cli import RUN_COMMAND_ENV
+    from spar.artifacts import RUN_COMMAND_ENV
 
     if os.environ.get(RUN_COMMAND_ENV):
         return os.environ[RUN_COMMAND_ENV]
     argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("")
-    if (argv0.name == "spar" or argv0.parent.name == "spar") and len(sys.argv) > 1:  # `spar ...`, `python -m spar`
+    if (argv0.name in ("spar", "cli.py")) and len(sys.argv) > 1:  # `spar ...`, `python -m pipelines.cli ...`
         return "spar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     source = f" --config {shlex.quote(cfg.source)}" if cfg.source else ""
     return f"spar {stage}{source}"

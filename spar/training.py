@@ -35,7 +35,7 @@ nodes. ``train.batch_size`` is per device, so the contrastive softmax of a step 
 
     # without SLURM: torchrun on every node (node_rank 0..3), same command line
     torchrun --nnodes=4 --nproc-per-node=8 --node-rank=$NODE_RANK --master-addr=$HEAD --master-port=29500 \\
-        -m spar.cli train -c configs/experiments/wiki-vital.yaml train.devices=8 train.num_nodes=4
+        -m pipelines.cli train -c configs/experiments/wiki-vital.yaml train.devices=8 train.num_nodes=4
 
 Every rank reads the same memory-mapped inputs (put ``experiment.output_dir`` on a shared file system); rank 0
 exports Λ and writes the manifest.

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from spar import cli
+from pipelines import cli
 
 
 def test_top_level_help_lists_every_stage(capsys):
@@ -54,14 +54,14 @@ def test_run_skips_complete_stages_in_subprocesses():
     import tempfile
 
     out = tempfile.mkdtemp()
-    cmd = [sys.executable, "-m", "spar.cli", "run", "--to", "sample", f"experiment.output_dir={out}"]
+    cmd = [sys.executable, "-m", "pipelines.cli", "run", "--to", "sample", f"experiment.output_dir={out}"]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     second = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert "sample: done" in first and "skipped (up to date)" in second
 
 
 def test_import_is_light():
-    code = ("import sys, time; t=time.time(); import spar, spar.cli, spar.config; "
+    code = ("import sys, time; t=time.time(); import spar, pipelines.cli, spar.config; "
             "assert 'torch' not in sys.modules and 'jnius' not in sys.modules, sorted(sys.modules); "
             "print(time.time()-t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "scifact-sample"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
 ENV.pop("SPAR_OUTPUT_LOCK", None)
-SPAR = [sys.executable, "-m", "spar.cli"]
+SPAR = [sys.executable, "-m", "pipelines.cli"]
 
 
 def _small_inputs(root: Path, n_docs: int = 30) -> dict[str, Path]:
@@ -240,7 +240,7 @@ def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
     assert (out / "queries" / "manifest.json").exists() and not (out / LOCK_FILE).exists()
 
 
-# `spar run` holds the lock and starts each stage as a process that shares it (as spar/cli.py does).
+# `spar run` holds the lock and starts each stage as a process that shares it (as pipelines/cli.py does).
 def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
     from spar.artifacts import LOCK_FILE, output_lock, run_lock_name
 

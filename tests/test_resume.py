@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-SPAR = [sys.executable, "-m", "spar.cli"]
+SPAR = [sys.executable, "-m", "pipelines.cli"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
 
 

@@ -411,7 +411,7 @@ def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, d
     out = tmp_path / "run"
     for name in ("queries", "labels"):
         shutil.copytree(labelled / name, out / name)
-    cmd = [sys.executable, "-m", "spar.cli", "train", f"experiment.output_dir={out}",
+    cmd = [sys.executable, "-m", "pipelines.cli", "train", f"experiment.output_dir={out}",
            f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.accelerator=cpu", "train.devices=2",
            "train.max_steps=4", "train.batch_size=8", "train.val_check_interval=2", "train.wandb_mode=disabled",
            "train.encoder.query_max_length=16", "train.encoder.passage_max_length=24", "train.num_workers=0"]

@@ -4,6 +4,10 @@
     spar <stage> [--config CONFIG] [overrides ...]   # one stage
     spar <stage> --help                              # every option of the stage, with defaults
     spar search MODEL_OR_INDEX_DIR "query text"      # top-k passages with the published model
+    spar frontier -c CONFIG [--kinds ..] [--dims ..] # Λ kinds x dimensions x seeds: fidelity and SPAR vs index size
+
+The command sits above the stages (``pipelines/``), which sit above the library (``spar/``): nothing in ``spar/``
+imports this module.
 """
 
 from __future__ import annotations
@@ -17,13 +21,10 @@ import sys
 import time
 from typing import Sequence
 
-from spar.artifacts import hold_output_lock, run_lock_name
+from pipelines import STAGES
+from spar.artifacts import RUN_COMMAND_ENV, hold_output_lock, run_lock_name
 from spar.errors import SparError
 from spar.preflight import check_inputs
-
-#: Set by ``spar run`` for its stage processes: the command line that reproduces the whole run.
-RUN_COMMAND_ENV = "SPAR_RUN_COMMAND"
-STAGES = ["sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"]
 
 #: One line per stage for ``spar --help`` (kept here so the top-level help imports no stage module).
 STAGE_HELP = {
@@ -84,12 +85,30 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=summary, description=summary, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         _add_common(sp)
+    frontier = sub.add_parser("frontier", help="Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against "
+                              "index size -> frontier/, results/", formatter_class=argparse.RawDescriptionHelpFormatter,
+                              description=_frontier_doc())
+    frontier.add_argument("--kinds", default="projection,static,transformer",
+                          help="comma-separated Λ kinds (transformer: the run's own trained Λ, when it has one)")
+    frontier.add_argument("--dims", default=None, help="comma-separated dimensions (default 128,...,3072)")
+    frontier.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of the random matrices")
+    _add_common(frontier)
     search = sub.add_parser("search", help="search a published SPAR model's index from the command line")
     search.add_argument("index_dir", help="index directory written by `spar index` (or a published model dir)")
     search.add_argument("query", nargs="+", help="query text")
     search.add_argument("-k", type=int, default=10, help="hits to print")
     search.add_argument("--mu", type=float, default=None, help="override the tuned mu at query time")
     return parser
+
+
+def _frontier_doc() -> str:
+    import pipelines.frontier
+
+    return pipelines.frontier.__doc__ or ""
+
+
+def _ints(text: str | None) -> list[int] | None:
+    return None if text is None else [int(x) for x in text.split(",") if x.strip()]
 
 
 def _version() -> str:
@@ -146,7 +165,7 @@ def _run_stage_process(stage: str, args: argparse.Namespace) -> int:
     """
     import subprocess
 
-    cmd = [sys.executable, "-m", "spar.cli", stage]
+    cmd = [sys.executable, "-m", "pipelines.cli", stage]
     config_file = getattr(args, "config_file", None)
     overrides = list(args.overrides)
     if config_file and "=" in config_file and not config_file.endswith((".yaml", ".yml")):
@@ -180,6 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return search_command(args)
         cfg = _load(args)
         hold_output_lock(cfg.output_dir, run_lock_name(args.command, cfg))  # one run per output directory
+        if args.command == "frontier":
+            import pipelines.frontier
+
+            stats = pipelines.frontier.run(cfg, tuple(k for k in args.kinds.split(",") if k), _ints(args.dims),
+                                           _ints(args.seeds), force=args.force)
+            _print_stats("frontier", stats, 0.0)
+            return 0
         if args.command == "run":
             check_inputs(cfg)  # every input file and qrels id, before the first stage runs
             # Results and model cards record the command that reproduces them: this one, not the stage's.
