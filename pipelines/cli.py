@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
+import json
 import os
 import shlex
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Sequence
 
 from pipelines import STAGES
@@ -59,7 +61,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="re-run even if the output is complete")
     p.add_argument("--on-bad-record", choices=["fail", "skip"], default=None,
                    help="on malformed input: fail naming file and line (default), or skip and count")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the libraries' own logs and progress bars")
+    p.add_argument("-q", "--quiet", action="store_true", help="errors and the final summary only")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
 
 
@@ -132,18 +135,42 @@ def _load(args: argparse.Namespace):
     return load_config(path, overrides)
 
 
+#: Set by ``spar run`` for each stage process: where the stage writes its statistics (JSON) for the final summary.
+STAGE_STATS_ENV = "SPAR_STAGE_STATS"
+
+
 def _print_stats(stage: str, stats: dict, seconds: float) -> None:
+    import json
+
     from rich.console import Console
 
+    from spar.console import verbosity
+
+    if os.environ.get(STAGE_STATS_ENV):  # a stage of `spar run`: its parent prints one summary at the end
+        with open(os.environ[STAGE_STATS_ENV], "w") as fh:
+            json.dump({"seconds": seconds, **stats}, fh, default=str)
     console = Console(stderr=False)
     status = "skipped (up to date)" if stats.get("skipped") else f"done in {seconds:.1f}s"
+    if verbosity() == "quiet":
+        return
     console.print(f"[bold]{stage}[/bold]: {status}")
+    if os.environ.get(STAGE_STATS_ENV) and verbosity() != "verbose":
+        return
     for key, value in stats.items():
         if key in ("skipped", "table"):
             continue
         console.print(f"  {key}: {value}")
     if stats.get("table"):
         console.print(stats["table"])
+
+
+def _read_stats(path: Path, seconds: float) -> dict:
+    """A stage process's statistics (written by :func:`_print_stats`), with the wall time its parent measured."""
+    try:
+        stats = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        stats = {}
+    return {**stats, "seconds": seconds}
 
 
 def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dict]:
@@ -157,7 +184,7 @@ def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dic
     return results
 
 
-def _run_stage_process(stage: str, args: argparse.Namespace) -> int:
+def _run_stage_process(stage: str, args: argparse.Namespace, stats_file: Path) -> int:
     """Run one stage of ``spar run`` in its own process.
 
     Why: a stage that has trained with torch and then loads FAISS and the JVM in the same process crashed with a
@@ -179,7 +206,10 @@ def _run_stage_process(stage: str, args: argparse.Namespace) -> int:
         cmd += ["--on-bad-record", args.on_bad_record]
     if args.verbose:
         cmd.append("--verbose")
-    return subprocess.call(cmd + overrides)
+    if args.quiet:
+        cmd.append("--quiet")
+    env = {**os.environ, STAGE_STATS_ENV: str(stats_file)}
+    return subprocess.call(cmd + overrides, env=env)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,8 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s")
+    from spar.console import configure
+
+    configure("verbose" if getattr(args, "verbose", False) else "quiet" if getattr(args, "quiet", False)
+              else "normal")
     try:
         if args.command == "search":
             from pipelines.search import search_command
@@ -212,11 +244,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ[RUN_COMMAND_ENV] = "spar " + shlex.join(argv)
             first = STAGES.index(args.from_stage) if args.from_stage else 0
             last = STAGES.index(args.to_stage) if args.to_stage else len(STAGES) - 1
-            for stage in STAGES[first:last + 1]:
-                status = _run_stage_process(stage, args)
-                if status != 0:
-                    print(f"spar: stage '{stage}' failed (exit {status}); re-run to resume", file=sys.stderr)
-                    return status
+            ran: dict[str, dict] = {}
+            with tempfile.TemporaryDirectory(prefix="spar-run-") as tmp:
+                for stage in STAGES[first:last + 1]:
+                    start = time.time()
+                    status = _run_stage_process(stage, args, Path(tmp) / f"{stage}.json")
+                    ran[stage] = _read_stats(Path(tmp) / f"{stage}.json", time.time() - start)
+                    if status != 0:
+                        print(f"spar: stage '{stage}' failed (exit {status}); re-run to resume", file=sys.stderr)
+                        return status
+            from pipelines.summary import print_run_summary
+
+            print_run_summary(cfg, ran)
         else:
             run_stages(cfg, [args.command], force=args.force)
     except SparError as exc:

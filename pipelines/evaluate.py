@@ -21,7 +21,7 @@ SUMMARY = "evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuf
 def run(cfg, force: bool = False) -> dict:
     inputs = ExperimentInputs(cfg)
     out = artifact_dir(cfg.output_dir, "evaluation")
-    results_dir = Path(cfg.experiment.results_dir)
+    results_dir = cfg.results_dir
     json_path, md_path = results_dir / f"{cfg.experiment.name}.json", results_dir / f"{cfg.experiment.name}.md"
     fingerprints = inputs.input_fingerprints(["test"])
     for name in ("tune", "index", "teacher_index"):

@@ -64,7 +64,7 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
     table = report.markdown()
     (out / "frontier.md").write_text(table + f"\n`{report.details['command']}`\n", encoding="utf-8")
     report.plot(out / "frontier.png")
-    results = ensure_writable(Path(cfg.experiment.results_dir))
+    results = ensure_writable(cfg.results_dir)
     for suffix in ("json", "md", "png"):
         shutil.copyfile(out / f"frontier.{suffix}", results / f"{cfg.experiment.name}-frontier.{suffix}")
     return {"points": len(report.points), "table": table, "output": str(out),

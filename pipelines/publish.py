@@ -43,7 +43,7 @@ def run(cfg, force: bool = False) -> dict:
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     if not (index_dir / "index.faiss").exists():
         raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
-    results_md = Path(cfg.experiment.results_dir) / f"{cfg.experiment.name}.md"
+    results_md = cfg.results_dir / f"{cfg.experiment.name}.md"
     base = cfg.encode.base
     inputs = {
         "lambda": read_manifest(lam_dir)["fingerprint"] if is_complete(lam_dir) else file_fingerprint(

@@ -59,7 +59,7 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
     if not model.trainable:
         return _fit_only(model, writer, force)
     options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
-                   logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"))
+                   logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=cfg.experiment.name)
     if not is_primary_process():
         # Extra DDP ranks train alongside rank 0 in the same work directory; rank 0 exports and finalises.
         train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, writer.path, **options)

@@ -59,7 +59,10 @@ class Section(BaseModel):
 class ExperimentSection(Section):
     name: str = Field("default", description="Experiment name; used in W&B run names and result file names.")
     output_dir: str = Field("runs/default", description="Root directory of every artifact this experiment writes.")
-    results_dir: str = Field("results", description="Where evaluate writes <name>.json and <name>.md.")
+    results_dir: str | None = Field(
+        None, description="Where evaluate writes <name>.json and <name>.md (default: <output_dir>/results, so a run "
+        "leaves the checkout clean; the experiment configs behind the committed tables set 'results')."
+    )
     seed: int = Field(42, description="Global random seed (sampling, training, negatives).")
     on_bad_record: Literal["fail", "skip"] = Field(
         "fail", description="On malformed input: fail with file and line, or skip, count and report."
@@ -391,6 +394,11 @@ class SparConfig(Section):
     @property
     def output_dir(self) -> Path:
         return Path(self.experiment.output_dir)
+
+    @property
+    def results_dir(self) -> Path:
+        """``experiment.results_dir``, else ``<output_dir>/results``."""
+        return Path(self.experiment.results_dir) if self.experiment.results_dir else self.output_dir / "results"
 
     @field_validator("data", mode="before")
     @classmethod

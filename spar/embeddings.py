@@ -63,6 +63,9 @@ from spar.encoders import BiEncoder, format_passage
 from spar.errors import ArtifactError
 from spar.schemas import EMBEDDING_IDS, read_table, write_table
 
+from spar.console import adopt_library_loggers  # noqa: E402
+
+adopt_library_loggers()  # Lightning's own console handler printed everything twice
 log = logging.getLogger(__name__)
 
 KIND = "embeddings"

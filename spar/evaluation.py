@@ -323,7 +323,7 @@ def wandb_log(cfg, job_type: str, summary: Mapping[str, Any], tables: Mapping[st
 
     from spar.config import dump_config
 
-    wandb_dir = Path(cfg.experiment.output_dir) / "wandb"
+    wandb_dir = Path(cfg.experiment.output_dir)  # wandb adds wandb/: every stage's runs in <output_dir>/wandb/
     wandb_dir.mkdir(parents=True, exist_ok=True)
     run = wandb.init(project=cfg.train.wandb_project, name=f"{cfg.experiment.name}-{job_type}", job_type=job_type,
                      group=cfg.experiment.name, mode=mode, dir=str(wandb_dir), reinit="finish_previous",

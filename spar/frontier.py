@@ -290,7 +290,7 @@ def train_static(cfg, projection, work_dir: Path, seed: int):
     result = train_lambda(model, train, artifact_dir(cfg.output_dir, "queries") / "passages.arrow",
                           artifact_dir(cfg.output_dir, "labels"), work_dir, seed=seed, use_title=cfg.data.title_field,
                           run_name=f"{cfg.experiment.name}-frontier-static-d{projection.dim}-s{seed}",
-                          logger_root=cfg.output_dir, enable_progress_bar=False)
+                          logger_root=cfg.output_dir, enable_progress_bar=False, wandb_group=cfg.experiment.name)
     seconds = time.perf_counter() - start
     shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
     return model.eval(), seconds, result.steps

@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -67,14 +68,22 @@ def start_jvm(heap: str = "4g") -> None:
     import jnius_config
 
     if not jnius_config.vm_running:
-        options = [f"-Xmx{heap}", "-Dlog4j2.level=warn", "-Djava.awt.headless=true"]
+        # Quiet by default: log4j2 and SLF4J's own status lines at WARN; a JVM crash report goes to the temporary
+        # directory, never into the user's working directory (-XX:ErrorFile).
+        error_file = Path(tempfile.gettempdir()) / "spar-jvm-hs_err_pid%p.log"
+        options = [f"-Xmx{heap}", "-Dlog4j2.level=warn", "-Dslf4j.internal.verbosity=WARN",
+                   "-Djava.awt.headless=true", f"-XX:ErrorFile={error_file}"]
         if _runtime_has_vector_module(home):
             options.append("--add-modules=jdk.incubator.vector")
         jnius_config.add_options(*options)
         jnius_config.set_classpath(str(anserini_jar()))
-        import jnius  # noqa: F401  (importing jnius starts the JVM)
+        import jnius  # importing jnius starts the JVM
 
         log.info("started JVM from %s with %s", home, " ".join(options))
+        if not logging.getLogger("spar").isEnabledFor(logging.INFO):
+            # Lucene logs through java.util.logging (e.g. "Using MemorySegmentIndexInput with Java 21" at INFO).
+            jul = jnius.autoclass("java.util.logging.Logger").getLogger("")
+            jul.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
     _started = True
 
 

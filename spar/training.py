@@ -75,6 +75,9 @@ from spar.config import TrainSection
 from spar.lexical.base import LexicalModel
 from spar.training_data import LabelDataModule, LabelStore, SurrogatePool, surrogate_mrr
 
+from spar.console import adopt_library_loggers  # noqa: E402
+
+adopt_library_loggers()  # Lightning's own console handler printed everything twice
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
@@ -317,7 +320,7 @@ def is_primary_process() -> bool:
 
 
 def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_name: str,
-                 run_config: dict[str, Any] | None):
+                 run_config: dict[str, Any] | None, group: str | None = None):
     """W&B (offline/online) with the run id kept in ``work_dir`` so a resumed run continues the same W&B run;
     a CSV logger in ``work_dir/logs`` when W&B is disabled."""
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -334,9 +337,11 @@ def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_nam
         run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
         id_file.write_text(run_id)
     logger_root.mkdir(parents=True, exist_ok=True)
-    logger = WandbLogger(project=train.wandb_project, name=run_name, save_dir=str(logger_root), id=run_id,
+    logger = WandbLogger(project=train.wandb_project, name=run_name, save_dir=str(logger_root), id=run_id, group=group,
                          offline=train.wandb_mode == "offline", mode=train.wandb_mode, config=run_config or {},
                          job_type="train-lambda")
+    # Lightning always passes wandb.init an `anonymous` key, which wandb >= 0.19 answers with a deprecation warning.
+    logger._wandb_init.pop("anonymous", None)
     return logger, str(logger_root / "wandb")
 
 
@@ -372,7 +377,7 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
                  work_dir: str | Path, *, seed: int = 42, use_title: bool = True, run_name: str = "lambda",
                  logger_root: str | Path | None = None, run_config: dict[str, Any] | None = None,
                  export_dir: str | Path | None = None, enable_progress_bar: bool | None = None,
-                 callbacks: Sequence[pl.Callback] = ()) -> TrainResult:
+                 callbacks: Sequence[pl.Callback] = (), wandb_group: str | None = None) -> TrainResult:
     """Train Λ on ``labels_dir`` (label shards) over ``passages_path``, checkpointing into ``work_dir/checkpoints``.
 
     Resumes from ``work_dir/checkpoints/last.ckpt`` when it exists. Exports the best-``valid_mrr`` Λ with
@@ -392,7 +397,7 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
     module, data = build_module(model, train, passages_path, labels_dir, seed, use_title)
     precision = resolve_precision(train)
     logger, logger_dir = _make_logger(train, work_dir, Path(logger_root) if logger_root else work_dir, run_name,
-                                      run_config)
+                                      run_config, wandb_group)
     if not data.has_validation:
         log.warning("%s: no dev queries (split 'dev'): training without validation; the last step is exported",
                     labels_dir)

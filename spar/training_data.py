@@ -34,6 +34,9 @@ from spar.errors import ArtifactError, ConfigError
 from spar.passages import PassagesTable
 from spar.schemas import LABELS, read_shards
 
+from spar.console import adopt_library_loggers  # noqa: E402
+
+adopt_library_loggers()  # Lightning's own console handler printed everything twice
 log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,40 +1,41 @@
-"""Every stage runs for each term-based Λ kind on the embedded sample: projection, then static from the same run
-(base embeddings reused), through publish and search."""
+"""`spar run` on the embedded sample for each term-based Λ kind: projection through publish, then static in the same
+output directory (corpus, labels and base embeddings reused), then `spar search` on the published model. Run as the
+user runs it: the CLI in a subprocess, each stage in its own process."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from spar.config import load_config
+REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(cfg, stages) -> dict:
-    import importlib
+def _spar(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", "OPENAI_API_KEY": "unused"}
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
+    return done
 
-    return {stage: importlib.import_module(f"pipelines.{stage}").run(cfg) for stage in stages}
 
-
-def test_every_stage_runs_for_projection_and_static(tmp_path: Path):
+def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path: Path):
     from spar.artifacts import read_manifest
     from spar.lexical import load_lambda
     from spar.publish import SparEncoder
-    from spar.search import SparSearcher
 
     common = [f"experiment.output_dir={tmp_path}", f"experiment.results_dir={tmp_path / 'results'}",
               "experiment.name=kinds", "sample.max_queries=1500", "encode.base.passage_max_length=64",
               "train.lexical.dim=64", "evaluate.shuffled=false", "train.wandb_mode=disabled",
               "evaluate.wandb_mode=disabled"]
-    stages = ["sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"]
     results = {}
     for kind, extra in (("projection", []), ("static", ["train.max_steps=6", "train.batch_size=16",
                                                         "train.val_check_interval=3", "train.random_negatives=32"])):
-        cfg = load_config(None, common + [f"train.kind={kind}"] + extra)
-        out = _run(cfg, stages)
-        if kind == "static":  # the corpus, labels and base embeddings of the projection's run are reused
-            assert out["sample"] == {"skipped": True} and out["label"].get("skipped")
+        _spar("run", *common, f"train.kind={kind}", *extra)
         lam = load_lambda(tmp_path / "lambda")
         assert lam.kind == kind and lam.dim == 64
         assert read_manifest(tmp_path / "lambda")["stats"]["lambda"]["kind"] == kind
@@ -47,7 +48,9 @@ def test_every_stage_runs_for_projection_and_static(tmp_path: Path):
         model = SparEncoder.from_pretrained(tmp_path / "model")
         queries = ["vitamin C deficiency and scurvy"]
         assert np.allclose(model.lambda_.encode_query(queries), lam.encode_query(queries), atol=1e-6)
-        hits = SparSearcher.open(tmp_path / "model").search(queries, k=3)[0]
-        assert len(hits) == 3 and hits[0].text
-    # The static Λ was trained: its Λ-alone run differs from the projection's.
+    # The static run reused the projection run's corpus, labels and base embeddings (same manifests) ...
+    assert read_manifest(tmp_path / "embeddings" / "base" / "passages")["stats"]["encoded_this_run"] == 600
+    # ... and its Λ was trained: its Λ-alone figures differ from the projection's.
     assert results["static"]["systems"]["lambda"] != results["projection"]["systems"]["lambda"]
+    hits = _spar("search", str(tmp_path / "model"), "vitamin C deficiency and scurvy", "-k", "3").stdout
+    assert "  1. " in hits and "  3. " in hits, hits

@@ -1,0 +1,65 @@
+"""The one summary ``spar run`` prints at the end: time per stage, the result table sized to the console, where the
+model, index, results and W&B runs are, and the next commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spar.artifacts import artifact_dir
+
+
+def _results_table(payload: dict):
+    from rich.table import Table
+
+    systems = payload.get("systems", {})
+    metrics = list(next(iter(systems.values()), {}))
+    table = Table(title=f"{payload.get('dataset', '')} (test): μ = {payload.get('mu')}, α = {payload.get('alpha')}",
+                  title_justify="left", header_style="bold")
+    table.add_column("system")
+    for metric in metrics:
+        table.add_column(metric, justify="right")
+    table.add_column("RBO vs BM25", justify="right")
+    table.add_column("shuffled Δ", justify="right")
+    for name, values in systems.items():
+        shuffled = payload.get("shuffled", {}).get(name)
+        rbo = payload.get("rbo", {}).get(name)
+        table.add_row(name, *[f"{values[m]:.4f}" for m in metrics], "" if rbo is None else f"{rbo:.3f}",
+                      "" if not shuffled else f"{shuffled['delta']:+.4f}")
+    return table
+
+
+def print_run_summary(cfg, stages: dict[str, dict]) -> None:
+    """Print the summary of a ``spar run`` whose stages reported ``stages`` (name -> statistics with seconds)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    timing = Table(title="spar run", title_justify="left", header_style="bold")
+    timing.add_column("stage")
+    timing.add_column("status")
+    timing.add_column("time", justify="right")
+    for name, stats in stages.items():
+        timing.add_row(name, "up to date" if stats.get("skipped") else "done", f"{stats['seconds']:.1f} s")
+    timing.add_row("total", "", f"{sum(s['seconds'] for s in stages.values()):.1f} s")
+    console.print(timing)
+
+    results = cfg.results_dir / f"{cfg.experiment.name}.json"
+    if results.exists():
+        console.print(_results_table(json.loads(results.read_text())))
+    where = []
+    model = artifact_dir(cfg.output_dir, "model") if not cfg.publish.output else Path(cfg.publish.output)
+    for label, path in (("model", model), ("index", artifact_dir(cfg.output_dir, "index")),
+                        ("results", results), ("W&B runs (offline)", Path(cfg.output_dir) / "wandb")):
+        if path.exists():
+            where.append(f"  {label}: {path}")
+    if where:
+        console.print("[bold]where[/bold]\n" + "\n".join(where), highlight=False, soft_wrap=True)
+    nexts = []
+    if model.exists():
+        nexts.append(f'spar search {model} "your query"')
+    wandb_dir = Path(cfg.output_dir) / "wandb"
+    if any(wandb_dir.glob("offline-run-*")):
+        nexts.append(f"wandb sync {wandb_dir}/offline-run-*   # upload the runs to W&B")
+    if nexts:
+        console.print("[bold]next[/bold]\n" + "\n".join(f"  {n}" for n in nexts), highlight=False, soft_wrap=True)
