@@ -59,10 +59,12 @@ def load_encoder(cfg, name: str):
         return BiEncoder.from_section(section), weights, {}
     from spar.lexical import load_lambda
 
+    from spar.lexical.base import LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG
+
     lam = artifact_dir(cfg.output_dir, "lambda")
-    if not is_complete(lam):
+    if not is_complete(lam) and not any((lam / name).exists() for name in (LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG)):
         raise ArtifactError(f"{lam}: Λ is missing (run `spar train`, or drop 'lambda' from encode.encoders)")
-    extra = {"lambda_manifest": read_manifest(lam)["fingerprint"]}
+    extra = {"lambda_manifest": read_manifest(lam)["fingerprint"]} if is_complete(lam) else {}
     model = load_lambda(lam)
     # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights. A
     # transformer Λ encodes through its BiEncoder (tokenised, length-sorted, multi-device); other kinds directly.

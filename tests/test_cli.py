@@ -37,14 +37,14 @@ def test_run_chains_stages_in_order(monkeypatch):
 
     import subprocess as sp
 
-    monkeypatch.setattr(sp, "call", lambda cmd: called.append(cmd[3:]) or 0)
+    monkeypatch.setattr(sp, "call", lambda cmd, **kwargs: called.append(cmd[3:]) or 0)
     assert cli.main(["run", "--from", "label", "--to", "encode", "label.k=30", "--force"]) == 0
     assert called == [[s, "--force", "label.k=30"] for s in ("label", "train", "encode")]
 
 
 def test_run_stops_at_a_failing_stage(monkeypatch):
     called = []
-    monkeypatch.setattr(cli, "_run_stage_process", lambda stage, args: called.append(stage) or (3 if stage == "train" else 0))
+    monkeypatch.setattr(cli, "_run_stage_process", lambda stage, args, stats_file: called.append(stage) or (3 if stage == "train" else 0))
     assert cli.main(["run", "--to", "encode"]) == 3
     assert called == ["sample", "label", "train"]
 
