@@ -38,7 +38,9 @@ def run(cfg, force: bool = False) -> dict:
     out = model_output(cfg)
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
     index_dir = artifact_dir(cfg.output_dir, "index")
-    if not is_complete(lam_dir):
+    from spar.lexical.base import LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG
+
+    if not is_complete(lam_dir) and not any((lam_dir / n).exists() for n in (LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG)):
         raise ArtifactError(f"{lam_dir}: Λ is missing (run `spar train` first)")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     if not (index_dir / "index.faiss").exists():

@@ -591,7 +591,7 @@ def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests
     from spar.config import dump_config
 
     base, lam = cfg.encode.base, cfg.train.encoder
-    kind = cfg.train.kind
+    kind = getattr(encoder.lambda_, "kind", "transformer")  # the published Λ's, not the config's (a BiEncoder: transformer)
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
     label = cfg.label

@@ -299,7 +299,7 @@ def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_p
 
 
 def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
-    from spar import cli
+    from pipelines import cli
     from spar.search import SparSearcher
 
     base_p, lam_p, ids = tiny_run["base_p"], tiny_run["lambda_p"], tiny_run["ids"][:N_INDEXED]
@@ -319,7 +319,7 @@ def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
 
 
 def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
-    from spar import cli
+    from pipelines import cli
 
     assert cli.main(["search", str(tmp_path), "q"]) == 2
     assert "neither a SPAR model directory" in capsys.readouterr().err
