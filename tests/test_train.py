@@ -412,7 +412,7 @@ def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, d
     for name in ("queries", "labels"):
         shutil.copytree(labelled / name, out / name)
     cmd = [sys.executable, "-m", "pipelines.cli", "train", f"experiment.output_dir={out}",
-           f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.accelerator=cpu", "train.devices=2",
+           f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.kind=transformer", "train.accelerator=cpu", "train.devices=2",
            "train.max_steps=4", "train.batch_size=8", "train.val_check_interval=2", "train.wandb_mode=disabled",
            "train.encoder.query_max_length=16", "train.encoder.passage_max_length=24", "train.num_workers=0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
