@@ -7,3 +7,19 @@ resumable: it returns at once when its output's manifest matches the current con
 
 #: Stages in pipeline order; ``spar run`` chains them.
 STAGES = ["sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"]
+
+#: Stages that make Λ (skipped when ``encode.lambda`` brings one trained elsewhere).
+LAMBDA_STAGES = ("sample", "label", "train")
+
+
+def skipped_by_config(cfg, stage: str) -> str | None:
+    """Why ``spar run`` leaves ``stage`` out for this experiment, or None when it runs.
+
+    - ``encode.lambda`` is set: Λ was trained elsewhere, so sample, label and train have nothing to do.
+    - no ``data.queries``: a Λ-training experiment (e.g. wiki-vital): nothing to encode, tune or evaluate.
+    """
+    if stage in LAMBDA_STAGES and cfg.encode.lambda_ is not None:
+        return f"Λ comes from encode.lambda ({cfg.encode.lambda_.path})"
+    if stage not in LAMBDA_STAGES and not cfg.data.queries:
+        return "no data.queries: this experiment trains Λ only (use it elsewhere with encode.lambda)"
+    return None

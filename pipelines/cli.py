@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from pipelines import STAGES
+from pipelines import STAGES, skipped_by_config
 from spar.artifacts import RUN_COMMAND_ENV, hold_output_lock, run_lock_name
 from spar.errors import SparError
 from spar.preflight import check_inputs
@@ -150,14 +150,15 @@ def _print_stats(stage: str, stats: dict, seconds: float) -> None:
         with open(os.environ[STAGE_STATS_ENV], "w") as fh:
             json.dump({"seconds": seconds, **stats}, fh, default=str)
     console = Console(stderr=False)
-    status = "skipped (up to date)" if stats.get("skipped") else f"done in {seconds:.1f}s"
+    status = (f"skipped ({stats['why']})" if stats.get("why") else "skipped (up to date)" if stats.get("skipped")
+              else f"done in {seconds:.1f}s")
     if verbosity() == "quiet":
         return
     console.print(f"[bold]{stage}[/bold]: {status}")
     if os.environ.get(STAGE_STATS_ENV) and verbosity() != "verbose":
         return
     for key, value in stats.items():
-        if key in ("skipped", "table"):
+        if key in ("skipped", "table", "why"):
             continue
         console.print(f"  {key}: {value}")
     if stats.get("table"):
@@ -247,6 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ran: dict[str, dict] = {}
             with tempfile.TemporaryDirectory(prefix="spar-run-") as tmp:
                 for stage in STAGES[first:last + 1]:
+                    why = skipped_by_config(cfg, stage)
+                    if why:
+                        ran[stage] = {"skipped": True, "why": why}
+                        _print_stats(stage, {"skipped": True, "why": why}, 0.0)
+                        continue
                     start = time.time()
                     status = _run_stage_process(stage, args, Path(tmp) / f"{stage}.json")
                     ran[stage] = _read_stats(Path(tmp) / f"{stage}.json", time.time() - start)

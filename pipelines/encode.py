@@ -1,5 +1,6 @@
 """Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
 
+Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
 ``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every split is its own
 resumable artifact; see :mod:`spar.embeddings`.
@@ -10,20 +11,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint, is_complete, read_manifest
-from spar.embeddings import EncodeOptions, directory_fingerprint, encode_passages, encode_queries, split_dir
-from spar.errors import ArtifactError
+from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint
+from spar.embeddings import EncodeOptions, encode_passages, encode_queries, split_dir
+from spar.passages import experiment_passages
 
 SECTIONS = ["experiment", "data", "encode"]
 SUMMARY = "encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/"
 
 log = logging.getLogger(__name__)
-
-
-def passages_source(cfg) -> Path:
-    """``queries/passages.arrow`` when the sample stage wrote it (the rows labels refer to), else ``data.corpus``."""
-    arrow = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
-    return arrow if arrow.exists() else Path(cfg.data.corpus)
 
 
 def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
@@ -57,24 +52,21 @@ def load_encoder(cfg, name: str):
         weights = fingerprint_dict({"model": model_fingerprint(section.model), "passage_model":
                                     model_fingerprint(section.passage_model) if section.passage_model else None})
         return BiEncoder.from_section(section), weights, {}
-    from spar.lexical import load_lambda
+    from spar.lambda_source import experiment_lambda
 
-    from spar.lexical.base import LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG
-
-    lam = artifact_dir(cfg.output_dir, "lambda")
-    if not is_complete(lam) and not any((lam / name).exists() for name in (LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG)):
-        raise ArtifactError(f"{lam}: Λ is missing (run `spar train`, or drop 'lambda' from encode.encoders)")
-    extra = {"lambda_manifest": read_manifest(lam)["fingerprint"]} if is_complete(lam) else {}
-    model = load_lambda(lam)
-    # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights. A
-    # transformer Λ encodes through its BiEncoder (tokenised, length-sorted, multi-device); other kinds directly.
-    return (model.encoder if model.kind == "transformer" else model), directory_fingerprint(lam), extra
+    source = experiment_lambda(cfg)
+    model = source.load()
+    # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights. A Λ
+    # from elsewhere (encode.lambda) is recorded with its origin, so pointing elsewhere re-encodes. A transformer Λ
+    # encodes through its BiEncoder (tokenised, length-sorted, multi-device); other kinds directly.
+    extra = {"lambda_source": {k: v for k, v in source.describe().items() if k != "path"}}
+    return (model.encoder if model.kind == "transformer" else model), source.fingerprint(), extra
 
 
 def run(cfg, force: bool = False) -> dict:
     enc = cfg.encode
     root = artifact_dir(cfg.output_dir, "embeddings")
-    source = passages_source(cfg)
+    source = experiment_passages(cfg)
     queries = query_sets(cfg)
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)

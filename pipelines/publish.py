@@ -36,20 +36,17 @@ def run(cfg, force: bool = False) -> dict:
     from spar.models import model_fingerprint
 
     out = model_output(cfg)
-    lam_dir = artifact_dir(cfg.output_dir, "lambda")
-    index_dir = artifact_dir(cfg.output_dir, "index")
-    from spar.lexical.base import LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG
+    from spar.lambda_source import experiment_lambda
 
-    if not is_complete(lam_dir) and not any((lam_dir / n).exists() for n in (LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG)):
-        raise ArtifactError(f"{lam_dir}: Λ is missing (run `spar train` first)")
+    source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
+    index_dir = artifact_dir(cfg.output_dir, "index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     if not (index_dir / "index.faiss").exists():
         raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
     results_md = cfg.results_dir / f"{cfg.experiment.name}.md"
     base = cfg.encode.base
     inputs = {
-        "lambda": read_manifest(lam_dir)["fingerprint"] if is_complete(lam_dir) else file_fingerprint(
-            lam_dir / "spar_encoder.json"),
+        "lambda": source.fingerprint(),
         "tune": file_fingerprint(tuned.path),
         "index": file_fingerprint(index_dir / "index.json") if (index_dir / "index.json").exists() else
         file_fingerprint(index_dir / "index.faiss"),
@@ -64,13 +61,13 @@ def run(cfg, force: bool = False) -> dict:
     skipped = not force and is_complete(out, writer.fingerprint)
     stats: dict = {"skipped": True} if skipped else {}
     if not skipped:
-        stats = _write(cfg, writer, lam_dir, tuned, index_dir, results_md)
+        stats = _write(cfg, writer, source, tuned, index_dir, results_md)
     if cfg.publish.push_to_hub:
         stats.update(_push(cfg, out))
     return stats
 
 
-def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tuned: TunedWeights, index_dir: Path, results_md: Path) -> dict:
+def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: Path, results_md: Path) -> dict:
     from spar.config import dump_config
     from spar.encoders import BiEncoder
     from spar.publish import SparEncoder, gather_card_facts, publish_model
@@ -82,24 +79,24 @@ def _write(cfg, writer: ArtifactWriter, lam_dir: Path, tuned: TunedWeights, inde
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
                             f"({tuned.path}); rebuild the index or re-tune with tune.variant")
     base = BiEncoder.from_section(cfg.encode.base)
-    from spar.lexical import load_lambda
-
-    lam = load_lambda(lam_dir)
+    lam = source.load()
     if lam.kind == "transformer":
         lam = lam.encoder  # published as Hugging Face encoders
     provenance = {
         "experiment": cfg.experiment.name,
         "base_model": cfg.encode.base.model,
-        "lambda_init": cfg.train.encoder.model,
+        "lambda_init": cfg.train.encoder.model if source.origin == "run" else None,
+        "lambda_source": source.describe(),
         "teacher": cfg.label.teacher,
         "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant")},
         "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
     }
     encoder = SparEncoder(base, lam, tuned.mu(variant), variant, metadata={"provenance": provenance})
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
-    manifests["lambda"] = _manifest_or_empty(lam_dir)
+    manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     facts = gather_card_facts(cfg, encoder, tune, manifests,
-                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, command_line(cfg, "run"))
+                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, command_line(cfg, "run"),
+                              source.describe())
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
     with writer as w:
         publish_model(encoder, w.path, facts, dump_config(cfg), index_dir=index_dir,

@@ -40,8 +40,9 @@ def print_run_summary(cfg, stages: dict[str, dict]) -> None:
     timing.add_column("status")
     timing.add_column("time", justify="right")
     for name, stats in stages.items():
-        timing.add_row(name, "up to date" if stats.get("skipped") else "done", f"{stats['seconds']:.1f} s")
-    timing.add_row("total", "", f"{sum(s['seconds'] for s in stages.values()):.1f} s")
+        status = "not needed" if stats.get("why") else "up to date" if stats.get("skipped") else "done"
+        timing.add_row(name, status, f"{stats.get('seconds', 0.0):.1f} s")
+    timing.add_row("total", "", f"{sum(s.get('seconds', 0.0) for s in stages.values()):.1f} s")
     console.print(timing)
 
     results = cfg.results_dir / f"{cfg.experiment.name}.json"
@@ -49,7 +50,8 @@ def print_run_summary(cfg, stages: dict[str, dict]) -> None:
         console.print(_results_table(json.loads(results.read_text())))
     where = []
     model = artifact_dir(cfg.output_dir, "model") if not cfg.publish.output else Path(cfg.publish.output)
-    for label, path in (("model", model), ("index", artifact_dir(cfg.output_dir, "index")),
+    for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)", artifact_dir(cfg.output_dir, "lambda")),
+                        ("model", model), ("index", artifact_dir(cfg.output_dir, "index")),
                         ("results", results), ("W&B runs (offline)", Path(cfg.output_dir) / "wandb")):
         if path.exists():
             where.append(f"  {label}: {path}")

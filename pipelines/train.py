@@ -14,6 +14,7 @@ lives in :mod:`spar.training` (its docstring has the multi-GPU and multi-node co
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
 from spar.config import SparConfig
@@ -57,7 +58,7 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
     model = build_lambda(cfg.train, qdir / "passages.arrow", teacher=label.teacher, k1=label.k1, b=label.b,
                          fields=label.fields, seed=cfg.experiment.seed)
     if not model.trainable:
-        return _fit_only(model, writer, force)
+        return _fit_only(cfg, model, writer, force)
     options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
                    logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=cfg.experiment.name)
     if not is_primary_process():
@@ -70,7 +71,11 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         result = train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
         w.stats.update(result.stats())
         w.stats["lambda"] = model.describe()
-        w.schema = {**LAMBDA_SCHEMA[model.kind],
+        training = {"steps": result.steps, "epochs": result.epochs, "seconds": round(result.seconds),
+                    "devices": result.world_size, "valid MRR (first → best)":
+                    f"{_round(result.initial_valid_mrr)} → {_round(result.best_valid_mrr)} (step {result.best_step})"}
+        write_card(cfg, model, w.path, writer.fingerprint, training)
+        w.schema = {**LAMBDA_SCHEMA[model.kind], **CARD_SCHEMA,
                     "checkpoints/last.ckpt": "Lightning checkpoint (weights, optimiser, loops)"}
     return {
         "summary": summarize(result),
@@ -97,14 +102,45 @@ LAMBDA_SCHEMA = {
 }
 
 
-def _fit_only(model, writer: ArtifactWriter, force: bool) -> dict:
+def _round(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+#: The files every Λ directory has besides its kind's own.
+CARD_SCHEMA = {"README.md": "model card: kind, dim, teacher, training data, statistics, how to use it elsewhere",
+               "manifest.json": "fingerprint, config, inputs, figures"}
+
+
+def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: dict | None = None) -> None:
+    """The Λ's model card (:func:`spar.lexical.card.lambda_card`), from the run's config and query manifest."""
+    from spar.artifacts import read_manifest
+    from spar.evaluation import command_line
+    from spar.lexical.card import lambda_card
+
+    queries = read_manifest(artifact_dir(cfg.output_dir, "queries")).get("stats", {})
+    sample, label = cfg.sample, cfg.label
+    sampling = {"wiki": f"wiki: pseudo-exponential over the passage's position in its article (base "
+                        f"{sample.exponential_base}, at least one sentence per passage)",
+                "all": "every sentence of every passage",
+                "uniform": f"each sentence with probability {sample.uniform_rate}"}[sample.strategy]
+    teacher = (f"Pyserini Lucene BM25, k1={label.k1}, b={label.b}, fields {'+'.join(label.fields)}, top {label.k} "
+               f"({label.n_positives} positives, {label.n_negatives} hard negatives)")
+    facts = {"experiment": cfg.experiment.name, "corpus": cfg.data.corpus, "passages": queries.get("passages"),
+             "sampling": sampling, "queries": queries.get("queries_train", queries.get("queries")),
+             "teacher": teacher, "fingerprint": fingerprint, "training": training or {},
+             "command": command_line(cfg, "train")}
+    (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
+
+
+def _fit_only(cfg: SparConfig, model, writer: ArtifactWriter, force: bool) -> dict:
     """A training-free Λ (projection): its corpus statistics are fitted already; save it as the stage's output."""
     if force and writer.path.exists():
         shutil.rmtree(writer.path)
     with writer as w:
         model.save(w.path)
+        write_card(cfg, model, w.path, writer.fingerprint, {"training": "none (fitted: corpus statistics)"})
         w.stats = {"lambda": model.describe(), "steps": 0}
-        w.schema = LAMBDA_SCHEMA[model.kind]
+        w.schema = {**LAMBDA_SCHEMA[model.kind], **CARD_SCHEMA}
     teacher = model.describe()["teacher"]
     return {"kind": model.kind, "dim": model.dim, "terms": f"{teacher['vocab_size']:,}",
             "passages": f"{teacher['num_docs']:,}", "output": str(writer.final)}

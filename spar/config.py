@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import sysconfig
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,7 +49,8 @@ DEFAULT_CONFIG_NAME = "default.yaml"
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(),
+                              validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
     def fingerprint(self) -> str:
         """A stable hash of this section's values (used by manifests to detect config changes)."""
@@ -288,8 +290,24 @@ class TrainSection(Section):
     wandb_project: str = Field("spar")
 
 
+class LambdaSourceSection(Section):
+    """A Λ trained elsewhere (SPAR's "Wiki Λ" used on other corpora); see :mod:`spar.lambda_source`."""
+
+    path: str = Field(..., description="A Λ directory, a spar run's output directory (its lambda/), a published "
+                      "spar model directory, or a hub id of one; relative paths from the current directory.")
+    kind: Literal["transformer", "projection", "static"] | None = Field(
+        None, description="Expected Λ kind: checked against the Λ found (a mismatch is an error).")
+    dim: int | None = Field(None, ge=1, description="Expected Λ dimension: checked against the Λ found.")
+    statistics: Literal["carried", "target"] = Field(
+        "carried", description="Term-based Λ: 'carried' keeps its training corpus's BM25 statistics (vocabulary, "
+        "df, passage count, average length); 'target' refits them on this experiment's corpus (new terms appended).")
+
+
 class EncodeSection(Section):
     base: EncoderSection = Field(default_factory=EncoderSection, description="The base dense retriever.")
+    lambda_: LambdaSourceSection | None = Field(
+        None, alias="lambda", description="Where Λ comes from (default: this run's lambda/, trained by `spar train`); "
+        "a path or hub id, or {path, kind, dim, statistics}. When set, `spar run` skips sample, label and train.")
     batch_size: int = Field(64, ge=1, description="Items per forward pass (length-sorted within a shard).")
     shard_size: int = Field(100_000, ge=1, description="Passages per embedding shard.")
     dtype: Literal["float32", "float16"] = Field("float32", description="Stored embedding dtype.")
@@ -306,6 +324,11 @@ class EncodeSection(Section):
         "auto", description="'auto': bf16 autocast on GPUs that support it, fp16 on other GPUs, fp32 on CPU."
     )
     strategy: str = Field("auto", description="Lightning strategy for several devices ('auto': ddp_spawn).")
+
+    @field_validator("lambda_", mode="before")
+    @classmethod
+    def _lambda_path(cls, value: Any) -> Any:
+        return {"path": value} if isinstance(value, str) else value
 
 
 class TuneSection(Section):
@@ -461,13 +484,21 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
+def _section_type(annotation: Any) -> type[BaseModel] | None:
+    """The section class of a field (``Section`` or ``Section | None``), else None."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
 def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     keys = []
     for name, field in model.model_fields.items():
-        dotted = f"{prefix}{name}"
+        dotted = f"{prefix}{field.alias or name}"
         keys.append(dotted)
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
+        ann = _section_type(field.annotation)
+        if ann is not None:
             keys.extend(_all_keys(ann, dotted + "."))
     return keys
 
@@ -539,8 +570,11 @@ def describe_options(section: type[BaseModel], prefix: str) -> list[tuple[str, s
     """(dotted key, default, description) for every option of a section, nested sections flattened."""
     rows = []
     for name, field in section.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
+        name = field.alias or name
+        ann = _section_type(field.annotation)
+        if ann is not None:
+            if field.description and not field.is_required() and field.get_default() is None:
+                rows.append((f"{prefix}{name}", "None", field.description))
             rows.extend(describe_options(ann, f"{prefix}{name}."))
             continue
         default = "required" if field.is_required() else repr(field.get_default(call_default_factory=True))

@@ -218,7 +218,7 @@ def directory_fingerprint(directory: str | Path, full: bool = True) -> str:
     d = Path(directory)
     h = hashlib.sha256()
     for f in sorted(d.rglob("*")):
-        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model"):
+        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model", ".npy"):
             h.update(str(f.relative_to(d)).encode())
             h.update(str(f.stat().st_size).encode())
             with f.open("rb") as fh:

@@ -146,19 +146,14 @@ class ExperimentInputs:
 
     # -- encoders ----------------------------------------------------------------------------------------------
     def encoder(self, name: str):
-        """The base retriever (``encode.base``) or Λ (``lambda/``), loaded once."""
+        """The base retriever (``encode.base``) or Λ (``lambda/`` or ``encode.lambda``), loaded once."""
         if name not in self._encoders:
             from spar.encoders import BiEncoder
 
             if name == "base":
                 self._encoders[name] = BiEncoder.from_section(self.cfg.encode.base)
             elif name == "lambda":
-                lam = artifact_dir(self.out, "lambda")
-                if not is_complete(lam):
-                    raise ArtifactError(f"{lam}: Λ is missing (run `spar train`)")
-                from spar.lexical import load_lambda
-
-                self._encoders[name] = load_lambda(lam)
+                self._encoders[name] = self.lambda_source.load()
             else:
                 raise KeyError(name)
         return self._encoders[name]
@@ -194,10 +189,15 @@ class ExperimentInputs:
                 q = self.query_dir(name, split)
                 if is_complete(q):
                     prints[f"{name}/queries-{split}"] = read_manifest(q)["fingerprint"]
-        lam = artifact_dir(self.out, "lambda")
-        if is_complete(lam):
-            prints["lambda"] = read_manifest(lam)["fingerprint"]
+        prints["lambda"] = self.lambda_source.fingerprint()
         return prints
+
+    @cached_property
+    def lambda_source(self):
+        """Where this experiment's Λ comes from (:func:`spar.lambda_source.experiment_lambda`)."""
+        from spar.lambda_source import experiment_lambda
+
+        return experiment_lambda(self.cfg)
 
     # -- BM25 --------------------------------------------------------------------------------------------------
     @cached_property

@@ -131,3 +131,28 @@ class PassagesTable:
             ids, texts = piece.column("id").to_pylist(), piece.column("text").to_pylist()
             titles = piece.column("title").to_pylist() if titles_on else [""] * len(ids)
             yield ids, titles, texts
+
+
+def experiment_passages(cfg) -> Path:
+    """The passages an experiment encodes and indexes: ``queries/passages.arrow`` when the sample stage wrote it
+    (the rows labels refer to), else ``data.corpus`` (e.g. an experiment whose Λ comes from elsewhere)."""
+    from spar.artifacts import artifact_dir
+
+    arrow = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    return arrow if arrow.exists() else Path(cfg.data.corpus)
+
+
+def teacher_texts(cfg) -> Iterator[str]:
+    """Every passage of :func:`experiment_passages` as the BM25 teacher indexes it (``label.fields`` joined by one
+    space): the target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``)."""
+    source = experiment_passages(cfg)
+    fields = tuple(cfg.label.fields)
+    if source.suffix == ".arrow":
+        from spar.lexical import corpus_texts
+
+        yield from corpus_texts(source, fields)
+        return
+    from spar.readers import read_corpus
+
+    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
+        yield " ".join(part for part in (getattr(passage, f) for f in fields) if part)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -239,24 +239,9 @@ class SparEncoder:
     @classmethod
     def from_pretrained(cls, path: str | Path, mu: float | None = None, device: str = "cpu") -> "SparEncoder":
         """Load a model directory written by :meth:`save_pretrained` (``mu`` overrides the tuned μ)."""
-        from transformers import AutoModel, AutoTokenizer
-
-        from spar.encoders import BiEncoder, EncoderSettings
-
         d = Path(path)
         config = check_model_dir(d)
-        encoders = {}
-        for name in ENCODER_NAMES:
-            if config["encoders"][name].get("kind") in ("projection", "static"):
-                encoders[name] = _load_lexical(d / ROUTES["query"] / name, d / ROUTES["document"] / name)
-                continue
-            settings = EncoderSettings(**config["encoders"][name])
-            q_dir, p_dir = d / ROUTES["query"] / name, d / ROUTES["document"] / name
-            tokenizer = AutoTokenizer.from_pretrained(str(q_dir))
-            q_model = AutoModel.from_pretrained(str(q_dir), use_safetensors=True)
-            # A shared-weights encoder is stored twice (once per route); load it once.
-            p_model = None if settings.shared_weights else AutoModel.from_pretrained(str(p_dir), use_safetensors=True)
-            encoders[name] = BiEncoder(q_model, p_model, tokenizer, settings).to(device).eval()
+        encoders = {name: load_published_encoder(d, name, config, device) for name in ENCODER_NAMES}
         metadata = {k: v for k, v in config.items() if k not in ("variant", "mu", "encoders", "dims", "routes")}
         return cls(encoders["base"], encoders["lambda"], config["mu"] if mu is None else mu, config["variant"],
                    metadata)
@@ -282,6 +267,27 @@ class SparEncoder:
 
 def _write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def load_published_encoder(path: str | Path, name: str, config: dict[str, Any] | None = None, device: str = "cpu"):
+    """One encoder of a published model directory, ``base`` or ``lambda``: a :class:`~spar.encoders.BiEncoder`,
+    or a :class:`~spar.lexical.static.StaticLambda` for a term-based Λ (e.g. to reuse a published Λ with
+    ``encode.lambda``)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from spar.encoders import BiEncoder, EncoderSettings
+
+    d = Path(path)
+    config = config or check_model_dir(d)
+    q_dir, p_dir = d / ROUTES["query"] / name, d / ROUTES["document"] / name
+    if config["encoders"][name].get("kind") in ("projection", "static"):
+        return _load_lexical(q_dir, p_dir)
+    settings = EncoderSettings(**config["encoders"][name])
+    tokenizer = AutoTokenizer.from_pretrained(str(q_dir))
+    q_model = AutoModel.from_pretrained(str(q_dir), use_safetensors=True)
+    # A shared-weights encoder is stored twice (once per route); load it once.
+    p_model = None if settings.shared_weights else AutoModel.from_pretrained(str(p_dir), use_safetensors=True)
+    return BiEncoder(q_model, p_model, tokenizer, settings).to(device).eval()
 
 
 def _load_lexical(query_dir: Path, document_dir: Path):
@@ -375,6 +381,8 @@ class ModelCardFacts:
     n_positives: int | None = None
     n_negatives: int | None = None
     train_details: dict[str, Any] = field(default_factory=dict)
+    #: Set when Λ was trained elsewhere (``encode.lambda``): :meth:`spar.lambda_source.LambdaSource.describe`.
+    lambda_source: dict[str, Any] | None = None
     tune_metric: str | None = None
     tune_grid: list[float] | None = None
     tune_scores: dict[str, float] | None = None
@@ -470,8 +478,18 @@ def render_model_card(f: ModelCardFacts) -> str:
         "",
         "## Training Λ",
         "",
-        f"- Teacher: {f.teacher}{(' — ' + f.teacher_details) if f.teacher_details else ''}.",
     ]
+    if f.lambda_source and f.lambda_source.get("origin") != "run":
+        src = f.lambda_source
+        statistics = ("its training corpus's BM25 statistics (carried)" if src.get("statistics") == "carried" else
+                      f"BM25 statistics refitted on `{src.get('statistics_from')}` (target)")
+        lines.append(f"- Λ was trained in another experiment and reused here unchanged (SPAR: one Λ, any corpus and "
+                     f"base): `{src.get('spec')}` ({src.get('origin')}, {src.get('kind')}, dim {src.get('dim')}, "
+                     f"fingerprint `{src.get('fingerprint')}`), with {statistics}. The README.md in that directory "
+                     "describes its teacher and training data.")
+        f = replace(f, training_queries=None, k=None, train_details={})
+    else:
+        lines.append(f"- Teacher: {f.teacher}{(' — ' + f.teacher_details) if f.teacher_details else ''}.")
     if f.training_queries is not None:
         dev = f" (+ {f.dev_queries:,} dev queries for validation)" if f.dev_queries else ""
         lines.append(f"- Training queries: {f.training_queries:,} sentences sampled from the corpus{dev}"
@@ -586,7 +604,8 @@ def _count(value: Any) -> int | None:
 
 
 def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests: dict[str, dict[str, Any]],
-                      results_md: str | None, command: str | None) -> ModelCardFacts:
+                      results_md: str | None, command: str | None,
+                      lambda_source: dict[str, Any] | None = None) -> ModelCardFacts:
     """Collect the model card's facts from the config, the tuning record and the input manifests."""
     from spar.config import dump_config
 
@@ -618,7 +637,8 @@ def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests
     return ModelCardFacts(
         name=cfg.experiment.name,
         base_model=base.model, base_pooling=base.pooling, base_normalize=base.normalize,
-        lambda_init=lam.model if kind == "transformer" else
+        lambda_init=f"{kind} Λ of {lambda_source.get('spec')}" if lambda_source and lambda_source.get("origin") != "run"
+        else lam.model if kind == "transformer" else
         f"{kind} Λ: the teacher's terms, {cfg.train.lexical.projection} projection (dim {encoder.lambda_.dim})",
         lambda_pooling=lam.pooling if kind == "transformer" else "term bag (query counts, passage BM25 weights)",
         lambda_normalize=lam.normalize if kind == "transformer" else False, lambda_kind=kind,
@@ -630,7 +650,7 @@ def gather_card_facts(cfg, encoder: SparEncoder, tune: dict[str, Any], manifests
         training_queries=_count(_stat(queries_stats, "train_queries", "queries_train", "train")),
         dev_queries=_count(_stat(queries_stats, "dev_queries", "queries_dev", "dev")),
         sampling=sampling, k=label.k, n_positives=label.n_positives, n_negatives=label.n_negatives,
-        train_details=train_details,
+        train_details=train_details, lambda_source=lambda_source,
         tune_metric=tune.get("metric"), tune_grid=tune.get("grid"),
         tune_scores={str(k): float(v) for k, v in scores.items()} if isinstance(scores, dict) else None,
         tune_split=split, tune_confirmed=tune.get("confirmed"),

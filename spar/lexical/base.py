@@ -24,6 +24,8 @@ The contract (:class:`LexicalModel`):
   preparation for DataLoader workers; ``forward_queries(batch)`` / ``forward_passages(batch)`` give tensors;
   ``training_loss(q, p, batch, context)`` returns the objective's terms (``"loss"`` is optimised).
 - ``save(directory)`` / ``load(directory)``; ``describe()`` for manifests and model cards.
+- ``with_statistics(texts)``: a term-based Λ used on another corpus than its own, with that corpus's statistics
+  (``encode.lambda.statistics: target``).
 """
 
 from __future__ import annotations
@@ -96,6 +98,12 @@ class LexicalModel(nn.Module):
     def training_loss(self, q: torch.Tensor, p: torch.Tensor, batch: dict[str, Any],
                       context: TrainingContext) -> dict[str, torch.Tensor]:
         raise ConfigError(f"Λ kind '{self.kind}' is not trained with an optimiser")
+
+    # -- corpus statistics -----------------------------------------------------------------------------------
+    def with_statistics(self, texts: Iterable[str]) -> "LexicalModel":
+        """This Λ with the teacher's corpus statistics refitted on ``texts`` (a target corpus): term-based kinds
+        only (see :meth:`spar.lexical.terms.BM25Weights.refit`)."""
+        raise ConfigError(f"a {self.kind} Λ has no corpus statistics to refit; use encode.lambda.statistics=carried")
 
     def trainable_parameters(self) -> Iterable[tuple[str, nn.Parameter]]:
         return ((n, p) for n, p in self.named_parameters() if p.requires_grad)

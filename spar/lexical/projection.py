@@ -128,6 +128,11 @@ class ProjectionLambda(LexicalModel):
                  for i in range(0, len(texts), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
 
+    def with_statistics(self, texts: Iterable[str]) -> "ProjectionLambda":
+        """Refit the BM25 statistics on ``texts``; the random rows of the carried terms are unchanged (Gaussian rows
+        are drawn in vocabulary order and new terms are appended; count-sketch rows depend on the term alone)."""
+        return ProjectionLambda(self.weights.refit(texts), self._dim, self.projection, self.seed)
+
     def config_dict(self) -> dict[str, Any]:
         return {"projection": self.projection, "seed": self.seed, "teacher": self.weights.describe()}
 

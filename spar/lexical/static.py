@@ -126,6 +126,24 @@ class StaticLambda(LexicalModel):
                  for i in range(0, len(texts), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
 
+    def with_statistics(self, texts: Iterable[str]) -> "StaticLambda":
+        """Refit the BM25 statistics on ``texts``. Learnt rows stay with their terms; the target corpus's new terms
+        get their initial rows (the projection's, from the seed in ``init``: an untrained term is a projected one),
+        or zero rows when the initialisation is unknown (e.g. a Λ read from a published model)."""
+        from spar.lexical.projection import random_matrix
+
+        weights = self.weights.refit(texts)
+        learnt = self.embedding.weight.detach().cpu().numpy()
+        new_terms = weights.vocab_size - learnt.shape[0]
+        if self.init.get("from") == "projection" and new_terms:
+            rows = random_matrix(weights.vocab, self.dim, self.init["projection"], int(self.init["seed"]))
+            rows = rows[learnt.shape[0]:]
+            rows = rows.toarray() if sp.issparse(rows) else rows
+        else:
+            rows = np.zeros((new_terms, self.dim), dtype=np.float32)
+        table = np.concatenate([learnt, np.asarray(rows, dtype=np.float32)])
+        return StaticLambda(weights, table, self.objective, self.temperature, self.init).eval()
+
     # -- training --------------------------------------------------------------------------------------------
     def batch_preparer(self, corpus_texts: Sequence[str] | None = None, corpus: sp.csr_matrix | None = None,
                        **_: Any) -> StaticBatchPreparer:

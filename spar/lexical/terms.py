@@ -51,6 +51,9 @@ class BM25Weights:
     k1: float = 0.9
     b: float = 0.4
     analyzer: LuceneAnalyzer = field(default_factory=LuceneAnalyzer)
+    #: Set by :meth:`refit`: the corpus statistics come from another corpus than the vocabulary's first
+    #: ``carried_terms`` terms (the terms a Λ was trained with).
+    carried_terms: int | None = None
 
     def __post_init__(self) -> None:
         self.df = np.asarray(self.df, dtype=np.int64)
@@ -76,13 +79,42 @@ class BM25Weights:
         return cls(vocab, np.array([df[t] for t in vocab], dtype=np.int64), docs, total_length / docs, k1, b,
                    analyzer)
 
+    def refit(self, texts: Iterable[str]) -> "BM25Weights":
+        """These statistics refitted on another corpus (``texts``, e.g. the target corpus of a Λ trained elsewhere).
+
+        Document frequencies, number of passages and average length come from ``texts``; the vocabulary keeps
+        this one's terms in their order (row ``i`` of a Λ's term table stays term ``i``) and appends the new
+        corpus's unseen terms, sorted. k1, b and the analyzer are unchanged.
+
+        Example::
+
+            >>> from spar.lexical.terms import BM25Weights
+            >>> wiki = BM25Weights.fit(["the moon orbits the earth", "the earth orbits the sun"])
+            >>> target = wiki.refit(["vitamin C prevents scurvy", "the sun and vitamin D"])
+            >>> target.vocab[:wiki.vocab_size] == wiki.vocab, target.vocab[wiki.vocab_size:]
+            (True, ['c', 'd', 'prevent', 'scurvi', 'vitamin'])
+            >>> int(target.df[target.index["sun"]]), int(target.df[target.index["moon"]]), target.num_docs
+            (1, 0, 2)
+        """
+        fresh = BM25Weights.fit(texts, self.k1, self.b, self.analyzer)
+        known = set(self.vocab)
+        vocab = self.vocab + [t for t in fresh.vocab if t not in known]
+        df = np.zeros(len(vocab), dtype=np.int64)
+        position = {t: i for i, t in enumerate(vocab)}
+        df[[position[t] for t in fresh.vocab]] = fresh.df
+        return BM25Weights(vocab, df, fresh.num_docs, fresh.avg_length, self.k1, self.b, self.analyzer,
+                           carried_terms=self.vocab_size)
+
     @property
     def vocab_size(self) -> int:
         return len(self.vocab)
 
     def describe(self) -> dict:
-        return {"weighting": "bm25", "k1": self.k1, "b": self.b, "num_docs": self.num_docs,
-                "avg_length": round(self.avg_length, 4), "vocab_size": self.vocab_size, **self.analyzer.config()}
+        stats = {"weighting": "bm25", "k1": self.k1, "b": self.b, "num_docs": self.num_docs,
+                 "avg_length": round(self.avg_length, 4), "vocab_size": self.vocab_size, **self.analyzer.config()}
+        if self.carried_terms is not None:
+            stats["carried_terms"] = self.carried_terms
+        return stats
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
@@ -105,7 +137,7 @@ class BM25Weights:
                                 f"{STATS_FILE} says {stats['vocab_size']}")
         analyzer = LuceneAnalyzer(stats.get("stemmer", "porter"), stats.get("stopwords", True))
         return cls(vocab, df, int(stats["num_docs"]), float(stats["avg_length"]), float(stats["k1"]),
-                   float(stats["b"]), analyzer)
+                   float(stats["b"]), analyzer, stats.get("carried_terms"))
 
     # -- sparse matrices -----------------------------------------------------------------------------------------
     def term_counts(self, texts: Sequence[str]) -> tuple[sp.csr_matrix, np.ndarray]:

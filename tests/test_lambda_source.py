@@ -1,0 +1,228 @@
+"""Λ trained once, used anywhere (`encode.lambda`): resolution, checks with one-line errors, corpus statistics
+carried or refitted, and `spar run` with a Λ from another run's directory and from a published model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spar.errors import ArtifactError
+from spar.lambda_source import resolve_lambda
+from spar.lexical.projection import ProjectionLambda
+from spar.lexical.static import StaticLambda
+from spar.lexical.terms import BM25Weights
+
+REPO = Path(__file__).resolve().parents[1]
+WIKI = ["The Moon orbits the Earth once a month", "The Earth orbits the Sun", "Mars is the fourth planet"]
+TARGET = ["Vitamin C prevents scurvy in sailors", "The Sun gives vitamin D", "Scurvy was common on long voyages"]
+
+
+def _spar(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1500)
+    if check:
+        assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
+    return done
+
+
+@pytest.fixture()
+def projection_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "wiki-lambda"
+    ProjectionLambda.fit(WIKI, dim=32, seed=7).save(d)
+    return d
+
+
+# -- resolution and one-line errors ----------------------------------------------------------------------------
+
+
+def test_a_lambda_directory_a_run_directory_and_a_checked_kind_and_dim_resolve(projection_dir: Path, tmp_path: Path):
+    source = resolve_lambda({"path": str(projection_dir), "kind": "projection", "dim": 32}, tmp_path)
+    assert (source.location, source.origin, source.kind, source.dim) == (projection_dir, "directory", "projection", 32)
+    run = tmp_path / "other-run"
+    shutil.copytree(projection_dir, run / "lambda")
+    assert resolve_lambda(str(run), tmp_path).location == run / "lambda"  # a run's output dir: its lambda/
+    assert resolve_lambda(None, run).origin == "run"                      # unset: this run's own lambda/
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"kind": "static"}, "is a projection Λ, but encode.lambda.kind expects static"),
+    ({"dim": 384}, "has 32 dimensions, but encode.lambda.dim expects 384"),
+])
+def test_a_mismatched_lambda_fails_naming_its_path(projection_dir: Path, spec: dict, message: str):
+    with pytest.raises(ArtifactError) as error:
+        resolve_lambda({"path": str(projection_dir), **spec}, "unused")
+    text = str(error.value)
+    assert str(projection_dir) in text and message in text and "\n" not in text
+
+
+def test_missing_lambdas_and_missing_files_fail_naming_the_path(projection_dir: Path, tmp_path: Path):
+    def error_of(action) -> str:
+        with pytest.raises(ArtifactError) as error:
+            action()
+        assert "\n" not in str(error.value)
+        return str(error.value)
+
+    assert "no such directory" in error_of(lambda: resolve_lambda(str(tmp_path / "nowhere"), tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert f"{empty}: missing file 'spar_lambda.json'" in error_of(lambda: resolve_lambda(str(empty), tmp_path))
+    assert f"{tmp_path / 'lambda'}: Λ is missing" in error_of(lambda: resolve_lambda(None, tmp_path))
+    (projection_dir / "vocab.txt").unlink()
+    source = resolve_lambda(str(projection_dir), tmp_path)
+    assert f"{projection_dir}: missing file 'vocab.txt'" in error_of(source.load)
+    static = tmp_path / "static"
+    StaticLambda.from_projection(ProjectionLambda.fit(WIKI, dim=8)).save(static)
+    (static / "term_embeddings.safetensors").unlink()
+    assert "term_embeddings.safetensors" in error_of(resolve_lambda(str(static), tmp_path).load)
+    offline = error_of(lambda: resolve_lambda("nobody-here/no-such-spar-model", tmp_path))
+    assert offline.startswith("nobody-here/no-such-spar-model: encode.lambda is not a local path")
+
+
+def test_the_cli_reports_a_mismatched_lambda_in_one_line(projection_dir: Path, tmp_path: Path):
+    done = _spar("encode", f"experiment.output_dir={tmp_path / 'run'}", f"encode.lambda.path={projection_dir}",
+                 "encode.lambda.dim=384", "encode.encoders=[lambda]", check=False)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(projection_dir) in lines[0] and "expects 384" in lines[0], done.stderr
+
+
+# -- statistics carried or refitted on the target corpus -------------------------------------------------------
+
+
+def _bm25_by_hand(query: str, passage: str, corpus: list[str], k1: float = 0.9, b: float = 0.4) -> float:
+    """BM25 written out from its definition (Lucene's idf), over analysed terms."""
+    from spar.lexical.analysis import LuceneAnalyzer
+
+    analyze = LuceneAnalyzer().analyze
+    docs = [analyze(t) for t in corpus]
+    avg = sum(map(len, docs)) / len(docs)
+    terms = analyze(passage)
+    score = 0.0
+    for term in analyze(query):
+        df = sum(term in d for d in docs)
+        tf = terms.count(term)
+        if df == 0 or tf == 0:
+            continue
+        idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+        score += idf * tf / (tf + k1 * (1 - b + b * len(terms) / avg))
+    return score
+
+
+def test_target_statistics_give_the_target_corpus_bm25_and_carried_ones_the_training_corpus_bm25():
+    wiki = BM25Weights.fit(WIKI)
+    target = wiki.refit(TARGET)
+    queries = ["the sun and vitamin C", "earth orbits"]
+    refitted = (target.query_matrix(queries) @ target.passage_matrix(TARGET).T).toarray()
+    carried = (wiki.query_matrix(queries) @ wiki.passage_matrix(TARGET).T).toarray()
+    for i, q in enumerate(queries):
+        for j, p in enumerate(TARGET):
+            assert refitted[i, j] == pytest.approx(_bm25_by_hand(q, p, TARGET), rel=1e-5), (q, p)
+            assert carried[i, j] == pytest.approx(_carried_by_hand(q, p), rel=1e-5), (q, p)
+    assert refitted[0].max() > 0 and carried[0, 1] > 0  # the examples do match terms
+    assert target.describe()["carried_terms"] == wiki.vocab_size
+
+
+def _carried_by_hand(query: str, passage: str) -> float:
+    """Carried statistics: idf and average length of WIKI; only WIKI's terms count."""
+    from spar.lexical.analysis import LuceneAnalyzer
+
+    analyze = LuceneAnalyzer().analyze
+    docs = [analyze(t) for t in WIKI]
+    avg = sum(map(len, docs)) / len(docs)
+    known = {t for d in docs for t in d}
+    terms = analyze(passage)
+    score = 0.0
+    for term in analyze(query):
+        if term not in known or term not in terms:
+            continue
+        df = sum(term in d for d in docs)
+        idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+        tf = terms.count(term)
+        score += idf * tf / (tf + 0.9 * (1 - 0.4 + 0.4 * len(terms) / avg))
+    return score
+
+
+def test_refitting_keeps_the_rows_of_the_carried_terms_and_gives_new_terms_their_initial_rows():
+    projection = ProjectionLambda.fit(WIKI, dim=16, seed=3)
+    static = StaticLambda.from_projection(projection)
+    static.embedding.weight.data += 1.0  # "trained": every learnt row moved
+    refitted_projection = projection.with_statistics(TARGET)
+    refitted_static = static.with_statistics(TARGET)
+    v = projection.weights.vocab_size
+    assert refitted_projection.weights.vocab[:v] == projection.weights.vocab
+    assert np.array_equal(refitted_projection.dense_matrix()[:v], projection.dense_matrix())
+    table = refitted_static.embedding.weight.detach().numpy()
+    assert np.allclose(table[:v], projection.dense_matrix() + 1.0)         # learnt rows travel with their terms
+    assert np.array_equal(table[v:], refitted_projection.dense_matrix()[v:])  # new terms: untrained, projected
+    # A refitted projection is a projection fitted on the target corpus whose vocabulary starts with Λ's terms.
+    fresh = ProjectionLambda(BM25Weights(refitted_projection.weights.vocab, refitted_projection.weights.df,
+                                         len(TARGET), refitted_projection.weights.avg_length), 16, seed=3)
+    assert np.allclose(fresh.encode_passage(TARGET), refitted_projection.encode_passage(TARGET))
+
+
+def test_target_statistics_are_refused_for_a_transformer(tmp_path: Path):
+    d = tmp_path / "transformer"
+    d.mkdir()
+    (d / "spar_lambda.json").write_text(json.dumps({"kind": "transformer", "dim": 384}))
+    with pytest.raises(ArtifactError, match="statistics=target refits a term-based"):
+        resolve_lambda({"path": str(d), "statistics": "target"}, tmp_path)
+
+
+# -- spar run with a Λ from elsewhere --------------------------------------------------------------------------
+
+
+def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp_path: Path):
+    """Run 1 trains (fits) Λ only; run 2 uses run 1's directory (sample/label/train skipped) through publish;
+    run 3 points the same experiment at run 2's published model: only Λ is re-encoded, and its vectors are the
+    same as run 1's Λ gives."""
+    from spar.artifacts import read_manifest
+    from spar.embeddings import load_embeddings
+    from spar.lexical import load_lambda
+    from spar.passages import PassagesTable
+
+    quiet = ["train.wandb_mode=disabled", "evaluate.wandb_mode=disabled", "evaluate.shuffled=false",
+             "train.lexical.dim=48", "encode.base.passage_max_length=64", "sample.max_queries=300"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    _spar("run", f"experiment.output_dir={first}", "--to", "train", *quiet)
+    assert (first / "lambda" / "README.md").exists() and (first / "lambda" / "manifest.json").exists()
+    common = [f"experiment.output_dir={second}", f"experiment.results_dir={second / 'results'}", *quiet]
+    out = _spar("run", *common, f"encode.lambda.path={first}", "encode.lambda.kind=projection",
+                "encode.lambda.dim=48").stdout
+    assert "Λ comes from encode.lambda" in out
+    assert not any((second / name).exists() for name in ("queries", "labels", "lambda"))  # skipped, not run
+    report = json.loads((second / "results" / "scifact-sample.json").read_text())
+    assert report["systems"]["spar"]["nDCG@10"] > report["systems"]["base"]["nDCG@10"]
+
+    # The Λ vectors come from run 1's Λ, on this experiment's corpus.
+    run1 = load_lambda(first / "lambda")
+    stored = load_embeddings(second / "embeddings" / "lambda" / "passages")
+    corpus = {pid: (title, text) for pid, title, text in _corpus(first)}
+    assert np.allclose(stored.vectors[:5], run1.encode_passage([corpus[i] for i in stored.ids[:5]]), atol=1e-5)
+
+    base_before = read_manifest(second / "embeddings" / "base" / "passages")["fingerprint"]
+    lambda_before = read_manifest(second / "embeddings" / "lambda" / "passages")["fingerprint"]
+    _spar("run", *common, f"encode.lambda={second / 'model'}", "experiment.name=from-published")
+    assert read_manifest(second / "embeddings" / "base" / "passages")["fingerprint"] == base_before
+    after = read_manifest(second / "embeddings" / "lambda" / "passages")
+    assert after["fingerprint"] != lambda_before and after["inputs"]["lambda_source"]["origin"] == "published"
+    republished = load_embeddings(second / "embeddings" / "lambda" / "passages")
+    assert np.allclose(republished.vectors, stored.vectors, atol=1e-5)
+    card = (second / "model" / "README.md").read_text()
+    assert "trained in another experiment" in card
+
+
+def _corpus(run: Path):
+    from spar.passages import PassagesTable
+
+    table = PassagesTable.open(run / "queries" / "passages.arrow")
+    for ids, titles, texts in table.iter_slices(1000):
+        yield from zip(ids, titles, texts)
