@@ -15,7 +15,7 @@ from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint
 from spar.embeddings import EncodeOptions, encode_passages, encode_queries, split_dir
 from spar.passages import experiment_passages
 
-SECTIONS = ["experiment", "data", "encode"]
+SECTIONS = ["experiment", "data", "label", "encode"]
 SUMMARY = "encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/"
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from spar.config import SparConfig
 from spar.lexical import build_lambda
 from spar.training import is_primary_process, summarize, train_lambda
 
-SECTIONS = ["experiment", "data", "label", "train"]
+SECTIONS = ["experiment", "data", "sample", "label", "train"]
 SUMMARY = "train the lexical model Λ with Lightning on the teacher's labels (W&B-monitored, resumable) -> lambda/"
 
 #: Options that change how a run is executed or logged, never the trained Λ (kept out of the fingerprint, so

@@ -357,8 +357,9 @@ def _forward(encoder: BiEncoder, side: Side) -> Callable[[dict[str, torch.Tensor
 
 @torch.inference_mode()
 def encode_shard_loop(encoder: BiEncoder, shard: TokenizedShard, side: Side, device: str,
-                      precision: str = "auto") -> np.ndarray:
-    """Encode one tokenised shard with a plain inference loop on one device; rows in input order."""
+                      precision: str = "auto", on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    """Encode one tokenised shard with a plain inference loop on one device; rows in input order
+    (``on_batch(n)`` after each batch of ``n`` items: progress bars)."""
     encoder.eval()
     forward = _forward(encoder, side)
     out = np.empty((len(shard), encoder.dim), dtype=np.float32)
@@ -367,6 +368,8 @@ def encode_shard_loop(encoder: BiEncoder, shard: TokenizedShard, side: Side, dev
         batch = {k: v.to(device, non_blocking=True) for k, v in shard.collate(positions).items()}
         with torch.autocast(device_type=device, dtype=amp, enabled=amp is not None):
             out[positions] = forward(batch).float().cpu().numpy()
+        if on_batch is not None:
+            on_batch(len(positions))
     return out
 
 
@@ -549,7 +552,8 @@ def _encode_split(
                         vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices,
                                                          options.precision, options.strategy, work_dir=w.path)
                     else:
-                        vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision)
+                        vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision,
+                                                    on_batch=progress.update)
                 elapsed = time.perf_counter() - start
                 write_table(ids_part, pa.table({"row": pa.array(range(count, count + len(items)), pa.int64()),
                                                 "id": pa.array([i for i, _ in items], pa.string())},
@@ -563,7 +567,8 @@ def _encode_split(
                 stats["resumed"] = False
             count += stats["count"]
             shard_stats.append(stats)
-            progress.update(stats["count"])
+            if stats["resumed"] or engine != "loop" or not isinstance(encoder, BiEncoder):
+                progress.update(stats["count"])  # the loop engine advanced the bar batch by batch
             if on_shard is not None:
                 on_shard(index, stats)
         progress.close()

@@ -211,10 +211,16 @@ class ExperimentInputs:
             index_dir = teacher
         else:
             passages = artifact_dir(self.out, "queries") / "passages.arrow"
-            if not passages.exists():
-                raise ArtifactError(f"{passages}: missing (run `spar sample`); BM25 needs the corpus as Arrow")
             self._bm25_tmp = tempfile.TemporaryDirectory(prefix="spar-bm25-")
-            log.info("the teacher index is not BM25; building a BM25 index of %s", passages)
+            if not passages.exists():  # no sample stage (Λ from elsewhere): index data.corpus as read for encode
+                from spar.readers import ReadStats, read_corpus
+                from spar.sampling import write_passages
+
+                data, on_bad = self.cfg.data, self.cfg.experiment.on_bad_record
+                passages = Path(self._bm25_tmp.name) / "passages.arrow"
+                write_passages(read_corpus(data.corpus, data.corpus_format, on_bad), passages, None, on_bad,
+                               ReadStats())
+            log.info("no BM25 teacher index in this run; building a BM25 index of %s", passages)
             index_dir = build_bm25_index(passages, Path(self._bm25_tmp.name) / "index", label.threads)
         return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads)
 

@@ -211,10 +211,11 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
 
 def experiment_lambda(cfg) -> LambdaSource:
     """The Λ of an experiment: ``encode.lambda`` when set, else its own ``lambda/``; a ``statistics: target`` Λ
-    refits on the experiment's passages (:func:`spar.passages.teacher_texts`)."""
-    from spar.passages import experiment_passages, teacher_texts
+    refits on the experiment's passages (:func:`spar.lexical.experiment_corpus_texts`)."""
+    from spar.lexical import experiment_corpus_texts
+    from spar.passages import experiment_passages
 
     source = resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
     if source.statistics == "target":
-        source.target, source.target_texts = experiment_passages(cfg), lambda: teacher_texts(cfg)
+        source.target, source.target_texts = experiment_passages(cfg), lambda: experiment_corpus_texts(cfg)
     return source

@@ -141,18 +141,3 @@ def experiment_passages(cfg) -> Path:
     arrow = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
     return arrow if arrow.exists() else Path(cfg.data.corpus)
 
-
-def teacher_texts(cfg) -> Iterator[str]:
-    """Every passage of :func:`experiment_passages` as the BM25 teacher indexes it (``label.fields`` joined by one
-    space): the target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``)."""
-    source = experiment_passages(cfg)
-    fields = tuple(cfg.label.fields)
-    if source.suffix == ".arrow":
-        from spar.lexical import corpus_texts
-
-        yield from corpus_texts(source, fields)
-        return
-    from spar.readers import read_corpus
-
-    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
-        yield " ".join(part for part in (getattr(passage, f) for f in fields) if part)

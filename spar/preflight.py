@@ -65,6 +65,10 @@ def check_models(cfg) -> None:
                 resolve_model(name)
             except ConfigError as exc:
                 raise type(exc)(f"{key}: {exc}") from None
+    if cfg.encode.lambda_ is not None:  # a Λ from elsewhere: found, of the expected kind and dimension, before any stage
+        from spar.lambda_source import resolve_lambda
+
+        resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
 
 
 def check_inputs(cfg) -> dict[str, Any]:

@@ -192,7 +192,7 @@ def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp
     quiet = ["train.wandb_mode=disabled", "evaluate.wandb_mode=disabled", "evaluate.shuffled=false",
              "train.lexical.dim=48", "encode.base.passage_max_length=64", "sample.max_queries=300"]
     first, second = tmp_path / "first", tmp_path / "second"
-    _spar("run", f"experiment.output_dir={first}", "--to", "train", *quiet)
+    _spar("run", "--to", "train", f"experiment.output_dir={first}", *quiet)
     assert (first / "lambda" / "README.md").exists() and (first / "lambda" / "manifest.json").exists()
     common = [f"experiment.output_dir={second}", f"experiment.results_dir={second / 'results'}", *quiet]
     out = _spar("run", *common, f"encode.lambda.path={first}", "encode.lambda.kind=projection",

@@ -23,7 +23,8 @@ PROPERTIES = {"output_dir": "experiment"}
 
 
 def _module_path(module: str) -> Path:
-    return ROOT / (module.replace(".", "/") + ".py")
+    path = ROOT / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def _is_cfg(node: ast.AST) -> bool:

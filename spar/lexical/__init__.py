@@ -19,8 +19,8 @@ import torch
 
 from spar.lexical.base import KINDS, LexicalModel, read_lambda_config
 
-__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "lambda_class", "load_lambda",
-           "read_lambda_config"]
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_texts", "lambda_class",
+           "load_lambda", "read_lambda_config"]
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
@@ -52,6 +52,23 @@ def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "
 
     for batch in PassagesTable.open(passages_arrow).iter_columns(("id", *fields)):
         yield from passage_contents(fields, batch)
+
+
+def experiment_corpus_texts(cfg) -> Iterator[str]:
+    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as the BM25 teacher indexes
+    it (``label.fields`` joined by one space): the target corpus a term-based Λ refits its statistics on
+    (``encode.lambda.statistics: target``)."""
+    from spar.passages import experiment_passages
+
+    source = experiment_passages(cfg)
+    fields = tuple(cfg.label.fields)
+    if source.suffix == ".arrow":
+        yield from corpus_texts(source, fields)
+        return
+    from spar.readers import read_corpus
+
+    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
+        yield " ".join(part for part in (getattr(passage, f) for f in fields) if part)
 
 
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,
