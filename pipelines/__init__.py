@@ -19,7 +19,7 @@ def skipped_by_config(cfg, stage: str) -> str | None:
     - no ``data.queries``: a Λ-training experiment (e.g. wiki-vital): nothing to encode, tune or evaluate.
     """
     if stage in LAMBDA_STAGES and cfg.encode.lambda_ is not None:
-        return f"Λ comes from encode.lambda ({cfg.encode.lambda_.path})"
+        return f"Λ comes from encode.lambda: {cfg.encode.lambda_.path}"
     if stage not in LAMBDA_STAGES and not cfg.data.queries:
-        return "no data.queries: this experiment trains Λ only (use it elsewhere with encode.lambda)"
+        return "no data.queries: a Λ-only experiment"
     return None

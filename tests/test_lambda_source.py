@@ -226,3 +226,18 @@ def _corpus(run: Path):
     table = PassagesTable.open(run / "queries" / "passages.arrow")
     for ids, titles, texts in table.iter_slices(1000):
         yield from zip(ids, titles, texts)
+
+
+def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_stages_without_queries():
+    from pipelines import STAGES, skipped_by_config
+    from spar.config import load_config
+
+    def skipped(config: str) -> list[str]:
+        cfg = load_config(REPO / "configs" / "experiments" / config)
+        return [stage for stage in STAGES if skipped_by_config(cfg, stage)]
+
+    assert skipped("wiki-vital.yaml") == ["encode", "tune", "index", "evaluate", "publish"]
+    assert skipped("scifact-wiki.yaml") == skipped("cranfield-wiki.yaml") == ["sample", "label", "train"]
+    assert skipped("scifact.yaml") == []
+    wiki = load_config(REPO / "configs" / "experiments" / "scifact-wiki.yaml").encode.lambda_
+    assert (wiki.path, wiki.kind, wiki.dim, wiki.statistics) == ("runs/wiki-vital/lambda", "static", 384, "carried")
