@@ -64,7 +64,10 @@ def test_a_mismatched_lambda_fails_naming_its_path(projection_dir: Path, spec: d
     assert str(projection_dir) in text and message in text and "\n" not in text
 
 
-def test_missing_lambdas_and_missing_files_fail_naming_the_path(projection_dir: Path, tmp_path: Path):
+def test_missing_lambdas_and_missing_files_fail_naming_the_path(projection_dir: Path, tmp_path: Path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # the hub id case fails at once, offline
     def error_of(action) -> str:
         with pytest.raises(ArtifactError) as error:
             action()
