@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from spar.embeddings import EncodeOptions, encode_passages, format_items, load_embeddings
+    from spar.embeddings import EncodeOptions, encode_passages, load_embeddings
+    from spar.encode_engines import format_items
     from spar.encoders import BiEncoder
     from spar.models import resolve_model
     from spar.readers import read_corpus

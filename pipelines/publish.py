@@ -70,7 +70,8 @@ def run(cfg, force: bool = False) -> dict:
 def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: Path, results_md: Path) -> dict:
     from spar.config import dump_config
     from spar.encoders import BiEncoder
-    from spar.publish import SparEncoder, gather_card_facts, publish_model
+    from spar.model_card import gather_card_facts
+    from spar.publish import SparEncoder, publish_model
 
     tune = tuned.payload
     index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
