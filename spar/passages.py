@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -131,6 +131,12 @@ class PassagesTable:
             ids, texts = piece.column("id").to_pylist(), piece.column("text").to_pylist()
             titles = piece.column("title").to_pylist() if titles_on else [""] * len(ids)
             yield ids, titles, texts
+
+
+def indexed_text(fields: Iterable[str | None]) -> str:
+    """A passage as the BM25 teacher indexes it (and a term-based Λ reads it): its non-empty fields joined by one
+    space, e.g. ``indexed_text((title, text))``."""
+    return " ".join(part for part in fields if part)
 
 
 def experiment_passages(cfg) -> Path:

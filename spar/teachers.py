@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 from spar.errors import ArtifactError, ConfigError
 from spar.java import pyserini_module, start_jvm
-from spar.passages import PassagesTable
+from spar.passages import PassagesTable, indexed_text
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ FILES_PER_THREAD = 2
 def passage_contents(fields: Sequence[str], batch: dict[str, list]) -> list[str]:
     """The indexed text of each passage of a batch: the non-empty ``fields`` joined by one space."""
     columns = [batch[f] for f in fields]
-    return [" ".join(v for v in values if v) for values in zip(*columns)]
+    return [indexed_text(values) for values in zip(*columns)]
 
 
 def _check_fields(fields: Sequence[str]) -> list[str]:

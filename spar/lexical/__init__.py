@@ -65,10 +65,11 @@ def experiment_corpus_texts(cfg) -> Iterator[str]:
     if source.suffix == ".arrow":
         yield from corpus_texts(source, fields)
         return
+    from spar.passages import indexed_text
     from spar.readers import read_corpus
 
     for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
-        yield " ".join(part for part in (getattr(passage, f) for f in fields) if part)
+        yield indexed_text(getattr(passage, f) for f in fields)
 
 
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -148,8 +148,18 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
     raise ArtifactError(f"{d}: missing file '{LAMBDA_CONFIG}' (not a Λ directory; run `spar train`)")
 
 
+def encode_in_batches(texts: Sequence[str], encode: Callable[[Sequence[str]], np.ndarray], dim: int,
+                      batch_size: int) -> np.ndarray:
+    """``encode`` over ``texts`` in slices of ``batch_size`` (bounds a term-based Λ's sparse matrices), stacked
+    into [n, dim] float32."""
+    parts = [encode(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
+    return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+
+
 def passage_text(passage: PassageLike) -> str:
     """A passage as the BM25 teacher indexes it: non-empty title and text joined by one space."""
     if isinstance(passage, str):
         return passage
-    return " ".join(part for part in passage if part)
+    from spar.passages import indexed_text
+
+    return indexed_text(passage)

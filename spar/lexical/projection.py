@@ -34,7 +34,7 @@ import scipy.sparse as sp
 import torch
 
 from spar.errors import ConfigError
-from spar.lexical.base import LexicalModel, PassageLike, passage_text, read_lambda_config
+from spar.lexical.base import LexicalModel, PassageLike, encode_in_batches, passage_text, read_lambda_config
 from spar.lexical.terms import BM25Weights
 
 Projection = Literal["gaussian", "countsketch"]
@@ -117,16 +117,12 @@ class ProjectionLambda(LexicalModel):
         return r.toarray().astype(np.float32) if sp.issparse(r) else r
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:
-        texts = list(texts)
-        parts = [project(self.weights.query_matrix(texts[i:i + batch_size]), self.matrix)
-                 for i in range(0, len(texts), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+        return encode_in_batches(list(texts), lambda t: project(self.weights.query_matrix(t), self.matrix), self.dim,
+                                 batch_size)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
-        texts = [passage_text(p) for p in passages]
-        parts = [project(self.weights.passage_matrix(texts[i:i + batch_size]), self.matrix)
-                 for i in range(0, len(texts), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+        return encode_in_batches([passage_text(p) for p in passages],
+                                 lambda t: project(self.weights.passage_matrix(t), self.matrix), self.dim, batch_size)
 
     def with_statistics(self, texts: Iterable[str]) -> "ProjectionLambda":
         """Refit the BM25 statistics on ``texts``; the random rows of the carried terms are unchanged (Gaussian rows

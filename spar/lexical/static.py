@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from spar.errors import ArtifactError
-from spar.lexical.base import LexicalModel, PassageLike, TrainingContext, passage_text, read_lambda_config
+from spar.lexical.base import (LexicalModel, PassageLike, TrainingContext, encode_in_batches, passage_text,
+                               read_lambda_config)
 from spar.lexical.terms import BM25Weights
 
 EMBEDDINGS_FILE = "term_embeddings.safetensors"
@@ -116,15 +117,12 @@ class StaticLambda(LexicalModel):
         return np.ascontiguousarray(matrix @ table, dtype=np.float32)
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:
-        texts = list(texts)
-        parts = [self._embed_terms(self.weights.query_matrix(texts[i:i + batch_size])) for i in range(0, len(texts), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+        return encode_in_batches(list(texts), lambda t: self._embed_terms(self.weights.query_matrix(t)), self.dim,
+                                 batch_size)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
-        texts = [passage_text(p) for p in passages]
-        parts = [self._embed_terms(self.weights.passage_matrix(texts[i:i + batch_size]))
-                 for i in range(0, len(texts), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
+        return encode_in_batches([passage_text(p) for p in passages],
+                                 lambda t: self._embed_terms(self.weights.passage_matrix(t)), self.dim, batch_size)
 
     def with_statistics(self, texts: Iterable[str]) -> "StaticLambda":
         """Refit the BM25 statistics on ``texts``. Learnt rows stay with their terms; the target corpus's new terms
