@@ -9,7 +9,6 @@ resumable artifact; see :mod:`spar.embeddings`.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint
 from spar.embeddings import EncodeOptions, encode_passages, encode_queries, split_dir
@@ -56,10 +55,10 @@ def load_encoder(cfg, name: str):
 
     source = experiment_lambda(cfg)
     model = source.load()
-    # Λ's weights are hashed, not just its manifest: a retrained Λ with an unchanged config has new weights. A Λ
-    # from elsewhere (encode.lambda) is recorded with its origin, so pointing elsewhere re-encodes. A transformer Λ
-    # encodes through its BiEncoder (tokenised, length-sorted, multi-device); other kinds directly.
-    extra = {"lambda_source": {k: v for k, v in source.describe().items() if k != "path"}}
+    # The source's fingerprint hashes Λ's files; its origin is recorded without machine-specific paths (the target
+    # corpus's content is in the fingerprint). A transformer Λ encodes through its BiEncoder (tokenised,
+    # length-sorted, multi-device); other kinds directly.
+    extra = {"lambda_source": {k: v for k, v in source.describe().items() if k not in ("path", "statistics_from")}}
     return (model.encoder if model.kind == "transformer" else model), source.fingerprint(), extra
 
 

@@ -112,23 +112,13 @@ CARD_SCHEMA = {"README.md": "model card: kind, dim, teacher, training data, stat
 
 
 def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: dict | None = None) -> None:
-    """The Λ's model card (:func:`spar.lexical.card.lambda_card`), from the run's config and query manifest."""
+    """The Λ's model card ``README.md`` (:mod:`spar.lexical.card`), from the run's config and query manifest."""
     from spar.artifacts import read_manifest
     from spar.evaluation import command_line
-    from spar.lexical.card import lambda_card
+    from spar.lexical.card import lambda_card, lambda_card_facts
 
     queries = read_manifest(artifact_dir(cfg.output_dir, "queries")).get("stats", {})
-    sample, label = cfg.sample, cfg.label
-    sampling = {"wiki": f"wiki: pseudo-exponential over the passage's position in its article (base "
-                        f"{sample.exponential_base}, at least one sentence per passage)",
-                "all": "every sentence of every passage",
-                "uniform": f"each sentence with probability {sample.uniform_rate}"}[sample.strategy]
-    teacher = (f"Pyserini Lucene BM25, k1={label.k1}, b={label.b}, fields {'+'.join(label.fields)}, top {label.k} "
-               f"({label.n_positives} positives, {label.n_negatives} hard negatives)")
-    facts = {"experiment": cfg.experiment.name, "corpus": cfg.data.corpus, "passages": queries.get("passages"),
-             "sampling": sampling, "queries": queries.get("queries_train", queries.get("queries")),
-             "teacher": teacher, "fingerprint": fingerprint, "training": training or {},
-             "command": command_line(cfg, "train")}
+    facts = lambda_card_facts(cfg, queries, fingerprint, training, command_line(cfg, "train"))
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 
 

@@ -304,6 +304,7 @@ def _encode_split(
         log.warning("engine='loop' uses one device; %d are available (use engine='lightning')", n_devices)
     encoder.to(device).eval()
     progress = _progress(options.show_progress, expected_items, f"encode {encoder_name}/{out_dir.name}")
+    per_batch_progress = engine == "loop" and isinstance(encoder, BiEncoder)  # the loop engine reports each batch
     shard_stats: list[dict[str, Any]] = []
     count = encoded = 0
     seconds = 0.0
@@ -342,8 +343,8 @@ def _encode_split(
                 stats["resumed"] = False
             count += stats["count"]
             shard_stats.append(stats)
-            if stats["resumed"] or engine != "loop" or not isinstance(encoder, BiEncoder):
-                progress.update(stats["count"])  # the loop engine advanced the bar batch by batch
+            if stats["resumed"] or not per_batch_progress:
+                progress.update(stats["count"])
             if on_shard is not None:
                 on_shard(index, stats)
         progress.close()

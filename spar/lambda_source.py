@@ -69,20 +69,15 @@ class LambdaSource:
         return (self.location / "spar_model.json").exists()
 
     def fingerprint(self) -> str:
-        """The source's identity: its manifest fingerprint when it has one, else a hash of its files."""
+        """The source's identity: a hash of its files (weights, vocabulary, statistics, configs and manifest: a
+        retrained Λ keeps its manifest fingerprint when its config is unchanged, not its weights), plus the target
+        corpus's with ``statistics: target``."""
         if self._fingerprint is None:
-            from spar.artifacts import fingerprint_dict, is_complete, read_manifest
+            from spar.artifacts import file_fingerprint, fingerprint_dict
             from spar.embeddings import directory_fingerprint
 
-            if not self.published and is_complete(self.location):
-                # a retrained Λ keeps its manifest fingerprint when its config is unchanged: add the files' hash
-                self._fingerprint = fingerprint_dict({"manifest": read_manifest(self.location)["fingerprint"],
-                                                      "files": directory_fingerprint(self.location)})
-            else:
-                self._fingerprint = directory_fingerprint(self.location)
+            self._fingerprint = directory_fingerprint(self.location)
             if self.statistics == "target":
-                from spar.artifacts import file_fingerprint
-
                 target = file_fingerprint(self.target) if self.target else None
                 self._fingerprint = fingerprint_dict({"lambda": self._fingerprint, "statistics_from": target})
         return self._fingerprint

@@ -235,14 +235,14 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
                       lambda_source: dict[str, Any] | None = None) -> ModelCardFacts:
     """Collect the model card's facts from the config, the tuning record and the input manifests."""
     from spar.config import dump_config
+    from spar.lexical.card import teacher_description
 
     base, lam = cfg.encode.base, cfg.train.encoder
     kind = getattr(encoder.lambda_, "kind", "transformer")  # the published Λ's, not the config's (a BiEncoder: transformer)
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
     label = cfg.label
-    teacher = (f"Pyserini Lucene BM25, k1={label.k1}, b={label.b}, fields {'+'.join(label.fields)}"
-               if label.teacher == "bm25" else f"impact index of {label.impact_model}")
+    teacher = teacher_description(label)
     if cfg.data.qrels_dev:
         split = f"dev qrels `{Path(cfg.data.qrels_dev).name}`"
     elif cfg.data.dev_holdout_fraction:

@@ -190,7 +190,6 @@ def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp
     from spar.artifacts import read_manifest
     from spar.embeddings import load_embeddings
     from spar.lexical import load_lambda
-    from spar.passages import PassagesTable
 
     quiet = ["train.wandb_mode=disabled", "evaluate.wandb_mode=disabled", "evaluate.shuffled=false",
              "train.lexical.dim=48", "encode.base.passage_max_length=64", "sample.max_queries=300"]
@@ -244,3 +243,16 @@ def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_
     assert skipped("scifact.yaml") == []
     wiki = load_config(REPO / "configs" / "experiments" / "scifact-wiki.yaml").encode.lambda_
     assert (wiki.path, wiki.kind, wiki.dim, wiki.statistics) == ("runs/wiki-vital/lambda", "static", 384, "carried")
+
+
+def test_the_lambda_card_names_the_teacher_the_labels_came_from():
+    from spar.config import load_config
+    from spar.lexical.card import lambda_card, lambda_card_facts
+
+    stats = {"passages": 600, "queries_train": 1500}
+    for overrides, teacher in (([], "Pyserini Lucene BM25, k1=0.9, b=0.4, fields title+text, top 50"),
+                               (["label.teacher=impact", "train.kind=transformer"], "impact index of splade-tiny")):
+        cfg = load_config(None, overrides)
+        card = lambda_card({"kind": cfg.train.kind, "dim": 384}, lambda_card_facts(cfg, stats, "f00d", {}, None))
+        assert f"| teacher | {teacher}" in card, card
+        assert "| training queries | 1,500 |" in card and "| manifest fingerprint | `f00d` |" in card

@@ -97,8 +97,7 @@ class BM25Weights:
             (1, 0, 2)
         """
         fresh = BM25Weights.fit(texts, self.k1, self.b, self.analyzer)
-        known = set(self.vocab)
-        vocab = self.vocab + [t for t in fresh.vocab if t not in known]
+        vocab = self.vocab + [t for t in fresh.vocab if t not in self.index]
         df = np.zeros(len(vocab), dtype=np.int64)
         position = {t: i for i, t in enumerate(vocab)}
         df[[position[t] for t in fresh.vocab]] = fresh.df
