@@ -4,7 +4,7 @@
     spar <stage> [--config CONFIG] [overrides ...]   # one stage
     spar <stage> --help                              # every option of the stage, with defaults
     spar search MODEL_OR_INDEX_DIR "query text"      # top-k passages with the published model
-    spar frontier -c CONFIG [--kinds ..] [--dims ..] # Λ kinds x dimensions x seeds: fidelity and SPAR vs index size
+    spar frontier -c CONFIG [--kinds ..] [--dims ..] [--storages ..] # quality per byte: SPAR vs bytes/passage
 
 The command sits above the stages (``pipelines/``), which sit above the library (``spar/``): nothing in ``spar/``
 imports this module.
@@ -95,6 +95,9 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
                           help="comma-separated Λ kinds (transformer: the run's own trained Λ, when it has one)")
     frontier.add_argument("--dims", default=None, help="comma-separated dimensions (default 128,...,3072)")
     frontier.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of the random matrices")
+    frontier.add_argument("--storages", default="float32",
+                          help="comma-separated passage storages (float32, float16, sq8, sq6, sq4, pq): the "
+                          "bytes-per-passage axis")
     _add_common(frontier)
     search = sub.add_parser("search", help="search a published SPAR model's index from the command line")
     search.add_argument("index_dir", help="index directory written by `spar index` (or a published model dir)")
@@ -236,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             import pipelines.frontier
 
             stats = pipelines.frontier.run(cfg, tuple(k for k in args.kinds.split(",") if k), _ints(args.dims),
-                                           _ints(args.seeds), force=args.force)
+                                           _ints(args.seeds), force=args.force,
+                                           storages=tuple(s for s in args.storages.split(",") if s))
             _print_stats("frontier", stats, 0.0)
             return 0
         if args.command == "run":

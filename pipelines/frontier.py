@@ -1,10 +1,10 @@
-"""``spar frontier -c CONFIG``: the Λ fidelity-vs-dimension frontier of an experiment -> ``frontier/`` (+ results).
+"""``spar frontier -c CONFIG``: the quality-per-byte frontier of an experiment -> ``frontier/`` (+ results).
 
 Needs the run's ``queries/``, ``labels/``, ``teacher_index/`` and base embeddings (``spar run --to encode
 encode.encoders=[base]``, or a whole run). Every point fits or trains its Λ in memory (static ones under
 ``frontier/static-d<dim>-s<seed>/``); nothing else of the run changes. Options (``frontier.*`` is not a config
-section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``; ``section.key=value``
-overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed earlier under the same
+section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``, ``--storages``;
+``section.key=value`` overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed earlier under the same
 settings are kept (``--force`` recomputes them), so a frontier can be grown kind by kind. Writes
 ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*``. Logic:
 :mod:`spar.frontier`.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from spar.artifacts import artifact_dir, ensure_writable, write_json_atomic
 
-SECTIONS = ["experiment", "data", "label", "train", "tune"]
+SECTIONS = ["experiment", "data", "label", "train", "tune", "index"]
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
 
@@ -35,11 +35,15 @@ def settings_fingerprint(cfg, kind: str) -> str:
     return fingerprint_dict(shared)
 
 
-def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=None, force: bool = False) -> dict:
+def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=None, force: bool = False,
+        storages=("float32",)) -> dict:
     import json
 
     from spar.evaluation import command_line
     from spar.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
+    from spar.storage import check_storage
+
+    storages = tuple(check_storage(s) for s in storages)
 
     out = ensure_writable(Path(cfg.output_dir) / "frontier")
     settings = {kind: settings_fingerprint(cfg, kind) for kind in ("projection", "static", "transformer")}
@@ -56,8 +60,8 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
         write_json_atomic(out / "frontier.json", {**previous, "settings": settings,
                                                   "points": [asdict(p) for p in points]})
 
-    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds or (0, 1, 2), out, progress=print, known=known,
-                          on_point=save_progress)
+    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds or (0, 1, 2), storages, out, progress=print,
+                          known=known, on_point=save_progress)
     report.details["settings"] = settings
     report.details["command"] = command_line(cfg, "frontier")
     write_json_atomic(out / "frontier.json", report.to_json())

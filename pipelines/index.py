@@ -19,7 +19,7 @@ from spar.errors import ArtifactError
 from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
 
 SECTIONS = ["experiment", "data", "index"]
-SUMMARY = "build one FAISS index of [P(p), PΛ(p)] (flat, HNSW or IVF-PQ) -> index/"
+SUMMARY = "build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/"
 
 #: Options read at search time; they live in index.json and are refreshed without rebuilding.
 SEARCH_TIME = ("hnsw_ef_search", "nprobe")
@@ -49,17 +49,19 @@ def run(cfg, force: bool = False) -> dict:
         return result
 
     base, lam = load_embeddings(base_dir), load_embeddings(lambda_dir)
-    options = IndexOptions.from_section(section)
-    options.seed = cfg.experiment.seed
+    options = IndexOptions.from_section(section, seed=cfg.experiment.seed)
     with writer as w:
         index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options)
         index.save(w.path)
         size = os.path.getsize(w.path / INDEX_FILE)
-        w.schema = {"index.faiss": f"FAISS {section.type} (inner product)", "ids.arrow": "schemas.EMBEDDING_IDS",
-                    INDEX_MANIFEST: "variant, type, encoder fingerprints and dims, count, options"}
+        w.schema = {"index.faiss": f"FAISS {section.type} (inner product), passages stored as {index.storage}",
+                    "ids.arrow": "schemas.EMBEDDING_IDS",
+                    INDEX_MANIFEST: "variant, type, storage, codec, code bytes, encoder fingerprints and dims, count, "
+                                    "options"}
         w.stats = {**index.info, "bytes": size,
                    "bytes_per_passage": round(size / max(1, len(index)), 1)}
-    return {"variant": section.variant, "type": section.type, "passages": f"{len(index):,}",
+    return {"variant": section.variant, "type": section.type, "storage": index.storage,
+            "passages": f"{len(index):,}",
             "dim": f"{index.info['dim']} (base {index.info['base_dim']} + Λ {index.info['lambda_dim']})"
             if section.variant == "concat" else str(index.info["dim"]),
             "size": f"{size / 2**20:,.1f} MiB ({size / max(1, len(index)):,.0f} B/passage)"}

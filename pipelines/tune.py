@@ -10,9 +10,10 @@ from __future__ import annotations
 from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, is_complete, write_json_atomic
 from spar.evaluation import wandb_log
 from spar.experiment import ExperimentInputs
+from spar.index import IndexOptions
 from spar.tuning import plot_curve, tune_experiment
 
-SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
+SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"]
 SUMMARY = "tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/"
 
 
@@ -28,8 +29,10 @@ def run(cfg, force: bool = False) -> dict:
     fingerprints = {**inputs.input_fingerprints(["dev"]), **_data_inputs(cfg)}
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
+    codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
     config = {"tune": cfg.tune.model_dump(mode="json"), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
-              "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed}
+              "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
+              "served_passages": codec}
     writer = ArtifactWriter(out, kind="tune", config=config, inputs=fingerprints)
     if not force and is_complete(out, writer.fingerprint):
         return {"skipped": True}
@@ -43,7 +46,7 @@ def run(cfg, force: bool = False) -> dict:
                    {"base": dev["base"], "Λ": dev["lambda"], "BM25": dev["bm25"]})
         plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, cfg.tune.metric, "α",
                    f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
-        w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries")}
+        w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage")}
         w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants"}
     curve_rows = [[variant, float(mu), float(score)] for variant, search in report.mu_searches.items()
                   for mu, score in sorted(search.scores.items())]
@@ -53,7 +56,8 @@ def run(cfg, force: bool = False) -> dict:
               tables={"mu_curve": (["variant", "mu", cfg.tune.metric], curve_rows),
                       "alpha_curve": (["alpha", cfg.tune.metric], alpha_rows)},
               images={"mu_curve_png": out / "mu_curve.png", "alpha_curve_png": out / "alpha_curve.png"})
-    stats = {"variant": tuned["variant"], "mu": tuned["mu"], f"dev {tuned['metric']}": tuned["dev_scores"]["spar"],
+    stats = {"variant": tuned["variant"], "mu": tuned["mu"], "passages stored as": tuned["storage"],
+             f"dev {tuned['metric']}": tuned["dev_scores"]["spar"],
              "confirmed": tuned["confirmed"], "alpha": tuned["alpha"], "extensions": tuned["extensions"],
              "dev scores": tuned["dev_scores"], "output": str(out)}
     for variant, info in tuned["variants"].items():

@@ -153,6 +153,7 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
     spar_index = SparIndex.load(index_dir)
     check_index_is_current(spar_index, index_dir, inputs)
     tuned = read_tuned(cfg.output_dir)
+    tuned.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
     mu = tuned.mu()
     alpha = tuned.alpha
     # The hybrid fuses lists as deep as the ones its α was tuned on.

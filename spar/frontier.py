@@ -1,17 +1,20 @@
-"""The fidelity-vs-dimension frontier: every Λ kind at several dimensions and seeds, scored as SPAR adds it.
+"""The quality-per-byte frontier: Λ kinds × dimensions × passage storage × seeds, scored as SPAR adds Λ.
 
-For each point (kind, dim, seed) the frontier fits (``projection``) or trains (``static``) a Λ on the run's corpus
-and labels, encodes the corpus and the dev/test queries, tunes μ on dev and reports on test:
+For each (kind, dim, seed) the frontier fits (``projection``) or trains (``static``) a Λ on the run's corpus and
+labels and encodes the corpus and the dev/test queries; then for each storage (:mod:`spar.storage`: float32 to 4-bit,
+PQ) it codes ``[P, PΛ]`` as an index of that storage would, tunes μ on dev against those vectors, and reports on test:
 
 - Λ alone: nDCG@10, R@100, and RBO (p = 0.9, depth 100) of its ranking against the teacher's (fidelity);
-- SPAR ``[Q, μ·QΛ]`` against ``[P, PΛ]`` by exact search: nDCG@10, R@100 (what Λ adds to the base);
-- bytes per passage of the flat SPAR index (``4 · (base dim + dim)``) and the training time.
+- SPAR ``[Q, μ·QΛ]`` against the stored ``[P, PΛ]`` by exact search: nDCG@10, R@100 (what Λ adds to the base);
+- bytes per passage of the codes, and the training time;
+- for the first seed: single-query and batched search latency of flat and HNSW indexes of that storage, side by
+  side with the base-only index and the BM25 + dense hybrid (:mod:`spar.latency`), and their ratios.
 
 The base retriever's embeddings, the teacher index and the labels are the run's own artifacts (``spar run`` up to
 ``encode`` with ``encode.encoders=[base]`` is enough); the teacher's statistics are fitted once and shared by every
 point. A transformer Λ already trained in the run's ``lambda/`` joins as one more point. Results: JSON, a Markdown
-table (mean ± standard deviation over seeds) and a PNG (SPAR nDCG@10 against bytes per passage, one line per kind,
-the base and the BM25 hybrid as horizontal lines). Driver: ``spar frontier -c CONFIG``.
+table (mean ± standard deviation over seeds) and a PNG (SPAR nDCG@10 against bytes per passage on a log scale, one
+line per kind and storage; the base, the BM25 hybrid and BM25 marked). Driver: ``spar frontier -c CONFIG``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -27,10 +31,13 @@ import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete
 from spar.errors import ArtifactError
+from spar.storage import STORAGES, code_bytes
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DIMS = (128, 256, 384, 768, 1536, 3072)
+#: Index types each point's latency is measured with.
+LATENCY_TYPES = ("flat", "hnsw")
 METRICS = ("nDCG@10", "R@100")
 
 
@@ -47,6 +54,9 @@ class FrontierPoint:
     bytes_per_passage: int
     train_seconds: float
     steps: int = 0
+    storage: str = "float32"
+    #: {"flat"|"hnsw": {"single_ms", "p50_ms", "batched_ms", "vs_base": {...}, "vs_hybrid": {...}}} (first seed)
+    latency: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,11 +70,12 @@ class FrontierReport:
         return {"dataset": self.dataset, "references": self.references, "points": [asdict(p) for p in self.points],
                 **self.details}
 
-    def groups(self) -> dict[tuple[str, int], list[FrontierPoint]]:
-        out: dict[tuple[str, int], list[FrontierPoint]] = {}
+    def groups(self) -> dict[tuple[str, int, str], list[FrontierPoint]]:
+        out: dict[tuple[str, int, str], list[FrontierPoint]] = {}
         for p in self.points:
-            out.setdefault((p.kind, p.dim), []).append(p)
-        return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1])))
+            out.setdefault((p.kind, p.dim, p.storage), []).append(p)
+        order = {name: i for i, name in enumerate(STORAGES)}
+        return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))))
 
     def markdown(self) -> str:
         def cell(values: list[float], digits: int = 3) -> str:
@@ -72,20 +83,32 @@ class FrontierReport:
                 return f"{values[0]:.{digits}f}"
             return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
+        def latency(pts: list[FrontierPoint], index_type: str) -> str:
+            timed = next((p.latency[index_type] for p in pts if index_type in p.latency), None)
+            if not timed:
+                return "–"
+            return (f"{timed['single_ms']:.2f} ({timed['vs_hybrid']['single_ms']:.2f}× hybrid, "
+                    f"{timed['vs_base']['single_ms']:.2f}× base)")
+
         refs = self.references
-        lines = [f"**{self.dataset}** — fidelity frontier (test queries; μ tuned on dev). Base nDCG@10 "
-                 f"{refs['base']['nDCG@10']:.3f} / R@100 {refs['base']['R@100']:.3f}; BM25 hybrid "
+        base_bytes = refs.get("base", {}).get("bytes_per_passage")
+        lines = [f"**{self.dataset}** — quality per byte (test queries; μ tuned on dev against the stored vectors). "
+                 f"Base nDCG@10 {refs['base']['nDCG@10']:.3f} / R@100 {refs['base']['R@100']:.3f}"
+                 + (f" at {base_bytes:,} B/passage (float32)" if base_bytes else "") + "; BM25 hybrid "
                  f"{refs['hybrid']['nDCG@10']:.3f} / {refs['hybrid']['R@100']:.3f}; BM25 "
-                 f"{refs['bm25']['nDCG@10']:.3f} / {refs['bm25']['R@100']:.3f}.", "",
-                 "| Λ kind | dim | seeds | Λ nDCG@10 | Λ R@100 | RBO vs teacher | SPAR nDCG@10 | SPAR R@100 | "
-                 "bytes/passage | train s |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for (kind, dim), pts in self.groups().items():
+                 f"{refs['bm25']['nDCG@10']:.3f} / {refs['bm25']['R@100']:.3f}. Latency: ms per query, one at a "
+                 "time, k = 100, first seed; in brackets the ratio to the hybrid (base flat float32 + Pyserini BM25 + "
+                 "fusion) and to the base-only index of the same type, measured in the same run.", "",
+                 "| Λ kind | dim | storage | bytes/passage | seeds | Λ nDCG@10 | RBO vs teacher | SPAR nDCG@10 | "
+                 "SPAR R@100 | flat 1-query ms | HNSW 1-query ms | train s |",
+                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for (kind, dim, storage), pts in self.groups().items():
             lines.append(
-                f"| {kind} | {dim} | {len(pts)} | {cell([p.lambda_alone['nDCG@10'] for p in pts])} | "
-                f"{cell([p.lambda_alone['R@100'] for p in pts])} | {cell([p.rbo for p in pts])} | "
+                f"| {kind} | {dim} | {storage} | {pts[0].bytes_per_passage:,} | {len(pts)} | "
+                f"{cell([p.lambda_alone['nDCG@10'] for p in pts])} | {cell([p.rbo for p in pts])} | "
                 f"{cell([p.spar['nDCG@10'] for p in pts])} | {cell([p.spar['R@100'] for p in pts])} | "
-                f"{pts[0].bytes_per_passage:,} | {statistics.mean(p.train_seconds for p in pts):.0f} |")
+                f"{latency(pts, 'flat')} | {latency(pts, 'hnsw')} | "
+                f"{statistics.mean(p.train_seconds for p in pts):.0f} |")
         return "\n".join(lines) + "\n"
 
     def plot(self, path: str | Path) -> None:
@@ -94,25 +117,31 @@ class FrontierReport:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-        kinds = sorted({p.kind for p in self.points})
-        for kind in kinds:
-            groups = [(dim, pts) for (k, dim), pts in self.groups().items() if k == kind]
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+        lines = sorted({(p.kind, p.storage) for p in self.points},
+                       key=lambda ks: (ks[0], STORAGES.index(ks[1]) if ks[1] in STORAGES else 99))
+        for kind, storage in lines:
+            groups = [(dim, pts) for (k, dim, st), pts in self.groups().items() if k == kind and st == storage]
             xs = [pts[0].bytes_per_passage for _, pts in groups]
             ys = [statistics.mean(p.spar["nDCG@10"] for p in pts) for _, pts in groups]
             err = [statistics.stdev(p.spar["nDCG@10"] for p in pts) if len(pts) > 1 else 0.0 for _, pts in groups]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=f"SPAR, {kind} Λ")
+            ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=3, label=f"SPAR, {kind} Λ, {storage}")
             for (dim, _), x, y in zip(groups, xs, ys):
-                ax.annotate(str(dim), (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7)
-        for name, style in (("hybrid", "--"), ("base", ":")):
-            ax.axhline(self.references[name]["nDCG@10"], color="grey", linestyle=style, linewidth=1,
-                       label=f"{name} ({self.references[name]['nDCG@10']:.3f})")
+                ax.annotate(str(dim), (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6)
+        refs = self.references
+        for name, style in (("hybrid", "--"), ("bm25", "-."), ("base", ":")):
+            ax.axhline(refs[name]["nDCG@10"], color="grey", linestyle=style, linewidth=1,
+                       label=f"{name} ({refs[name]['nDCG@10']:.3f})")
+        if refs["base"].get("bytes_per_passage"):
+            ax.scatter([refs["base"]["bytes_per_passage"]], [refs["base"]["nDCG@10"]], marker="s", color="black",
+                       zorder=3, label="base alone, float32")
+            ax.axvline(2 * refs["base"]["bytes_per_passage"], color="lightgrey", linewidth=1)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("bytes per passage of the SPAR index (flat, float32)")
+        ax.set_xlabel("bytes per passage of the SPAR index's codes (log scale)")
         ax.set_ylabel("SPAR nDCG@10 (test)")
-        ax.set_title(f"{self.dataset}: what Λ adds, by index size")
+        ax.set_title(f"{self.dataset}: quality per byte")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
@@ -167,6 +196,50 @@ class FrontierInputs:
                 return np.asarray(stored.vectors[[position[q] for q in queries.ids]], dtype=np.float32)
         return self.experiment.encoder("base").encode_query(list(queries.texts.values()))
 
+    @cached_property
+    def base_indexes(self) -> dict[str, Any]:
+        """Base-only float32 indexes (flat, HNSW): the latency references."""
+        from spar.index import build_spar_index
+
+        return {t: build_spar_index(self.base_p, None, index_type=t, **self.index_params) for t in LATENCY_TYPES}
+
+    @property
+    def index_params(self) -> dict[str, Any]:
+        section = self.cfg.index
+        return {"hnsw_m": section.hnsw_m, "hnsw_ef_construction": section.hnsw_ef_construction,
+                "hnsw_ef_search": section.hnsw_ef_search, "seed": self.cfg.experiment.seed}
+
+    @cached_property
+    def reference_figures(self) -> dict[str, dict[str, float]]:
+        """:func:`references` of this run (computed once)."""
+        return references(self)
+
+    @property
+    def hybrid_alpha(self) -> float:
+        return self.reference_figures["hybrid"]["alpha"]
+
+    def latency(self, lam_p: np.ndarray, spar_q: np.ndarray, options) -> dict[str, Any]:
+        """Single-query and batched latency of flat and HNSW SPAR indexes storing ``[P, PΛ]`` as ``options`` says,
+        timed with the base-only indexes and the hybrid in one run (1 FAISS thread: a shared 2-core machine)."""
+        import faiss
+
+        from spar.index import build_spar_index
+        from spar.latency import ratios, time_systems
+
+        storage = options.storage
+        spar_indexes = {t: build_spar_index(self.base_p, lam_p, "concat", t, **{**self.index_params,
+                                                                              "storage": storage})
+                        for t in LATENCY_TYPES if not (t == "hnsw" and storage == "pq")}
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            timings = time_systems(_timed_systems(self, spar_indexes, spar_q), len(self.test.ids), LATENCY_SINGLE)
+        finally:
+            faiss.omp_set_num_threads(threads)
+        return {t: {**timings[f"spar_{t}"], "vs_base": ratios(timings, f"spar_{t}", f"base_{t}"),
+                    "vs_hybrid": ratios(timings, f"spar_{t}", "hybrid"),
+                    "base": timings[f"base_{t}"], "hybrid": timings["hybrid"]} for t in spar_indexes}
+
     def lambda_vectors(self, model) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Λ's passage and dev/test query vectors (term-based kinds reuse the shared sparse matrices)."""
         if model.kind == "projection" and model.weights is self.weights:
@@ -186,29 +259,67 @@ class FrontierInputs:
                                                 for s in (self.dev, self.test)}
 
 
-def score_point(inputs: FrontierInputs, model, seed: int | None, train_seconds: float, steps: int = 0,
-                metric: str = "nDCG@10") -> FrontierPoint:
-    """Tune μ on dev for ``model`` as Λ and score Λ alone and SPAR on test."""
-    from spar.index import spar_passage_vectors, spar_query_vectors
+LATENCY_K = 100
+#: Queries timed one at a time per point (all test queries are timed batched).
+LATENCY_SINGLE = 100
+
+
+def _timed_systems(inputs: "FrontierInputs", spar_indexes: dict[str, Any], spar_q: np.ndarray):
+    """The systems a point is timed against: SPAR (flat, HNSW), the base-only indexes, the BM25 + dense hybrid."""
+    from spar.tuning import hybrid_fuse
+
+    k, test = LATENCY_K, inputs.test
+    pairs = test.pairs()
+    base_q = inputs.base_q["test"]
+    base_flat = inputs.base_indexes["flat"]
+    alpha = inputs.hybrid_alpha
+
+    def hybrid(rows):
+        scores, found = base_flat.search(base_q[rows], k)
+        sparse = inputs.experiment.bm25.search([pairs[r] for r in rows], k)
+        for j, r in enumerate(rows):
+            dense = [(inputs.doc_ids[d], float(x)) for d, x in zip(found[j], scores[j]) if d >= 0]
+            hybrid_fuse(dense, sparse.get(pairs[r][0], []), alpha, inputs.cfg.tune.hybrid_normalize, k)
+
+    systems = {"hybrid": hybrid}
+    for index_type, index in inputs.base_indexes.items():
+        systems[f"base_{index_type}"] = lambda rows, ix=index: ix.search(base_q[rows], k)
+    for index_type, index in spar_indexes.items():
+        systems[f"spar_{index_type}"] = lambda rows, ix=index: ix.search(spar_q[rows], k)
+    return systems
+
+
+def score_points(inputs: FrontierInputs, model, seed: int | None, train_seconds: float, steps: int = 0,
+                 storages: Sequence[str] = ("float32",), timed: bool = False,
+                 metric: str = "nDCG@10") -> list[FrontierPoint]:
+    """For each storage: tune μ on dev against ``[P, PΛ]`` as stored, score Λ alone and SPAR on test (and, when
+    ``timed``, the search latency of flat and HNSW indexes of that storage)."""
+    from spar.index import IndexOptions, served_passage_vectors, spar_query_vectors
     from spar.metrics import evaluate_run, mean_rbo
     from spar.tuning import tune_mu
 
     lam_p, lam_q = inputs.lambda_vectors(model)
     dev, test = inputs.dev, inputs.test
-    tuned = tune_mu(inputs.base_q["dev"], lam_q["dev"], inputs.base_p, lam_p, dev.ids, inputs.doc_ids, dev.qrels,
-                    metric, "concat", confirm=False)
-    mu = tuned.search.best
-    combined = spar_passage_vectors(inputs.base_p, lam_p, "concat")
-    spar_run = _top_run(spar_query_vectors(inputs.base_q["test"], lam_q["test"], mu, "concat"), combined,
-                        test.ids, inputs.doc_ids, 100)
     lambda_run = _top_run(lam_q["test"], lam_p, test.ids, inputs.doc_ids, 100)
-    return FrontierPoint(
-        kind=model.kind, dim=model.dim, seed=seed, mu=mu, dev_spar=round(tuned.search.best_score, 6),
-        spar={m: round(v, 6) for m, v in evaluate_run(test.qrels, spar_run, METRICS).items()},
-        lambda_alone={m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()},
-        rbo=round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6),
-        bytes_per_passage=4 * (inputs.base_p.shape[1] + model.dim), train_seconds=round(train_seconds, 2),
-        steps=steps)
+    lambda_alone = {m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()}
+    rbo = round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)
+    points = []
+    for storage in storages:
+        options = replace(IndexOptions.from_section(inputs.cfg.index, seed=inputs.cfg.experiment.seed), storage=storage)
+        served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", "flat", options)
+        tuned = tune_mu(inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev.ids, inputs.doc_ids,
+                        dev.qrels, metric, "concat", confirm=False)
+        mu = tuned.search.best
+        test_q = spar_query_vectors(inputs.base_q["test"], lam_q["test"], mu, "concat")
+        spar_run = _top_run(test_q, np.hstack([served_base, served_lambda]), test.ids, inputs.doc_ids, 100)
+        points.append(FrontierPoint(
+            kind=model.kind, dim=model.dim, seed=seed, mu=mu, dev_spar=round(tuned.search.best_score, 6),
+            spar={m: round(v, 6) for m, v in evaluate_run(test.qrels, spar_run, METRICS).items()},
+            lambda_alone=lambda_alone, rbo=rbo,
+            bytes_per_passage=code_bytes(storage, inputs.base_p.shape[1] + model.dim, options.pq_m, options.pq_nbits),
+            train_seconds=round(train_seconds, 2), steps=steps, storage=storage,
+            latency=inputs.latency(lam_p, test_q, options) if timed else {}))
+    return points
 
 
 def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dict[str, float]]:
@@ -224,16 +335,18 @@ def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dic
     hybrid = {q: hybrid_fuse(base[q], inputs.bm25["test"].get(q, []), alpha, cfg.tune.hybrid_normalize, 100)
               for q in inputs.test.ids}
     qrels = inputs.test.qrels
-    return {"base": evaluate_run(qrels, base, METRICS), "bm25": evaluate_run(qrels, inputs.bm25["test"], METRICS),
+    return {"base": {**evaluate_run(qrels, base, METRICS), "bytes_per_passage": 4 * inputs.base_p.shape[1]},
+            "bm25": evaluate_run(qrels, inputs.bm25["test"], METRICS),
             "hybrid": {**evaluate_run(qrels, hybrid, METRICS), "alpha": alpha}}
 
 
 def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Sequence[int] = DEFAULT_DIMS,
-                 seeds: Sequence[int] = (0, 1, 2), work_dir: str | Path | None = None,
+                 seeds: Sequence[int] = (0, 1, 2), storages: Sequence[str] = ("float32",),
+                 work_dir: str | Path | None = None,
                  progress: Callable[[str], None] = log.info,
                  known: Sequence[FrontierPoint] = (),
                  on_point: Callable[[list[FrontierPoint]], None] | None = None) -> FrontierReport:
-    """Every (kind, dim, seed) point of the frontier on ``cfg``'s run (see the module docstring). ``known`` points
+    """Every (kind, dim, storage, seed) point on ``cfg``'s run (see the module docstring). ``known`` points
     (from an earlier run with the same settings) are kept instead of being recomputed; ``on_point(points)`` is
     called after each new point (to save progress: a static point costs minutes)."""
     from spar.evaluation import dataset_name
@@ -242,21 +355,32 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
     inputs = FrontierInputs(cfg)
     work = Path(work_dir) if work_dir else cfg.output_dir / "frontier"
     points: list[FrontierPoint] = list(known)
-    done = {(p.kind, p.dim, p.seed) for p in points}
+    done = {(p.kind, p.dim, p.seed, p.storage) for p in points}
+    timed_seed = seeds[0] if seeds else None  # latency does not depend on the seed: measured once per point
+
+    def add(new: list[FrontierPoint]) -> None:
+        points.extend(new)
+        for p in new:
+            flat = p.latency.get("flat", {})
+            progress(f"{p.kind} d={p.dim} {p.storage} seed={p.seed}: SPAR {p.spar['nDCG@10']:.4f} at "
+                     f"{p.bytes_per_passage:,} B/passage" + (f", flat {flat['single_ms']:.2f} ms/query "
+                                                            f"({flat['vs_hybrid']['single_ms']:.2f}× hybrid)"
+                                                            if flat else ""))
+        if on_point and new:
+            on_point(points)
+
     for dim in dims:
         for seed in seeds:
             projection = ProjectionLambda(inputs.weights, dim, cfg.train.lexical.projection, seed)
-            if "projection" in kinds and ("projection", dim, seed) not in done:
-                points.append(score_point(inputs, projection, seed, 0.0))
-                progress(f"projection d={dim} seed={seed}: SPAR {points[-1].spar['nDCG@10']:.4f}")
-                if on_point:
-                    on_point(points)
-            if "static" in kinds and ("static", dim, seed) not in done:
-                model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
-                points.append(score_point(inputs, model, seed, seconds, steps))
-                progress(f"static d={dim} seed={seed}: SPAR {points[-1].spar['nDCG@10']:.4f} ({seconds:.0f}s)")
-                if on_point:
-                    on_point(points)
+            for kind in ("projection", "static"):
+                todo = [st for st in storages if (kind, dim, seed, st) not in done]
+                if kind not in kinds or not todo:
+                    continue
+                if kind == "projection":
+                    model, seconds, steps = projection, 0.0, 0
+                else:
+                    model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
+                add(score_points(inputs, model, seed, seconds, steps, todo, timed=seed == timed_seed))
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
     if "transformer" in kinds and is_complete(lam_dir) and not any(p.kind == "transformer" for p in points):
         from spar.artifacts import read_manifest
@@ -264,12 +388,13 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
 
         if read_lambda_config(lam_dir)["kind"] == "transformer":
             stats = read_manifest(lam_dir).get("stats", {})
-            points.append(score_point(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
-                                      int(stats.get("steps", 0))))
-    return FrontierReport(dataset_name(cfg), points, references(inputs),
+            add(score_points(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
+                             int(stats.get("steps", 0)), storages, timed=True))
+    return FrontierReport(dataset_name(cfg), points, inputs.reference_figures,
                           {"dims": sorted({p.dim for p in points}), "seeds": sorted({p.seed for p in points
                                                                                       if p.seed is not None}),
                            "kinds": sorted({p.kind for p in points}),
+                           "storages": [st for st in STORAGES if any(p.storage == st for p in points)],
                            "dev_queries": len(inputs.dev.ids), "test_queries": len(inputs.test.ids),
                            "projection": cfg.train.lexical.projection})
 

@@ -8,7 +8,10 @@ SPAR combines a base dense retriever (P, Q) with the lexical model Λ (PΛ, QΛ)
   cross terms make the score an approximation of the above).
 
 μ only scales the query side, so changing it never re-indexes. Index types (all FAISS, inner product):
-``flat`` (``IndexFlatIP``, exact), ``hnsw`` (``IndexHNSWFlat``), ``ivfpq`` (``IndexIVFPQ`` trained on a sample).
+``flat`` (exhaustive), ``hnsw`` (graph), ``ivf`` (inverted lists), ``ivfpq`` (``IndexIVFPQ``); each stores the
+passage vectors as ``options.storage`` says (:mod:`spar.storage`: float32, float16, 8/6/4-bit scalar quantizers, PQ),
+trained on a seeded sample. :func:`served_passage_vectors` gives the passage vectors as an index of that storage
+holds them (its decoded codes), so μ is tuned against what is served.
 
 A saved index is a directory: ``index.faiss``, ``ids.arrow`` (schemas.EMBEDDING_IDS) and ``index.json`` (variant,
 type, both encoders' fingerprints and dimensions, count, search parameters). The index stores vectors, not μ: the
@@ -45,16 +48,19 @@ import numpy as np
 import pyarrow as pa
 
 from spar.errors import ArtifactError
+from spar.storage import code_bytes
 
 log = logging.getLogger(__name__)
 
 Variant = Literal["concat", "sum"]
-IndexType = Literal["flat", "hnsw", "ivfpq"]
+IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.arrow"
 INDEX_MANIFEST = "index.json"
 #: Passages combined and added to FAISS per step (bounds the extra memory of building from memory-mapped shards).
 ADD_BATCH = 65_536
+#: Training sample of a scalar quantizer or flat PQ (IVF indexes size theirs by the number of lists).
+TRAIN_SAMPLE = 65_536
 
 
 def _faiss():
@@ -120,11 +126,29 @@ class IndexOptions:
     train_size: int | None = None
     seed: int = 42
     threads: int | None = None
+    storage: str = "float32"
 
     @classmethod
-    def from_section(cls, section: Any) -> "IndexOptions":
+    def from_section(cls, section: Any, seed: int | None = None) -> "IndexOptions":
+        """From :class:`spar.config.IndexSection` (``seed``: the experiment's, which seeds codec training)."""
         names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in section.model_dump().items() if k in names})
+        options = cls(**{k: v for k, v in section.model_dump().items() if k in names})
+        if seed is not None:
+            options.seed = seed
+        return options
+
+    def served_storage(self, index_type: str) -> str:
+        """The storage an index of ``index_type`` really holds (``ivfpq`` always stores PQ codes)."""
+        return "pq" if index_type == "ivfpq" else self.storage
+
+    def codec(self, index_type: str) -> dict[str, Any]:
+        """What decides the stored passage vectors (float32: nothing but the storage): μ tuned against one
+        codec is refused for another."""
+        storage = self.served_storage(index_type)
+        if storage == "float32":
+            return {"storage": "float32"}
+        return {"storage": storage, "type": index_type, "pq_m": self.pq_m, "pq_nbits": self.pq_nbits,
+                "ivf_nlist": self.ivf_nlist, "train_size": self.train_size, "seed": self.seed}
 
 
 def default_nlist(n: int) -> int:
@@ -143,31 +167,86 @@ def _batches(matrices: Sequence[np.ndarray], variant: str | None, n: int) -> Ite
         yield _rows(matrices, variant, start, min(n, start + ADD_BATCH))
 
 
+def pq_bits_for(n: int, nbits: int) -> int:
+    """PQ bits per code that ``n`` training points support (FAISS's k-means wants >= 39 points per centroid)."""
+    return nbits if n >= 39 * 2 ** nbits else max(1, min(nbits, int(math.log2(max(n, 78) / 39))))
+
+
+def _pq_bits(n: int, nbits: int) -> int:
+    fewer = pq_bits_for(n, nbits)
+    if fewer != nbits:
+        log.warning("only %d passages: PQ codes use %d bits instead of %d", n, fewer, nbits)
+    return fewer
+
+
 def make_faiss_index(dim: int, n: int, index_type: IndexType, options: IndexOptions):
-    """An empty FAISS inner-product index of ``index_type`` sized for ``n`` vectors."""
+    """An empty FAISS inner-product index of ``index_type`` storing ``options.storage``, sized for ``n`` vectors."""
+    from spar.storage import check_storage, factory_component
+
     faiss = _faiss()
+    storage = check_storage(options.storage)
+    if index_type == "ivfpq":
+        if storage not in ("float32", "pq"):
+            raise ArtifactError(f"index.type=ivfpq stores PQ codes, not index.storage={storage}; use index.type=ivf "
+                                "for an inverted-list index of another storage")
+        index_type, storage = "ivf", "pq"
+    if storage == "pq":
+        if dim % options.pq_m:
+            raise ArtifactError(f"index.pq_m={options.pq_m} must divide the vector dimension {dim}")
+        if index_type == "hnsw":
+            raise ArtifactError("index.storage=pq with index.type=hnsw: FAISS's HNSW-PQ has no inner product; use "
+                                "index.type=flat or ivf for PQ, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
+    component = factory_component(storage, options.pq_m, options.pq_nbits)
     if index_type == "flat":
-        return faiss.IndexFlatIP(dim)
+        if storage == "float32":
+            return faiss.IndexFlatIP(dim)
+        if storage == "pq":
+            component = factory_component("pq", options.pq_m, _pq_bits(n, options.pq_nbits))
+        return faiss.index_factory(dim, component, faiss.METRIC_INNER_PRODUCT)
     if index_type == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        if storage == "float32":
+            index = faiss.IndexHNSWFlat(dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.index_factory(dim, f"HNSW{options.hnsw_m},{component}", faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = options.hnsw_ef_construction
         index.hnsw.efSearch = options.hnsw_ef_search
         return index
-    if index_type == "ivfpq":
-        if dim % options.pq_m:
-            raise ArtifactError(f"index.pq_m={options.pq_m} must divide the vector dimension {dim}")
+    if index_type == "ivf":
         nlist = options.ivf_nlist or default_nlist(n)
         if nlist > n:
             raise ArtifactError(f"index.ivf_nlist={nlist} exceeds the number of passages ({n})")
-        nbits = options.pq_nbits
-        if n < 39 * 2 ** nbits:  # FAISS's k-means wants >= 39 training points per centroid
-            nbits = max(1, min(nbits, int(math.log2(max(n, 78) / 39))))
-            log.warning("only %d passages: PQ codes use %d bits instead of %d", n, nbits, options.pq_nbits)
         quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFPQ(quantizer, dim, nlist, options.pq_m, nbits, faiss.METRIC_INNER_PRODUCT)
+        if storage == "pq":
+            index = faiss.IndexIVFPQ(quantizer, dim, nlist, options.pq_m, _pq_bits(n, options.pq_nbits),
+                                     faiss.METRIC_INNER_PRODUCT)
+        elif storage == "float32":
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.index_factory(dim, f"IVF{nlist},{component}", faiss.METRIC_INNER_PRODUCT)
         index.nprobe = min(options.nprobe, nlist)
         return index
-    raise ValueError(f"unknown index type {index_type!r}; use flat, hnsw or ivfpq")
+    raise ValueError(f"unknown index type {index_type!r}; use flat, hnsw, ivf or ivfpq")
+
+
+def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
+                        options: IndexOptions):
+    """An empty index of ``index_type``, its codec trained on a seeded sample of the (combined) rows: the one
+    training that both the index build and :func:`served_passage_vectors` use, so both code passages alike."""
+    n = matrices[0].shape[0]
+    if n == 0:
+        raise ArtifactError("cannot build an index of 0 passages")
+    dim = _rows(matrices, variant, 0, 1).shape[1]
+    index = make_faiss_index(dim, n, index_type, options)
+    if not index.is_trained:
+        nlist = getattr(index, "nlist", 0)
+        default = max(256 * 64, 64 * nlist) if nlist else TRAIN_SAMPLE
+        train_size = options.train_size or min(n, default)
+        rng = np.random.default_rng(options.seed)
+        sample = np.sort(rng.choice(n, size=min(n, train_size), replace=False))
+        train = (np.ascontiguousarray(matrices[0][sample], dtype=np.float32) if variant is None
+                 else spar_passage_vectors(matrices[0][sample], matrices[1][sample], variant))
+        index.train(train)
+    return index
 
 
 def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
@@ -177,21 +256,36 @@ def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index
     options = options or IndexOptions()
     if options.threads:
         faiss.omp_set_num_threads(options.threads)
-    n = matrices[0].shape[0]
-    if n == 0:
-        raise ArtifactError("cannot build an index of 0 passages")
-    dim = _rows(matrices, variant, 0, 1).shape[1]
-    index = make_faiss_index(dim, n, index_type, options)
-    if not index.is_trained:
-        train_size = options.train_size or min(n, max(256 * 64, 64 * index.nlist))
-        rng = np.random.default_rng(options.seed)
-        sample = np.sort(rng.choice(n, size=min(n, train_size), replace=False))
-        train = (np.ascontiguousarray(matrices[0][sample], dtype=np.float32) if variant is None
-                 else spar_passage_vectors(matrices[0][sample], matrices[1][sample], variant))
-        index.train(train)
-    for chunk in _batches(matrices, variant, n):
+    index = trained_faiss_index(matrices, variant, index_type, options)
+    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
         index.add(chunk)
     return index
+
+
+def served_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Variant = "concat",
+                           index_type: IndexType = "flat", options: IndexOptions | None = None
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
+
+    Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
+    the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
+    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it.
+    """
+    options = options or IndexOptions()
+    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
+    if options.served_storage(index_type) == "float32":
+        return base_p.astype(np.float32, copy=False), lambda_p.astype(np.float32, copy=False)
+    _check_pair(base_p[:1], lambda_p[:1], variant, "passage vectors")
+    faiss = _faiss()
+    index = trained_faiss_index([base_p, lambda_p], variant, index_type, options)
+    codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
+    n = base_p.shape[0]
+    decoded = np.empty((n, index.d), dtype=np.float32)
+    for start, chunk in zip(range(0, n, ADD_BATCH), _batches([base_p, lambda_p], variant, n)):
+        decoded[start:start + len(chunk)] = codec.sa_decode(codec.sa_encode(chunk))
+    if variant == "sum":
+        return decoded, np.zeros_like(decoded)
+    return decoded[:, :base_p.shape[1]], decoded[:, base_p.shape[1]:]
 
 
 def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: Variant = "concat",
@@ -246,8 +340,11 @@ class SparIndex:
         if len(ids) != n:
             raise ArtifactError(f"{len(ids)} ids for {n} passage vectors")
         index = build_spar_index(base_p, lambda_p, variant, index_type, **options.__dict__)
+        storage = options.served_storage(index_type)
         info = {
             "variant": variant, "type": index_type, "count": n, "dim": int(index.d),
+            "storage": storage, "codec": options.codec(index_type),
+            "code_bytes": code_bytes(storage, int(index.d), options.pq_m, pq_bits_for(n, options.pq_nbits)),
             "base_dim": int(base_p.shape[1]), "lambda_dim": int(lambda_p.shape[1]),
             "base_fingerprint": base_fp, "lambda_fingerprint": lambda_fp,
             "options": {k: v for k, v in options.__dict__.items() if k != "threads"},
@@ -300,6 +397,11 @@ class SparIndex:
     @property
     def variant(self) -> str:
         return self.info["variant"]
+
+    @property
+    def storage(self) -> str:
+        """How the passage vectors are stored (:mod:`spar.storage`)."""
+        return self.info.get("storage", "pq" if self.info.get("type") == "ivfpq" else "float32")
 
     def __len__(self) -> int:
         return len(self.ids)

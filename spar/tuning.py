@@ -420,10 +420,14 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
     ``tune.tune_both_variants``) and the hybrid's α, on the dev qrels only (never the test qrels)."""
     import time
 
+    from spar.index import IndexOptions, served_passage_vectors
+
     t = cfg.tune
     inputs = inputs or ExperimentInputs(cfg)
     dev = split_queries(cfg, "dev")  # never the test split
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
+    # μ is tuned against the passage vectors the index will serve (decoded codes), never float32 then served 4-bit.
+    options = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed)
     doc_ids = inputs.doc_ids
     base_q = inputs.query_vectors("base", dev)
     lambda_q = inputs.query_vectors("lambda", dev)
@@ -436,9 +440,11 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
         variants.append(other)
     tuned: dict[str, MuTuning] = {}
     for variant in variants:
-        progress(f"tuning μ ({variant}) on {len(dev.ids)} dev queries, {t.metric}")
-        tuned[variant] = tune_mu(base_q, lambda_q, base_p, lambda_p, dev.ids, doc_ids, dev.qrels, t.metric, variant,
-                                 candidates, grid, t.max_extensions, t.confirm)
+        progress(f"tuning μ ({variant}) on {len(dev.ids)} dev queries, {t.metric}, passages stored as "
+                 f"{options.storage}")
+        served_base, served_lambda = served_passage_vectors(base_p, lambda_p, variant, cfg.index.type, options)
+        tuned[variant] = tune_mu(base_q, lambda_q, served_base, served_lambda, dev.ids, doc_ids, dev.qrels, t.metric,
+                                 variant, candidates, grid, t.max_extensions, t.confirm)
 
     progress(f"tuning α of base + α·BM25 on {len(dev.ids)} dev queries")
     start = time.perf_counter()
@@ -458,6 +464,7 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
         "scores": main.search.scores_by_name(), "confirmed": _round(main.confirmed),
         "alpha": alpha.best, "alpha_grid": alpha.grid, "alpha_scores": alpha.scores_by_name(),
         "split": "dev", "dev_queries": len(dev.ids), "candidates": candidates,
+        "storage": options.served_storage(cfg.index.type), "codec": options.codec(cfg.index.type),
         "extensions": main.search.extensions, "at_edge": main.search.at_edge,
         "dev_scores": {"bm25": _round(bm25_score), "base": _round(base_score), "lambda": _round(lambda_score),
                        "spar": _round(main.search.best_score), "hybrid": _round(alpha.best_score)},
@@ -519,6 +526,20 @@ class TunedWeights:
     def candidates(self) -> int | None:
         """The candidate depth the weights were tuned with."""
         return self.payload.get("candidates")
+
+    @property
+    def storage(self) -> str:
+        """How the passage vectors μ was tuned against were stored (:mod:`spar.storage`)."""
+        return self.payload.get("storage", "float32")
+
+    def check_served_by(self, index_info: Mapping[str, Any], index_dir: str | Path) -> None:
+        """Refuse an index that stores its passages otherwise than the vectors μ was tuned against."""
+        served = index_info.get("storage", "pq" if index_info.get("type") == "ivfpq" else "float32")
+        same_codec = index_info.get("codec", {"storage": served}) == self.payload.get("codec", {"storage": self.storage})
+        if served != self.storage or not same_codec:
+            raise ArtifactError(f"{index_dir}: the index stores passages as {index_info.get('codec', served)}, but μ "
+                                f"in {self.path} was tuned against {self.payload.get('codec', self.storage)}; re-run "
+                                "`spar tune` and `spar index` with the same index settings")
 
 
 def read_tuned(output_dir: str | Path) -> TunedWeights:

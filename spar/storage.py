@@ -1,0 +1,56 @@
+"""How a SPAR index stores its passage vectors: float32, float16, 8/6/4-bit scalar quantizers, or PQ codes.
+
+Queries stay float32; only the passage side is coded. One FAISS codec covers the whole passage vector ``[P, PΛ]``
+(FAISS's scalar quantizers learn a range per dimension, so the base and Λ parts each get their own scale, but not
+their own bit width). :func:`code_bytes` is the bytes per passage of the codes (an index adds its own structure:
+HNSW links, IVF list ids), the x-axis of the bytes-per-passage frontier.
+
+Example::
+
+    >>> from spar.storage import code_bytes, factory_component
+    >>> code_bytes("sq4", 384 + 1536), code_bytes("float32", 384 + 384), code_bytes("pq", 768, pq_m=96)
+    (960, 3072, 96)
+    >>> factory_component("sq6"), factory_component("pq", pq_m=48, pq_nbits=8)
+    ('SQ6', 'PQ48x8')
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, get_args
+
+from spar.errors import ArtifactError
+
+Storage = Literal["float32", "float16", "sq8", "sq6", "sq4", "pq"]
+STORAGES: tuple[str, ...] = get_args(Storage)
+#: Bits per dimension of the per-dimension codecs (PQ's size depends on pq_m and pq_nbits instead).
+BITS = {"float32": 32, "float16": 16, "sq8": 8, "sq6": 6, "sq4": 4}
+_FACTORY = {"float32": "Flat", "float16": "SQfp16", "sq8": "SQ8", "sq6": "SQ6", "sq4": "SQ4"}
+
+
+def check_storage(storage: str) -> str:
+    if storage not in STORAGES:
+        raise ArtifactError(f"unknown index storage {storage!r}; use one of {', '.join(STORAGES)}")
+    return storage
+
+
+def code_bytes(storage: str, dim: int, pq_m: int = 16, pq_nbits: int = 8) -> int:
+    """Bytes per passage of the codes of a ``dim``-dimensional passage vector stored as ``storage``."""
+    check_storage(storage)
+    if storage == "pq":
+        return math.ceil(pq_m * pq_nbits / 8)
+    return math.ceil(dim * BITS[storage] / 8)
+
+
+def factory_component(storage: str, pq_m: int = 16, pq_nbits: int = 8) -> str:
+    """The storage part of a FAISS ``index_factory`` string (``Flat``, ``SQfp16``, ``SQ8``, ..., ``PQ16x8``)."""
+    check_storage(storage)
+    return f"PQ{pq_m}x{pq_nbits}" if storage == "pq" else _FACTORY[storage]
+
+
+def describe(storage: str, dim: int, pq_m: int = 16, pq_nbits: int = 8) -> str:
+    """One phrase for summaries and model cards, e.g. ``4-bit scalar quantizer (960 B/passage)``."""
+    names = {"float32": "float32", "float16": "float16", "sq8": "8-bit scalar quantizer",
+             "sq6": "6-bit scalar quantizer", "sq4": "4-bit scalar quantizer",
+             "pq": f"PQ, {pq_m} codes of {pq_nbits} bits"}
+    return f"{names[check_storage(storage)]} ({code_bytes(storage, dim, pq_m, pq_nbits):,} B/passage)"
