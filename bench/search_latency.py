@@ -1,7 +1,7 @@
 """Search latency at k=100 on a 100k-passage corpus: one FAISS search of the SPAR index vs the dense+BM25 hybrid.
 
-- **spar**: one ``IndexFlatIP`` search of ``[P, PΛ]`` (384 + 384 dims) with query ``[Q, μ·QΛ]``
-  (:class:`spar.index.SparIndex`).
+- **spar**: one search of the SPAR index ``[P, PΛ]`` (384 + ``--lambda-dim`` dims, stored as each of
+  ``--storages``: float32, or a scalar quantizer such as 4-bit) with query ``[Q, μ·QΛ]`` (:class:`spar.index.SparIndex`).
 - **peer** (hybrid): an ``IndexFlatIP`` search of the base vectors (384 dims) + a Pyserini BM25 search
   (``LuceneSearcher``, k1=0.9 b=0.4, over a Lucene index of the same passages built with
   :func:`spar.teachers.build_bm25_index`) + score fusion (:func:`spar.tuning.hybrid_fuse`, dense + α·BM25, both at
@@ -21,6 +21,7 @@ vectors, the hardest case for HNSW) shows the one-search advantage once the dens
 type is measured at every ``--threads`` value (OpenMP threads spin, so 1 thread can win on a loaded machine).
 
     python bench/search_latency.py                      # 100k passages; flat and HNSW; 2 then 1 threads
+    python bench/search_latency.py --lambda-dim 1536 --storages sq4 float32 --threads 1   # a quantized SPAR index
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ def main(argv: list[str] | None = None) -> dict:
                     help="FAISS OpenMP threads and Lucene batch_search threads; each value is measured, the first "
                     "is the headline (default 2, then 1: OpenMP threads spin, which hurts on a shared machine)")
     ap.add_argument("--single", type=int, default=100, help="queries timed one at a time")
-    ap.add_argument("--dim", type=int, default=384, help="base and Λ dimension (MiniLM: 384)")
+    ap.add_argument("--dim", type=int, default=384, help="base dimension (MiniLM: 384)")
+    ap.add_argument("--lambda-dim", type=int, default=None, help="Λ dimension (default: --dim)")
+    ap.add_argument("--storages", nargs="+", default=["float32"],
+                    help="passage storages of the SPAR index (spar.storage: float32, float16, sq8, sq6, sq4); each is "
+                    "measured against the hybrid, the first is the headline")
     ap.add_argument("--index", nargs="+", default=["flat", "hnsw"], choices=["flat", "hnsw"],
                     help="index types, each measured for both systems; the first is the headline")
     ap.add_argument("--hnsw-m", type=int, default=32)
@@ -138,18 +143,21 @@ def main(argv: list[str] | None = None) -> dict:
     # Dense side: synthetic unit vectors of the real dimensions.
     rng = np.random.default_rng(0)
     n, d, k = args.passages, args.dim, args.k
-    base_p, lambda_p = unit(rng, n, d), unit(rng, n, d)
-    base_q, lambda_q = unit(rng, len(qids), d), unit(rng, len(qids), d)
+    dl = args.lambda_dim or d
+    base_p, lambda_p = unit(rng, n, d), unit(rng, n, dl)
+    base_q, lambda_q = unit(rng, len(qids), d), unit(rng, len(qids), dl)
     faiss.omp_set_num_threads(max(args.threads))
     indexes = {}
     for index_type in args.index:
         opts = {"hnsw_m": args.hnsw_m, "hnsw_ef_construction": args.hnsw_ef_construction,
                 "hnsw_ef_search": args.hnsw_ef_search}
-        start = time.perf_counter()
-        spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type, **opts)
         base_ix = build_spar_index(base_p, None, index_type=index_type, **opts)
-        indexes[index_type] = (spar_ix, base_ix)
-        print(f"built {index_type} indexes in {time.perf_counter() - start:.0f}s", file=sys.stderr)
+        for storage in args.storages:
+            start = time.perf_counter()
+            spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type,
+                                      storage=storage, **opts)
+            indexes[f"{index_type}/{storage}"] = (spar_ix, base_ix)
+            print(f"built {index_type}/{storage} index in {time.perf_counter() - start:.0f}s", file=sys.stderr)
     del lambda_p
     spar = base_index = None
 
@@ -222,9 +230,11 @@ def main(argv: list[str] | None = None) -> dict:
         }
 
     by_index: dict[str, dict] = {}
-    for index_type, (spar, base_index) in indexes.items():
-        by_index[index_type] = {str(t): summary(measure(t)) for t in args.threads}
-    main_run = by_index[args.index[0]][str(args.threads[0])]
+    for name, (spar, base_index) in indexes.items():
+        by_index[name] = {str(t): summary(measure(t)) for t in args.threads}
+        by_index[name]["bytes_per_passage"] = spar.info["code_bytes"]
+    headline = f"{args.index[0]}/{args.storages[0]}"
+    main_run = by_index[headline][str(args.threads[0])]
     one = main_run["one_at_a_time"]
     result = {
         "spar": one["spar"],
@@ -239,9 +249,9 @@ def main(argv: list[str] | None = None) -> dict:
         "p50_one_at_a_time": one["p50"],
         "peer_breakdown_ms": main_run["peer_breakdown_ms"],
         "by_index_and_threads": by_index,
-        "index": args.index[0],
+        "index": headline,
         "hnsw": {"M": args.hnsw_m, "efConstruction": args.hnsw_ef_construction, "efSearch": args.hnsw_ef_search},
-        "passages": n, "k": k, "dims": {"spar": 2 * d, "base": d},
+        "passages": n, "k": k, "dims": {"spar": d + dl, "base": d, "lambda": dl}, "storages": args.storages,
         "vectors": "synthetic", "text": f"SciFact corpus repeated/perturbed to {n:,} passages (real BM25 statistics)",
         "queries": {"one_at_a_time": min(args.single, len(qids)), "batched": len(qids)},
         "excludes": "query encoding",

@@ -79,6 +79,8 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
     if index_info.get("variant") and index_info["variant"] != variant:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
                             f"({tuned.path}); rebuild the index or re-tune with tune.variant")
+    if index_info:
+        tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     base = BiEncoder.from_section(cfg.encode.base)
     lam = source.load()
     if lam.kind == "transformer":
@@ -89,7 +91,7 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
         "lambda_init": cfg.train.encoder.model if source.origin == "run" else None,
         "lambda_source": source.describe(),
         "teacher": cfg.label.teacher,
-        "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant")},
+        "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant", "storage")},
         "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
     }
     encoder = SparEncoder(base, lam, tuned.mu(variant), variant, metadata={"provenance": provenance})

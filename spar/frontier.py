@@ -77,6 +77,26 @@ class FrontierReport:
         order = {name: i for i, name in enumerate(STORAGES)}
         return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))))
 
+    def best_within(self, max_bytes: int) -> tuple[tuple[str, int, str], list[FrontierPoint]] | None:
+        """The (kind, dim, storage) with the best mean **dev** SPAR score at or below ``max_bytes`` per passage (chosen
+        on dev, never on test), or None when no point fits."""
+        fits = [(key, pts) for key, pts in self.groups().items() if pts[0].bytes_per_passage <= max_bytes]
+        if not fits:
+            return None
+        return max(fits, key=lambda kv: (statistics.mean(p.dev_spar for p in kv[1]), -kv[1][0].bytes_per_passage))
+
+    def choice_line(self) -> str:
+        """One line naming the point a config should use: the best on dev within 2× the base's float32 bytes."""
+        base_bytes = self.references.get("base", {}).get("bytes_per_passage")
+        best = self.best_within(2 * base_bytes) if base_bytes else None
+        if not best:
+            return ""
+        (kind, dim, storage), pts = best
+        return (f"Best within 2× the base's float32 bytes ({2 * base_bytes:,} B/passage), chosen on dev: {kind} "
+                f"Λ, {dim} dims, {storage} ({pts[0].bytes_per_passage:,} B/passage): dev SPAR "
+                f"{statistics.mean(p.dev_spar for p in pts):.4f}, test SPAR nDCG@10 "
+                f"{statistics.mean(p.spar['nDCG@10'] for p in pts):.4f} over {len(pts)} seed(s).")
+
     def markdown(self) -> str:
         def cell(values: list[float], digits: int = 3) -> str:
             if len(values) == 1:
@@ -109,7 +129,8 @@ class FrontierReport:
                 f"{cell([p.spar['nDCG@10'] for p in pts])} | {cell([p.spar['R@100'] for p in pts])} | "
                 f"{latency(pts, 'flat')} | {latency(pts, 'hnsw')} | "
                 f"{statistics.mean(p.train_seconds for p in pts):.0f} |")
-        return "\n".join(lines) + "\n"
+        choice = self.choice_line()
+        return "\n".join(lines + (["", choice] if choice else [])) + "\n"
 
     def plot(self, path: str | Path) -> None:
         import matplotlib

@@ -119,6 +119,10 @@ class SparSearcher:
                 raise ArtifactError(f"{index_dir} was built with another {key.split('_')[0]} encoder "
                                     f"({index.info[key]}) than the model in {model_dir} ({recorded[key]}); "
                                     "re-run `spar publish` after `spar index`")
+        tuned_storage = ((encoder.metadata.get("provenance") or {}).get("tuning") or {}).get("storage")
+        if tuned_storage and tuned_storage != index.storage:
+            raise ArtifactError(f"{index_dir} stores passages as {index.storage}, but the μ of {model_dir} was tuned "
+                                f"against {tuned_storage}; re-run `spar tune`, `spar index` and `spar publish`")
         if index.variant != encoder.variant:
             raise ArtifactError(f"{index_dir} is a '{index.variant}' index but {model_dir} is a "
                                 f"'{encoder.variant}' model")

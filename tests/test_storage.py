@@ -197,3 +197,21 @@ def test_frontier_has_a_storage_axis_with_latency(sample_experiment, tmp_path): 
     assert "| projection | 64 | sq4 |" in table and "| projection | 64 | float32 |" in table
     report.plot(tmp_path / "frontier.png")
     assert (tmp_path / "frontier.png").stat().st_size > 10_000
+
+
+def test_the_frontier_chooses_its_point_on_dev_within_the_byte_budget():
+    from spar.frontier import FrontierPoint, FrontierReport
+
+    def point(dim, storage, nbytes, dev, test):
+        return FrontierPoint(kind="projection", dim=dim, seed=0, mu=1.0, dev_spar=dev, spar={"nDCG@10": test},
+                             lambda_alone={}, rbo=0.0, bytes_per_passage=nbytes, train_seconds=0.0, storage=storage)
+
+    refs = {"base": {"nDCG@10": 0.6, "R@100": 0.9, "bytes_per_passage": 1536}}
+    points = [point(3072, "float32", 13824, 0.90, 0.90),   # best of all, but over budget
+              point(3072, "sq4", 1728, 0.80, 0.70),        # best on dev within 3,072 B
+              point(1536, "sq8", 1920, 0.75, 0.75)]        # better on test: never chosen on test
+    report = FrontierReport("toy", points, refs)
+    (kind, dim, storage), _ = report.best_within(3072)
+    assert (kind, dim, storage) == ("projection", 3072, "sq4")
+    assert report.best_within(1000) is None
+    assert "chosen on dev: projection Λ, 3072 dims, sq4 (1,728 B/passage)" in report.choice_line()
