@@ -137,6 +137,7 @@ class FrontierReport:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401  (FuncFormatter below)
 
         fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
         lines = sorted({(p.kind, p.storage) for p in self.points},
@@ -156,8 +157,10 @@ class FrontierReport:
         if refs["base"].get("bytes_per_passage"):
             ax.scatter([refs["base"]["bytes_per_passage"]], [refs["base"]["nDCG@10"]], marker="s", color="black",
                        zorder=3, label="base alone, float32")
-            ax.axvline(2 * refs["base"]["bytes_per_passage"], color="lightgrey", linewidth=1)
+            ax.axvline(2 * refs["base"]["bytes_per_passage"], color="lightgrey", linewidth=1,
+                       label="2× the base's bytes")
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
         ax.set_xlabel("bytes per passage of the SPAR index's codes (log scale)")
         ax.set_ylabel("SPAR nDCG@10 (test)")
         ax.set_title(f"{self.dataset}: quality per byte")
