@@ -361,9 +361,10 @@ class IndexSection(Section):
     type: Literal["flat", "hnsw", "ivf", "ivfpq"] = Field(
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + PQ)."
     )
-    storage: Literal["float32", "float16", "sq8", "sq6", "sq4", "pq"] = Field(
+    storage: Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"] = Field(
         "float32", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
-        "quantizers or PQ (pq_m codes of pq_nbits bits). Queries stay float32; μ is tuned against the stored vectors."
+        "quantizers, fast-scan PQ with a 4-bit code per 1 (fs4) or 2 (fs2) dimensions, or PQ (pq_m codes of pq_nbits "
+        "bits). Queries stay float32; μ is tuned against the stored vectors."
     )
     hnsw_m: int = Field(32, ge=4, description="HNSW graph neighbours per node (M).")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW build-time candidate list size.")

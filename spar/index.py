@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from spar.errors import ArtifactError
-from spar.storage import code_bytes
+from spar.storage import FAST_SCAN, code_bytes
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,10 @@ def make_faiss_index(dim: int, n: int, index_type: IndexType, options: IndexOpti
         if index_type == "hnsw":
             raise ArtifactError("index.storage=pq with index.type=hnsw: FAISS's HNSW-PQ has no inner product; use "
                                 "index.type=flat or ivf for PQ, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
-    component = factory_component(storage, options.pq_m, options.pq_nbits)
+    if storage in FAST_SCAN and index_type == "hnsw":
+        raise ArtifactError(f"index.storage={storage} with index.type=hnsw: FAISS's HNSW cannot store fast-scan codes; "
+                            "use index.type=flat or ivf, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
+    component = factory_component(storage, options.pq_m, options.pq_nbits, dim)
     if index_type == "flat":
         if storage == "float32":
             return faiss.IndexFlatIP(dim)

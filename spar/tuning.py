@@ -6,7 +6,8 @@ every query we gather a candidate set once (the union of each part's top ``candi
 exact scores in two matrices, and rank ``s0 + w·s1`` with numpy for every w of the grid (:class:`AffineCandidates`).
 Only the candidate set is an approximation (a passage outside every part's top-k could in principle enter the
 combined top-k); :func:`confirm_mu` therefore re-checks the chosen μ with one real search of the combined FAISS
-index.
+index. Passages are scored as the index stores them (:func:`spar.index.served_passage_vectors` of
+``index.storage``), and the confirming search runs on the configured index itself.
 
 The weight grid and its search live in :mod:`spar.grid`.
 
@@ -303,16 +304,20 @@ def tune_weight(candidates: AffineCandidates, qrels: Qrels, metric: str = "nDCG@
 
 def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
                query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, mu: float, metric: str,
-               variant: Variant = "concat", depth: int | None = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
-    """One real search of the combined FAISS index (:func:`spar.index.build_spar_index`, flat) at ``mu``.
+               variant: Variant = "concat", depth: int | None = None, index_type: str = "flat",
+               options: Any = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
+    """One real search of the combined FAISS index (:func:`spar.index.build_spar_index`: ``index_type`` storing
+    ``options.storage``, default flat float32) at ``mu``.
 
     Returns the metric and the ranking, so callers can compare it with the re-scored sweep.
     """
+    from dataclasses import asdict
+
     from spar.index import build_spar_index, spar_query_vectors
 
     depth = depth or measure_depth(metric)
     index = build_spar_index(np.asarray(base_p, dtype=np.float32), np.asarray(lambda_p, dtype=np.float32),
-                             variant, "flat")
+                             variant, index_type, **(asdict(options) if options is not None else {}))
     q = spar_query_vectors(base_q, lambda_q, mu, variant)
     scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), min(depth, len(doc_ids)))
     ranked = ranked_run(query_ids, rows, scores, doc_ids)
@@ -383,8 +388,12 @@ def resolve_candidates(candidates: int | None, metric: str) -> int:
 def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
             query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, metric: str = "nDCG@10",
             variant: Variant = "concat", candidates: int | None = None, grid: Sequence[float] | None = None,
-            max_extensions: int = 4, confirm: bool = True) -> MuTuning:
-    """Tune μ of ``variant`` on ``qrels``: re-scored candidate sweep, then one real combined-index search."""
+            max_extensions: int = 4, confirm: bool = True, confirm_with: tuple | None = None) -> MuTuning:
+    """Tune μ of ``variant`` on ``qrels``: re-scored candidate sweep, then one real combined-index search.
+
+    ``base_p``/``lambda_p`` are the passage vectors as served (:func:`spar.index.served_passage_vectors`);
+    ``confirm_with=(base_p, lambda_p, index_type, options)``: the original vectors and the index that serves them,
+    for the confirming search (default: a flat float32 index of ``base_p``/``lambda_p``)."""
     import time
 
     start = time.perf_counter()
@@ -395,11 +404,13 @@ def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda
     swept = time.perf_counter()
     confirmed = None
     if confirm:
-        confirmed, _ = confirm_mu(base_q, lambda_q, base_p, lambda_p, query_ids, doc_ids, qrels, search.best, metric,
-                                  variant)
+        served_p, served_l, index_type, options = confirm_with or (base_p, lambda_p, "flat", None)
+        confirmed, _ = confirm_mu(base_q, lambda_q, served_p, served_l, query_ids, doc_ids, qrels, search.best,
+                                  metric, variant, index_type=index_type, options=options)
         if abs(confirmed - search.best_score) > 1e-4:
-            log.warning("%s: the real search at μ=%g gives %s=%.4f, the re-scored candidates %.4f (raise "
-                        "tune.candidates)", variant, search.best, metric, confirmed, search.best_score)
+            log.warning("%s: the real search at μ=%g gives %s=%.4f, the re-scored candidates %.4f (an approximate "
+                        "index or fast-scan's rounded tables score otherwise; else raise tune.candidates)", variant,
+                        search.best, metric, confirmed, search.best_score)
     done = time.perf_counter()
     seconds = {"candidates": round(gathered - start, 3), "sweep": round(swept - gathered, 3),
                "confirm": round(done - swept, 3)}
@@ -444,7 +455,8 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
                  f"{options.storage}")
         served_base, served_lambda = served_passage_vectors(base_p, lambda_p, variant, cfg.index.type, options)
         tuned[variant] = tune_mu(base_q, lambda_q, served_base, served_lambda, dev.ids, doc_ids, dev.qrels, t.metric,
-                                 variant, candidates, grid, t.max_extensions, t.confirm)
+                                 variant, candidates, grid, t.max_extensions, t.confirm,
+                                 confirm_with=(base_p, lambda_p, cfg.index.type, options))
 
     progress(f"tuning α of base + α·BM25 on {len(dev.ids)} dev queries")
     start = time.perf_counter()
