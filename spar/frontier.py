@@ -31,7 +31,7 @@ import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete
 from spar.errors import ArtifactError
-from spar.storage import STORAGES, code_bytes
+from spar.storage import STORAGES, code_bytes, hnsw_can_store
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class FrontierInputs:
         storage = options.storage
         spar_indexes = {t: build_spar_index(self.base_p, lam_p, "concat", t, **{**self.index_params,
                                                                               "storage": storage})
-                        for t in LATENCY_TYPES if not (t == "hnsw" and storage == "pq")}
+                        for t in LATENCY_TYPES if t != "hnsw" or hnsw_can_store(storage)}
         threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(1)
         try:

@@ -35,6 +35,11 @@ _FACTORY = {"float32": "Flat", "float16": "SQfp16", "sq8": "SQ8", "sq6": "SQ6", 
 FAST_SCAN = {"fs4": 1, "fs2": 2}
 
 
+def hnsw_can_store(storage: str) -> bool:
+    """Whether FAISS's HNSW indexes hold this storage with inner product (not PQ, not fast-scan codes)."""
+    return storage not in ("pq", *FAST_SCAN)
+
+
 def check_storage(storage: str) -> str:
     if storage not in STORAGES:
         raise ArtifactError(f"unknown index storage {storage!r}; use one of {', '.join(STORAGES)}")

@@ -12,12 +12,11 @@ import pytest
 from spar.artifacts import artifact_dir
 from spar.errors import ArtifactError
 from spar.index import IndexOptions, SparIndex, served_passage_vectors
-from spar.storage import STORAGES, code_bytes
+from spar.storage import STORAGES, code_bytes, hnsw_can_store
 
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: F401
 
-COMBINATIONS = [(t, s) for t in ("flat", "hnsw", "ivf") for s in STORAGES
-                if not (t == "hnsw" and s in ("pq", "fs4", "fs2"))]
+COMBINATIONS = [(t, s) for t in ("flat", "hnsw", "ivf") for s in STORAGES if t != "hnsw" or hnsw_can_store(s)]
 FAST_SCAN = ("fs4", "fs2")
 
 
