@@ -106,7 +106,10 @@ class EvaluationReport:
         extra = [m for m in next(iter(self.systems.values()), {}) if m not in self.metrics]
         head[1 + len(self.metrics):1 + len(self.metrics)] = extra
         lines = [f"**{self.dataset}** ({self.details.get('queries', '?')} test queries); "
-                 f"μ = {self.mu:g}" + (f", α = {self.alpha:g}" if self.alpha is not None else ""),
+                 f"μ = {self.mu:g}" + (f", α = {self.alpha:g}" if self.alpha is not None else "")
+                 + (f"; SPAR index: {self.details['index']['type']}, passages stored as "
+                    f"{self.details['index']['storage']} ({self.details['index']['code_bytes']:,} B/passage)"
+                    if self.details.get("index", {}).get("code_bytes") else ""),
                  "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
         for name, values in self.systems.items():
             cells = [name] + [f"{values[m]:.4f}" if m in values else "" for m in self.metrics + extra]
@@ -242,6 +245,8 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
         "mu_sum": sum_mu if sum_index is not None else None, "rbo_p": ev.rbo_p, "rbo_depth": k,
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
+        "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
+                  "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim")},
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
     }
     return EvaluationReport(dataset_name(cfg), metrics, systems, spar_mu, alpha, rbo, shuffled, runs, details,

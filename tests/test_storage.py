@@ -133,6 +133,9 @@ def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storag
     evaluate_stage.run(cfg)
     results = json.loads((root / "results" / f"{cfg.experiment.name}.json").read_text())
     spar = results["systems"]["spar"]
+    assert results["index"]["storage"] == storage and results["index"]["code_bytes"] == index.info["code_bytes"]
+    header = (root / "results" / f"{cfg.experiment.name}.md").read_text().splitlines()[0]
+    assert f"passages stored as {storage} ({index.info['code_bytes']:,} B/passage)" in header
     # Quantized, not broken (PQ here: 18 bytes for 768 dimensions, trained on 600 passages).
     assert spar["nDCG@10"] > results["systems"]["base"]["nDCG@10"] * (0.6 if storage == "pq" else 0.9)
 
