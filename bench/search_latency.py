@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--hnsw-m", type=int, default=32)
     ap.add_argument("--hnsw-ef-construction", type=int, default=40)
     ap.add_argument("--hnsw-ef-search", type=int, default=128)
+    ap.add_argument("--train-size", type=int, default=20_000,
+                    help="passages the quantizers train on (speed does not depend on it; fast-scan PQ trains slowly)")
     ap.add_argument("--mu", type=float, default=1.0)
     ap.add_argument("--alpha", type=float, default=0.1, help="hybrid weight of BM25 (timing does not depend on it)")
     ap.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "spar-bench-search",
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     indexes = {}
     for index_type in args.index:
         opts = {"hnsw_m": args.hnsw_m, "hnsw_ef_construction": args.hnsw_ef_construction,
-                "hnsw_ef_search": args.hnsw_ef_search}
+                "hnsw_ef_search": args.hnsw_ef_search, "train_size": args.train_size}
         base_ix = build_spar_index(base_p, None, index_type=index_type, **opts)
         for storage in args.storages:
             start = time.perf_counter()
