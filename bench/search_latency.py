@@ -1,7 +1,7 @@
 """Search latency at k=100 on a 100k-passage corpus: one FAISS search of the SPAR index vs the dense+BM25 hybrid.
 
 - **spar**: one search of the SPAR index ``[P, PΛ]`` (384 + ``--lambda-dim`` dims, stored as each of
-  ``--storages``: float32, or a scalar quantizer such as 4-bit) with query ``[Q, μ·QΛ]`` (:class:`spar.index.SparIndex`).
+  ``--storages``: float32, or a quantizer such as 4-bit) with query ``[Q, μ·QΛ]`` (:class:`spar.index.SparIndex`).
 - **peer** (hybrid): an ``IndexFlatIP`` search of the base vectors (384 dims) + a Pyserini BM25 search
   (``LuceneSearcher``, k1=0.9 b=0.4, over a Lucene index of the same passages built with
   :func:`spar.teachers.build_bm25_index`) + score fusion (:func:`spar.tuning.hybrid_fuse`, dense + α·BM25, both at

@@ -4,8 +4,8 @@ Needs the run's ``queries/``, ``labels/``, ``teacher_index/`` and base embedding
 encode.encoders=[base]``, or a whole run). Every point fits or trains its Λ in memory (static ones under
 ``frontier/static-d<dim>-s<seed>/``); nothing else of the run changes. Options (``frontier.*`` is not a config
 section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``, ``--storages``;
-``section.key=value`` overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed earlier under the same
-settings are kept (``--force`` recomputes them), so a frontier can be grown kind by kind. Writes
+``section.key=value`` overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed
+earlier under the same settings are kept (``--force`` recomputes them), so a frontier can be grown kind by kind. Writes
 ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*``. Logic:
 :mod:`spar.frontier`.
 """

@@ -31,13 +31,14 @@ import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete
 from spar.errors import ArtifactError
+from spar.index import IndexType
 from spar.storage import STORAGES, code_bytes, hnsw_can_store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DIMS = (128, 256, 384, 768, 1536, 3072)
 #: Index types each point's latency is measured with.
-LATENCY_TYPES = ("flat", "hnsw")
+LATENCY_TYPES: tuple[IndexType, ...] = ("flat", "hnsw")
 METRICS = ("nDCG@10", "R@100")
 
 
@@ -77,7 +78,7 @@ class FrontierReport:
         order = {name: i for i, name in enumerate(STORAGES)}
         return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))))
 
-    def best_within(self, max_bytes: int) -> tuple[tuple[str, int, str], list[FrontierPoint]] | None:
+    def best_within(self, max_bytes: float) -> tuple[tuple[str, int, str], list[FrontierPoint]] | None:
         """The (kind, dim, storage) with the best mean **dev** SPAR score at or below ``max_bytes`` per passage (chosen
         on dev, never on test), or None when no point fits."""
         fits = [(key, pts) for key, pts in self.groups().items() if pts[0].bytes_per_passage <= max_bytes]
@@ -89,7 +90,7 @@ class FrontierReport:
         """One line naming the point a config should use: the best on dev within 2× the base's float32 bytes."""
         base_bytes = self.references.get("base", {}).get("bytes_per_passage")
         best = self.best_within(2 * base_bytes) if base_bytes else None
-        if not best:
+        if not best or not base_bytes:
             return ""
         (kind, dim, storage), pts = best
         return (f"Best within 2× the base's float32 bytes ({2 * base_bytes:,} B/passage), chosen on dev: {kind} "
@@ -305,11 +306,14 @@ def _timed_systems(inputs: "FrontierInputs", spar_indexes: dict[str, Any], spar_
             dense = [(inputs.doc_ids[d], float(x)) for d, x in zip(found[j], scores[j]) if d >= 0]
             hybrid_fuse(dense, sparse.get(pairs[r][0], []), alpha, inputs.cfg.tune.hybrid_normalize, k)
 
-    systems = {"hybrid": hybrid}
+    def searcher(index: Any, queries: np.ndarray) -> Callable[[list[int]], Any]:
+        return lambda rows: index.search(queries[rows], k)
+
+    systems: dict[str, Callable[[list[int]], Any]] = {"hybrid": hybrid}
     for index_type, index in inputs.base_indexes.items():
-        systems[f"base_{index_type}"] = lambda rows, ix=index: ix.search(base_q[rows], k)
+        systems[f"base_{index_type}"] = searcher(index, base_q)
     for index_type, index in spar_indexes.items():
-        systems[f"spar_{index_type}"] = lambda rows, ix=index: ix.search(spar_q[rows], k)
+        systems[f"spar_{index_type}"] = searcher(index, spar_q)
     return systems
 
 

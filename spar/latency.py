@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Mapping
 
 
-def time_systems(systems: Mapping[str, Callable[[slice | list[int]], Any]], queries: int, single: int = 100,
+def time_systems(systems: Mapping[str, Callable[[list[int]], Any]], queries: int, single: int = 100,
                  warmup: int = 10, repeats: int = 3) -> dict[str, dict[str, float]]:
     """Time each ``systems[name](rows)`` (``rows``: the query rows to search) on ``queries`` queries.
 

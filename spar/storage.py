@@ -1,7 +1,8 @@
-"""How a SPAR index stores its passage vectors: float32, float16, 8/6/4-bit scalar quantizers, or PQ codes.
+"""How a SPAR index stores its passage vectors: float32, float16, 8/6/4-bit scalar quantizers, fast-scan or PQ codes.
 
-Queries stay float32; only the passage side is coded. One FAISS codec covers the whole passage vector ``[P, PΛ]``
-(FAISS's scalar quantizers learn a range per dimension, so the base and Λ parts each get their own scale, but not
+Queries stay float32; only the passage side is coded.
+
+One FAISS codec covers the whole passage vector ``[P, PΛ]`` (FAISS's scalar quantizers learn a range per dimension, so the base and Λ parts each get their own scale, but not
 their own bit width). ``fs4``/``fs2`` are FAISS's fast-scan PQ with 4-bit codes, one per dimension (the bytes of
 ``sq4``, with 16 learnt levels per dimension) or one per two dimensions: the scan runs on SIMD lookup tables, several
 times faster than decoding scalar codes, and its scores are rounded through 8-bit tables. :func:`code_bytes` is the

@@ -547,7 +547,8 @@ class TunedWeights:
     def check_served_by(self, index_info: Mapping[str, Any], index_dir: str | Path) -> None:
         """Refuse an index that stores its passages otherwise than the vectors μ was tuned against."""
         served = index_info.get("storage", "pq" if index_info.get("type") == "ivfpq" else "float32")
-        same_codec = index_info.get("codec", {"storage": served}) == self.payload.get("codec", {"storage": self.storage})
+        tuned_codec = self.payload.get("codec", {"storage": self.storage})
+        same_codec = index_info.get("codec", {"storage": served}) == tuned_codec
         if served != self.storage or not same_codec:
             raise ArtifactError(f"{index_dir}: the index stores passages as {index_info.get('codec', served)}, but μ "
                                 f"in {self.path} was tuned against {self.payload.get('codec', self.storage)}; re-run "

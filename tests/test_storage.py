@@ -54,8 +54,8 @@ def test_fewer_bits_lose_more_and_sizes_are_by_hand():
     base, lam, _, _ = _vectors()
     errors = {}
     for storage in ("float16", "sq8", "sq6", "sq4", "fs2"):
-        b, l = served_passage_vectors(base, lam, "concat", "flat", IndexOptions(storage=storage))
-        errors[storage] = float(np.abs(np.hstack([b, l]) - np.hstack([base, lam])).mean())
+        served = served_passage_vectors(base, lam, "concat", "flat", IndexOptions(storage=storage))
+        errors[storage] = float(np.abs(np.hstack(served) - np.hstack([base, lam])).mean())
     assert errors["float16"] < errors["sq8"] < errors["sq6"] < errors["sq4"] < errors["fs2"]
     # 96 dimensions: 4 bytes, 2 bytes, 1 byte, 6 bits, 4 bits each; PQ: 16 codes of 8 bits.
     assert [code_bytes(s, 96) for s in ("float32", "float16", "sq8", "sq6", "sq4")] == [384, 192, 96, 72, 48]
