@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -252,9 +252,9 @@ class FrontierInputs:
         from spar.latency import ratios, time_systems
 
         storage = options.storage
-        spar_indexes = {t: build_spar_index(self.base_p, lam_p, "concat", t, **{**self.index_params,
-                                                                              "storage": storage})
-                        for t in LATENCY_TYPES if t != "hnsw" or hnsw_can_store(storage)}
+        params = {**self.index_params, "storage": storage}
+        spar_indexes: dict[str, Any] = {t: build_spar_index(self.base_p, lam_p, "concat", t, **params)
+                                        for t in LATENCY_TYPES if t != "hnsw" or hnsw_can_store(storage)}
         threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(1)
         try:
@@ -289,7 +289,7 @@ LATENCY_K = 100
 LATENCY_SINGLE = 100
 
 
-def _timed_systems(inputs: "FrontierInputs", spar_indexes: dict[str, Any], spar_q: np.ndarray):
+def _timed_systems(inputs: "FrontierInputs", spar_indexes: Mapping[str, Any], spar_q: np.ndarray):
     """The systems a point is timed against: SPAR (flat, HNSW), the base-only indexes, the BM25 + dense hybrid."""
     from spar.tuning import hybrid_fuse
 

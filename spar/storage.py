@@ -2,12 +2,12 @@
 
 Queries stay float32; only the passage side is coded.
 
-One FAISS codec covers the whole passage vector ``[P, PΛ]`` (FAISS's scalar quantizers learn a range per dimension, so the base and Λ parts each get their own scale, but not
-their own bit width). ``fs4``/``fs2`` are FAISS's fast-scan PQ with 4-bit codes, one per dimension (the bytes of
-``sq4``, with 16 learnt levels per dimension) or one per two dimensions: the scan runs on SIMD lookup tables, several
-times faster than decoding scalar codes, and its scores are rounded through 8-bit tables. :func:`code_bytes` is the
-bytes per passage of the codes (an index adds its own structure: HNSW links, IVF list ids), the x-axis of the
-bytes-per-passage frontier.
+One FAISS codec covers the whole passage vector ``[P, PΛ]`` (FAISS's scalar quantizers learn a range per
+dimension, so the base and Λ parts each get their own scale, but not their own bit width). ``fs4``/``fs2`` are
+FAISS's fast-scan PQ with 4-bit codes, one per dimension (the bytes of ``sq4``, with 16 learnt levels per
+dimension) or one per two dimensions: the scan runs on SIMD lookup tables, several times faster than decoding scalar
+codes, and its scores are rounded through 8-bit tables. :func:`code_bytes` is the bytes per passage of the codes (an
+index adds its own structure: HNSW links, IVF list ids), the x-axis of the bytes-per-passage frontier.
 
 Example::
 
