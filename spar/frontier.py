@@ -400,15 +400,14 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
     for dim in dims:
         for seed in seeds:
             projection = ProjectionLambda(inputs.weights, dim, cfg.train.lexical.projection, seed)
-            for kind in ("projection", "static"):
-                todo = [st for st in storages if (kind, dim, seed, st) not in done]
-                if kind not in kinds or not todo:
-                    continue
-                if kind == "projection":
-                    model, seconds, steps = projection, 0.0, 0
-                else:
-                    model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
-                add(score_points(inputs, model, seed, seconds, steps, todo, timed=seed == timed_seed))
+            timed = seed == timed_seed
+            todo = [st for st in storages if ("projection", dim, seed, st) not in done]
+            if "projection" in kinds and todo:
+                add(score_points(inputs, projection, seed, 0.0, 0, todo, timed=timed))
+            todo = [st for st in storages if ("static", dim, seed, st) not in done]
+            if "static" in kinds and todo:
+                model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
+                add(score_points(inputs, model, seed, seconds, steps, todo, timed=timed))
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
     if "transformer" in kinds and is_complete(lam_dir) and not any(p.kind == "transformer" for p in points):
         from spar.artifacts import read_manifest
