@@ -62,6 +62,12 @@ def load_encoder(cfg, name: str):
     return (model.encoder if model.kind == "transformer" else model), source.fingerprint(), extra
 
 
+def passage_titles(cfg, encoder) -> bool:
+    """Whether ``encoder`` is handed passages with their titles: ``data.title_field`` for a transformer; always for a
+    term-based Λ, whose own fields (the teacher's, fixed when it was fitted) make its text."""
+    return cfg.data.title_field or bool(getattr(encoder, "owns_passage_text", False))
+
+
 def run(cfg, force: bool = False) -> dict:
     enc = cfg.encode
     root = artifact_dir(cfg.output_dir, "embeddings")
@@ -75,7 +81,7 @@ def run(cfg, force: bool = False) -> dict:
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
                       options=options, force=force)
         stats = encode_passages(encoder, source, split_dir(root, name, "passages"), corpus_format=cfg.data.corpus_format,
-                                on_bad_record=cfg.experiment.on_bad_record, use_titles=cfg.data.title_field,
+                                on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
                                 inputs=extra, **common)
         rows.append((name, "passages", stats))
         for split, pairs in queries.items():

@@ -152,7 +152,7 @@ class FrontierInputs:
         if len(texts) != len(self.doc_ids):
             raise ArtifactError(f"{self.passages_arrow} holds {len(texts)} passages, the base embeddings "
                                 f"{len(self.doc_ids)}: re-run `spar encode`")
-        self.weights = BM25Weights.fit(texts, k1=label.k1, b=label.b)
+        self.weights = BM25Weights.fit(texts, k1=label.k1, b=label.b, fields=label.fields)
         self.passage_terms = self.weights.passage_matrix(texts)
         self.query_terms = {s.split: self.weights.query_matrix(list(s.texts.values())) for s in (self.dev, self.test)}
 

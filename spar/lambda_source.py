@@ -59,8 +59,8 @@ class LambdaSource:
     dim: int
     statistics: str = "carried"
     spec: str | None = None
-    #: The corpus ``statistics: target`` refits on (its texts as the teacher indexes them), and its file.
-    target_texts: Callable[[], Iterable[str]] | None = field(default=None, repr=False)
+    #: The corpus ``statistics: target`` refits on (its ``(title, text)`` passages), and its file.
+    target_passages: Callable[[], Iterable[tuple[str, str]]] | None = field(default=None, repr=False)
     target: Path | None = None
     _fingerprint: str | None = field(default=None, repr=False)
 
@@ -90,7 +90,7 @@ class LambdaSource:
 
     def load(self, device: str = "cpu"):
         """The Λ as a :class:`~spar.lexical.base.LexicalModel`; with ``statistics: target``, refitted on the
-        target corpus (``target_texts()``: the experiment's passages as the teacher indexes them)."""
+        target corpus (``target_passages()``, read through the Λ's own fields)."""
         if self.published:
             from spar.lexical.transformer import TransformerLambda
             from spar.publish import load_published_encoder
@@ -103,9 +103,9 @@ class LambdaSource:
 
             model = load_lambda(self.location, device=device)
         if self.statistics == "target":
-            if self.target_texts is None:
-                raise ValueError("statistics='target' needs the target corpus's texts")
-            model = model.with_statistics(self.target_texts())
+            if self.target_passages is None:
+                raise ValueError("statistics='target' needs the target corpus's passages")
+            model = model.with_statistics(self.target_passages())
         return model
 
 
@@ -206,11 +206,11 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
 
 def experiment_lambda(cfg) -> LambdaSource:
     """The Λ of an experiment: ``encode.lambda`` when set, else its own ``lambda/``; a ``statistics: target`` Λ
-    refits on the experiment's passages (:func:`spar.lexical.experiment_corpus_texts`)."""
-    from spar.lexical import experiment_corpus_texts
+    refits on the experiment's passages (:func:`spar.lexical.experiment_corpus_passages`)."""
+    from spar.lexical import experiment_corpus_passages
     from spar.passages import experiment_passages
 
     source = resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
     if source.statistics == "target":
-        source.target, source.target_texts = experiment_passages(cfg), lambda: experiment_corpus_texts(cfg)
+        source.target, source.target_passages = experiment_passages(cfg), lambda: experiment_corpus_passages(cfg)
     return source

@@ -360,10 +360,6 @@ def build_module(model: LexicalModel, train: TrainSection, passages_path: str | 
     module = LambdaModule(model, train.model_dump(mode="json"), 0, pool.positive_pool_index.tolist(),
                           len(pool.pool_rows))
     options = {"passage_max_length": train.passage_max_length, "passages_path": passages_path}
-    if model.kind == "static":  # its passages are rows of the corpus's BM25 matrix, over the teacher's text
-        from spar.lexical import corpus_texts
-
-        options["corpus_texts"] = list(corpus_texts(passages_path))
     preparer = model.batch_preparer(**options)
     gpu_preparer = model.batch_preparer(**options, pad_to_multiple_of=8) if model.kind == "transformer" else preparer
     data = LabelDataModule(passages_path, labels_dir, train, preparer, seed, use_title, gpu_preparer)

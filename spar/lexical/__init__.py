@@ -19,7 +19,7 @@ import torch
 
 from spar.lexical.base import KINDS, LexicalModel, read_lambda_config
 
-__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_texts", "lambda_class",
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_passages", "lambda_class",
            "load_lambda", "read_lambda_config"]
 
 
@@ -54,22 +54,21 @@ def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "
         yield from passage_contents(fields, batch)
 
 
-def experiment_corpus_texts(cfg) -> Iterator[str]:
-    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as the BM25 teacher indexes
-    it (``label.fields`` joined by one space): the target corpus a term-based Λ refits its statistics on
-    (``encode.lambda.statistics: target``)."""
-    from spar.passages import experiment_passages
+def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
+    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as ``(title, text)``: the
+    target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
+    its own fields."""
+    from spar.passages import PassagesTable, experiment_passages
 
     source = experiment_passages(cfg)
-    fields = tuple(cfg.label.fields)
     if source.suffix == ".arrow":
-        yield from corpus_texts(source, fields)
+        for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
+            yield from zip(batch["title"], batch["text"])
         return
-    from spar.passages import indexed_text
     from spar.readers import read_corpus
 
     for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
-        yield indexed_text(getattr(passage, f) for f in fields)
+        yield passage.title, passage.text
 
 
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,
@@ -88,7 +87,7 @@ def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1
     from spar.lexical.terms import BM25Weights
 
     lex = train.lexical
-    weights = BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b)
+    weights = BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b, fields=fields)
     projection = ProjectionLambda(weights, lex.dim, lex.projection, seed if lex.seed is None else lex.seed)
     if train.kind == "projection":
         return projection

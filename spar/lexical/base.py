@@ -24,7 +24,7 @@ The contract (:class:`LexicalModel`):
   preparation for DataLoader workers; ``forward_queries(batch)`` / ``forward_passages(batch)`` give tensors;
   ``training_loss(q, p, batch, context)`` returns the objective's terms (``"loss"`` is optimised).
 - ``save(directory)`` / ``load(directory)``; ``describe()`` for manifests and model cards.
-- ``with_statistics(texts)``: a term-based Λ used on another corpus than its own, with that corpus's statistics
+- ``with_statistics(passages)``: a term-based Λ used on another corpus than its own, with that corpus's statistics
   (``encode.lambda.statistics: target``).
 """
 
@@ -68,6 +68,9 @@ class LexicalModel(nn.Module):
     kind: ClassVar[str] = ""
     #: Whether ``spar train`` runs an optimiser for this kind (``projection`` is fitted, not trained).
     trainable: ClassVar[bool] = True
+    #: Whether a passage's text is made by the Λ itself from whole ``(title, text)`` pairs (term-based kinds: the
+    #: teacher's fields), rather than by ``data.title_field``.
+    owns_passage_text: ClassVar[bool] = False
 
     # -- vectors ---------------------------------------------------------------------------------------------
     @property
@@ -100,8 +103,8 @@ class LexicalModel(nn.Module):
         raise ConfigError(f"Λ kind '{self.kind}' is not trained with an optimiser")
 
     # -- corpus statistics -----------------------------------------------------------------------------------
-    def with_statistics(self, texts: Iterable[str]) -> "LexicalModel":
-        """This Λ with the teacher's corpus statistics refitted on ``texts`` (a target corpus): term-based kinds
+    def with_statistics(self, passages: Iterable[PassageLike]) -> "LexicalModel":
+        """This Λ with the teacher's corpus statistics refitted on ``passages`` (a target corpus): term-based kinds
         only (see :meth:`spar.lexical.terms.BM25Weights.refit`)."""
         raise ConfigError(f"a {self.kind} Λ has no corpus statistics to refit; use encode.lambda.statistics=carried")
 

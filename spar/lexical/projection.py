@@ -88,6 +88,7 @@ class ProjectionLambda(LexicalModel):
 
     kind = "projection"
     trainable = False
+    owns_passage_text = True
 
     def __init__(self, weights: BM25Weights, dim: int, projection: Projection = "gaussian", seed: int = 0):
         super().__init__()
@@ -121,13 +122,13 @@ class ProjectionLambda(LexicalModel):
                                  batch_size)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
-        return encode_in_batches([passage_text(p) for p in passages],
+        return encode_in_batches([self.weights.passage_text(p) for p in passages],
                                  lambda t: project(self.weights.passage_matrix(t), self.matrix), self.dim, batch_size)
 
-    def with_statistics(self, texts: Iterable[str]) -> "ProjectionLambda":
+    def with_statistics(self, passages: Iterable[PassageLike]) -> "ProjectionLambda":
         """Refit the BM25 statistics on ``texts``; the random rows of the carried terms are unchanged (Gaussian rows
         are drawn in vocabulary order and new terms are appended; count-sketch rows depend on the term alone)."""
-        return ProjectionLambda(self.weights.refit(texts), self._dim, self.projection, self.seed)
+        return ProjectionLambda(self.weights.refit(passages), self._dim, self.projection, self.seed)
 
     def config_dict(self) -> dict[str, Any]:
         return {"projection": self.projection, "seed": self.seed, "teacher": self.weights.describe()}

@@ -37,8 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from spar.errors import ArtifactError
-from spar.lexical.base import (LexicalModel, PassageLike, TrainingContext, encode_in_batches, passage_text,
-                               read_lambda_config)
+from spar.lexical.base import (LexicalModel, PassageLike, TrainingContext, encode_in_batches, read_lambda_config)
 from spar.lexical.terms import BM25Weights
 
 EMBEDDINGS_FILE = "term_embeddings.safetensors"
@@ -86,6 +85,7 @@ class StaticLambda(LexicalModel):
     """
 
     kind = "static"
+    owns_passage_text = True
 
     def __init__(self, weights: BM25Weights, embeddings: torch.Tensor | np.ndarray, objective: str = "kl",
                  temperature: float = 1.0, init: dict[str, Any] | None = None):
@@ -121,16 +121,16 @@ class StaticLambda(LexicalModel):
                                  batch_size)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
-        return encode_in_batches([passage_text(p) for p in passages],
+        return encode_in_batches([self.weights.passage_text(p) for p in passages],
                                  lambda t: self._embed_terms(self.weights.passage_matrix(t)), self.dim, batch_size)
 
-    def with_statistics(self, texts: Iterable[str]) -> "StaticLambda":
+    def with_statistics(self, passages: Iterable[PassageLike]) -> "StaticLambda":
         """Refit the BM25 statistics on ``texts``. Learnt rows stay with their terms; the target corpus's new terms
         get their initial rows (the projection's, from the seed in ``init``: an untrained term is a projected one),
         or zero rows when the initialisation is unknown (e.g. a Λ read from a published model)."""
         from spar.lexical.projection import random_matrix
 
-        weights = self.weights.refit(texts)
+        weights = self.weights.refit(passages)
         learnt = self.embedding.weight.detach().cpu().numpy()
         new_terms = weights.vocab_size - learnt.shape[0]
         if self.init.get("from") == "projection" and new_terms:
@@ -143,14 +143,16 @@ class StaticLambda(LexicalModel):
         return StaticLambda(weights, table, self.objective, self.temperature, self.init).eval()
 
     # -- training --------------------------------------------------------------------------------------------
-    def batch_preparer(self, corpus_texts: Sequence[str] | None = None, corpus: sp.csr_matrix | None = None,
+    def batch_preparer(self, passages_path: str | Path | None = None, corpus: sp.csr_matrix | None = None,
                        **_: Any) -> StaticBatchPreparer:
-        """Passages are looked up by row in the corpus's BM25 matrix (``corpus``, or computed from
-        ``corpus_texts`` once: ~12 bytes per (passage, term) pair)."""
+        """Passages are looked up by row in the corpus's BM25 matrix (``corpus``, or computed once from the
+        passages table ``passages_path`` read through the statistics' fields: ~12 bytes per (passage, term) pair)."""
         if corpus is None:
-            if corpus_texts is None:
-                raise ValueError("a static Λ's batch preparer needs the corpus (texts or BM25 matrix)")
-            corpus = self.weights.passage_matrix(list(corpus_texts))
+            if passages_path is None:
+                raise ValueError("a static Λ's batch preparer needs the corpus (passages table or BM25 matrix)")
+            from spar.lexical import corpus_texts
+
+            corpus = self.weights.passage_matrix(list(corpus_texts(passages_path, self.weights.fields)))
         return StaticBatchPreparer(self.weights, corpus)
 
     def _bag(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
