@@ -14,7 +14,7 @@ from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint
 from spar.embeddings import EncodeOptions, encode_passages, encode_queries, split_dir
 from spar.passages import experiment_passages
 
-SECTIONS = ["experiment", "data", "label", "encode"]
+SECTIONS = ["experiment", "data", "encode"]
 SUMMARY = "encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/"
 
 log = logging.getLogger(__name__)
@@ -56,16 +56,16 @@ def load_encoder(cfg, name: str):
     source = experiment_lambda(cfg)
     model = source.load()
     # The source's fingerprint hashes Λ's files; its origin is recorded without machine-specific paths (the target
-    # corpus's content is in the fingerprint). A transformer Λ encodes through its BiEncoder (tokenised,
-    # length-sorted, multi-device); other kinds directly.
+    # corpus's content is in the fingerprint). The encode engines drive what the Λ names (a transformer's
+    # bi-encoder: tokenised, length-sorted, multi-device).
     extra = {"lambda_source": {k: v for k, v in source.describe().items() if k not in ("path", "statistics_from")}}
-    return (model.encoder if model.kind == "transformer" else model), source.fingerprint(), extra
+    return model.batch_encoder(), source.fingerprint(), extra
 
 
 def passage_titles(cfg, encoder) -> bool:
     """Whether ``encoder`` is handed passages with their titles: ``data.title_field`` for a transformer; always for a
     term-based Λ, whose own fields (the teacher's, fixed when it was fitted) make its text."""
-    return cfg.data.title_field or bool(getattr(encoder, "owns_passage_text", False))
+    return cfg.data.title_field or bool(getattr(encoder, "term_based", False))
 
 
 def run(cfg, force: bool = False) -> dict:

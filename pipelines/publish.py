@@ -81,8 +81,6 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
                             f"({tuned.path}); rebuild the index or re-tune with tune.variant")
     base = BiEncoder.from_section(cfg.encode.base)
     lam = source.load()
-    if lam.kind == "transformer":
-        lam = lam.encoder  # published as Hugging Face encoders
     provenance = {
         "experiment": cfg.experiment.name,
         "base_model": cfg.encode.base.model,

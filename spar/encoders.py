@@ -26,7 +26,7 @@ import contextlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,8 @@ from spar.models import ModelNotFoundError, missing_tokenizer, resolve_model
 
 ENCODER_CONFIG = "spar_encoder.json"
 QUERY_DIR, PASSAGE_DIR = "query_encoder", "passage_encoder"
+#: Files every published encoder folder must hold (what ``AutoModel``/``AutoTokenizer`` read).
+PUBLISHED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
 
 PassageLike = tuple[str, str] | str
 
@@ -178,6 +180,40 @@ class BiEncoder(nn.Module):
             self.passage_model.save_pretrained(d / PASSAGE_DIR, safe_serialization=True)
             self.tokenizer.save_pretrained(d / PASSAGE_DIR)
         (d / ENCODER_CONFIG).write_text(json.dumps(asdict(self.settings), indent=2) + "\n")
+
+    # -- a route of a published model (spar.publish) --------------------------------------------------------
+    def published_spec(self, side: str, weight: float) -> dict[str, Any]:
+        """This encoder's entry in a published route's ``spar_combination.json`` (``side``: query/passage)."""
+        s, query = self.settings, side == "query"
+        return {"input": "query" if query else "passage", "pooling": s.pooling, "normalize": bool(s.normalize),
+                "prefix": s.query_prefix if query else s.passage_prefix,
+                "max_length": int(s.query_max_length if query else s.passage_max_length), "weight": float(weight)}
+
+    def published_module(self, side: str) -> tuple[nn.Module, Any]:
+        return (self.query_model if side == "query" else self.passage_model), self.tokenizer
+
+    def shares_sides(self) -> bool:
+        """Whether the query and passage encoders hold the same weights (one object, or equal tensors)."""
+        if self.query_model is self.passage_model:
+            return True
+        q, p = self.query_model.state_dict(), self.passage_model.state_dict()
+        return q.keys() == p.keys() and all(q[k].shape == p[k].shape and torch.equal(q[k], p[k]) for k in q)
+
+    def published_config(self) -> dict[str, Any]:
+        return asdict(self.settings)
+
+    @classmethod
+    def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
+                       device: str = "cpu") -> "BiEncoder":
+        """The encoder of a published model's two route folders (one folder when both sides share it)."""
+        from transformers import AutoModel, AutoTokenizer
+
+        settings = EncoderSettings(**{k: v for k, v in entry.items() if k != "kind"})
+        tokenizer = AutoTokenizer.from_pretrained(str(query_dir))
+        q_model = AutoModel.from_pretrained(str(query_dir), use_safetensors=True)
+        shared = settings.shared_weights or Path(document_dir) == Path(query_dir)
+        p_model = None if shared else AutoModel.from_pretrained(str(document_dir), use_safetensors=True)
+        return cls(q_model, p_model, tokenizer, settings).to(device).eval()
 
     # -- tokenisation -----------------------------------------------------------------------------------------
     @property

@@ -92,12 +92,9 @@ class LambdaSource:
         """The Λ as a :class:`~spar.lexical.base.LexicalModel`; with ``statistics: target``, refitted on the
         target corpus (``target_passages()``, read through the Λ's own fields)."""
         if self.published:
-            from spar.lexical.transformer import TransformerLambda
             from spar.publish import load_published_encoder
 
             model = load_published_encoder(self.location, "lambda", device=device)
-            if self.kind == "transformer":
-                model = TransformerLambda(model)
         else:
             from spar.lexical import load_lambda
 
@@ -120,9 +117,9 @@ def _spec_fields(spec: str | Mapping[str, Any] | Any | None) -> dict[str, Any]:
 
 
 def _is_lambda_dir(d: Path) -> bool:
-    from spar.lexical.base import LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG
+    from spar.lexical.base import LAMBDA_CONFIG
 
-    return (d / LAMBDA_CONFIG).exists() or (d / LEGACY_ENCODER_CONFIG).exists()
+    return (d / LAMBDA_CONFIG).exists()
 
 
 def _download(hub_id: str) -> Path:
@@ -172,15 +169,11 @@ def _kind_and_dim(d: Path) -> tuple[str, int]:
 
         config = check_model_dir(d)
         encoder = config["encoders"]["lambda"]
-        return encoder.get("kind", "transformer"), int(config["dims"]["lambda"])
+        return encoder["kind"], int(config["dims"]["lambda"])
     from spar.lexical.base import read_lambda_config
 
     config = read_lambda_config(d)
-    if "dim" in config:
-        return config["kind"], int(config["dim"])
-    from spar.lexical import load_lambda  # a legacy transformer Λ records no dim: ask the model
-
-    return config["kind"], int(load_lambda(d).dim)
+    return config["kind"], int(config["dim"])
 
 
 def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str | Path) -> LambdaSource:
@@ -198,9 +191,11 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
     if fields.get("dim") and int(fields["dim"]) != dim:
         raise ArtifactError(f"{where}: Λ has {dim} dimensions, but encode.lambda.dim expects {fields['dim']}")
     statistics = fields.get("statistics") or "carried"
-    if statistics == "target" and kind == "transformer":
+    from spar.lexical import lambda_class
+
+    if statistics == "target" and not lambda_class(kind).term_based:
         raise ArtifactError(f"{where}: encode.lambda.statistics=target refits a term-based Λ's corpus statistics, but "
-                            "this Λ is a transformer (use statistics: carried)")
+                            f"this Λ is a {kind} (use statistics: carried)")
     return LambdaSource(location, origin, kind, dim, statistics, fields.get("path"))
 
 

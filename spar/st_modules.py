@@ -146,7 +146,8 @@ class LexicalBag(nn.Module):
                        "b": self.b, "analyzer": self.analyzer_config, "dim": self.dim}, fh, indent=2)
 
     @classmethod
-    def load(cls, path: str) -> "LexicalBag":
+    def load(cls, path: str, side: str | None = None) -> "LexicalBag":
+        """The bag saved in ``path``; ``side`` overrides the saved one (both routes may share one folder)."""
         from safetensors.torch import load_file
 
         for name in (LEXICAL_CONFIG, "vocab.txt", "model.safetensors"):
@@ -158,7 +159,7 @@ class LexicalBag(nn.Module):
             vocab = fh.read().split("\n")[:-1]
         tensors = load_file(os.path.join(path, "model.safetensors"))
         return cls(vocab, tensors["df"], config["num_docs"], config["avg_length"], config["k1"], config["b"],
-                   tensors["embeddings"], config["side"], config.get("analyzer"))
+                   tensors["embeddings"], side or config["side"], config.get("analyzer"))
 
 
 def _check_encoder_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +310,9 @@ class SparCombination(InputModule):
 
     # -- persistence ----------------------------------------------------------------------------------------
     def get_config_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "encoders": [dict(spec) for spec in self.encoders]}
+        """As saved by :meth:`save`: every encoder in the route's own folder (no shared ``path``)."""
+        return {"variant": self.variant,
+                "encoders": [{k: v for k, v in spec.items() if k != "path"} for spec in self.encoders]}
 
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
         os.makedirs(output_path, exist_ok=True)
@@ -345,9 +348,10 @@ class SparCombination(InputModule):
         trust_remote_code = bool(kwargs.get("trust_remote_code", False))  # for custom encoder architectures
         models, tokenizers = {}, {}
         for spec in config["encoders"]:
-            sub = f"{subfolder}/{spec['name']}" if subfolder else spec["name"]
+            sub = _encoder_subfolder(subfolder, spec)
             if spec.get("type") == "lexical":
-                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub))
+                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub),
+                                                       side=spec.get("input"))
                 continue
             for required in ("config.json", "model.safetensors"):
                 if cls.load_file_path(model_name_or_path, filename=required, subfolder=sub, **hub) is None:
@@ -358,6 +362,15 @@ class SparCombination(InputModule):
                                                              trust_remote_code=trust_remote_code, **model_kwargs)
             tokenizers[spec["name"]] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
         return cls(config["encoders"], config.get("variant", "concat"), models, tokenizers)
+
+
+def _encoder_subfolder(route: str, spec: dict[str, Any]) -> str:
+    """Where an encoder of a route lives: ``<route>/<name>``, or the shared folder ``path`` (relative to the
+    route's parent: the model directory) that both routes name when the encoder's sides hold the same weights."""
+    if spec.get("path"):
+        parent = route.rpartition("/")[0]
+        return f"{parent}/{spec['path']}" if parent else spec["path"]
+    return f"{route}/{spec['name']}" if route else spec["name"]
 
 
 def load_sentence_transformer(path: str, mu: float | None = None, device: str | None = None, **kwargs):

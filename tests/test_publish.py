@@ -80,6 +80,7 @@ def tiny_run(tmp_path_factory):
     from spar.config import load_config
     from spar.encoders import BiEncoder
     from spar.index import SparIndex
+    from spar.lexical.transformer import TransformerLambda
     from spar.schemas import read_shards, read_table
 
     run = tmp_path_factory.mktemp("run")
@@ -97,7 +98,7 @@ def tiny_run(tmp_path_factory):
 
     base = BiEncoder.from_section(cfg.encode.base)  # what publish builds the base from
     lam = _train_lambda_a_few_steps(passages, train)
-    lam.save(run / "lambda")
+    TransformerLambda(lam).save(run / "lambda")
 
     indexed = passages[:N_INDEXED]
     base_p, lam_p = base.encode_passage(indexed), lam.encode_passage(indexed)
@@ -133,7 +134,7 @@ def test_publish_writes_a_complete_model_directory(tiny_run):
     assert config["encoders"]["base"]["pooling"] == "mean" and config["encoders"]["base"]["normalize"] is True
     assert config["encoders"]["lambda"]["pooling"] == "cls" and config["encoders"]["lambda"]["normalize"] is False
     assert Path(config["index"]["index_dir"]) == (tiny_run["run"] / "index").resolve()
-    for rel in required_files():
+    for rel in required_files(model, config):
         assert (model / rel).is_file(), rel
     assert read_manifest(model)["kind"] == "model"
     query_route = json.loads((model / "query" / "spar_combination.json").read_text())
@@ -192,7 +193,9 @@ FRESH_LOAD = textwrap.dedent("""
     cfg = json.loads((model_dir / "spar_model.json").read_text())
     for route, texts, key in (("query", queries, "query_max_length"), ("document", passages, "passage_max_length")):
         for name in ("base", "lambda"):
-            sub = model_dir / route / name
+            spec = next(e for e in json.loads((model_dir / route / "spar_combination.json").read_text())["encoders"]
+                        if e["name"] == name)
+            sub = model_dir / spec["path"] if spec.get("path") else model_dir / route / name
             tok, model = AutoTokenizer.from_pretrained(sub), AutoModel.from_pretrained(sub).eval()
             s = cfg["encoders"][name]
             strs = [t if isinstance(t, str) else f"{t[0]} {tok.sep_token} {t[1]}" for t in texts]
@@ -243,6 +246,44 @@ def test_fresh_process_reload_matches_the_pipeline_vectors(tiny_run, tmp_path):
     np.testing.assert_allclose(load("st_sim"), bq @ bp.T + MU * (lq @ lp.T), atol=1e-4)
 
 
+def test_the_model_directory_stores_each_weight_once(tiny_run):
+    """The base's two sides hold the same weights: stored once (``base/``, named by both routes); the DPR Λ's
+    two encoders differ: one folder each. The directory is no larger than its distinct weights plus small files."""
+    model = tiny_run["model"]
+    weights = sorted(model.rglob("*.safetensors"))
+    digests = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in weights}
+    distinct = {d: p.stat().st_size for p, d in digests.items()}
+    assert len(distinct) == len(weights), sorted(str(p.relative_to(model)) for p in weights)
+    assert sorted(str(p.relative_to(model)) for p in weights) == [
+        "base/model.safetensors", "document/lambda/model.safetensors", "query/lambda/model.safetensors"]
+    for route in ("query", "document"):
+        specs = json.loads((model / route / "spar_combination.json").read_text())["encoders"]
+        assert [s.get("path") for s in specs] == ["base", None]
+    total = sum(p.stat().st_size for p in model.rglob("*") if p.is_file() and ".tmp" not in p.name)
+    assert total <= sum(distinct.values()) + 4_000_000, (total, sum(distinct.values()))
+
+
+def test_a_term_based_lambda_is_stored_once_and_loads_back(tiny_run, tmp_path):
+    from spar.lexical.projection import ProjectionLambda
+    from spar.publish import SparEncoder
+    from spar.st_modules import load_sentence_transformer
+
+    lam = ProjectionLambda.fit(tiny_run["passages"][:200], dim=32, seed=0)
+    enc = SparEncoder(tiny_run["base"], lam, mu=0.4)
+    enc.save_pretrained(tmp_path / "m")
+    weights = sorted(str(p.relative_to(tmp_path / "m")) for p in (tmp_path / "m").rglob("*.safetensors"))
+    assert weights == ["base/model.safetensors", "lambda/model.safetensors"]
+    passages = tiny_run["passages"][:3]
+    expected_q, expected_p = enc.encode_queries(QUERIES), enc.encode_passages(passages)
+    back = SparEncoder.from_pretrained(tmp_path / "m")
+    np.testing.assert_allclose(back.encode_queries(QUERIES), expected_q, atol=1e-5)
+    np.testing.assert_allclose(back.encode_passages(passages), expected_p, atol=1e-5)
+    st = load_sentence_transformer(str(tmp_path / "m"), device="cpu")
+    np.testing.assert_allclose(st.encode_query(QUERIES, convert_to_numpy=True), expected_q, atol=1e-5)
+    np.testing.assert_allclose(st.encode_document(passages, convert_to_numpy=True),
+                               expected_p, atol=1e-5)
+
+
 def test_sum_variant_round_trips(tmp_path, tiny_run):
     from spar.publish import SparEncoder
 
@@ -262,7 +303,7 @@ def _linked_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("missing", ["query/lambda/model.safetensors", "document/base/config.json",
+@pytest.mark.parametrize("missing", ["query/lambda/model.safetensors", "base/config.json",
                                      "spar_model.json", "query/spar_combination.json"])
 def test_missing_file_is_named(tiny_run, tmp_path, missing):
     from spar.publish import SparEncoder

@@ -11,32 +11,25 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from spar.errors import ConfigError
 import torch
 
-from spar.lexical.base import KINDS, LexicalModel, read_lambda_config
+from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
 __all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_passages", "lambda_class",
            "load_lambda", "read_lambda_config"]
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
-    if kind == "transformer":
-        from spar.lexical.transformer import TransformerLambda
-
-        return TransformerLambda
-    if kind == "projection":
-        from spar.lexical.projection import ProjectionLambda
-
-        return ProjectionLambda
-    if kind == "static":
-        from spar.lexical.static import StaticLambda
-
-        return StaticLambda
-    raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
+    """The class of a Λ kind (the registry :data:`~spar.lexical.base.REGISTRY`)."""
+    if kind not in REGISTRY:
+        raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
+    module, _, name = REGISTRY[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
@@ -74,23 +67,7 @@ def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,
                  fields: Sequence[str] = ("title", "text"), seed: int = 42) -> LexicalModel:
     """The Λ of ``train.kind`` before training: a transformer from ``train.encoder``; a projection fitted on the
-    corpus (BM25 statistics, ``train.lexical`` dim/projection/seed); a static Λ initialised from that projection."""
-    if train.kind == "transformer":
-        from spar.lexical.transformer import TransformerLambda
-
-        return TransformerLambda.from_section(train)
-    if teacher != "bm25":
-        raise ConfigError(f"train.kind={train.kind!r} densifies the teacher's term weights, which spar computes for "
-                          f"the BM25 teacher only (label.teacher={teacher!r}); use label.teacher=bm25 or "
-                          "train.kind=transformer")
-    from spar.lexical.projection import ProjectionLambda
-    from spar.lexical.terms import BM25Weights
-
-    lex = train.lexical
-    weights = BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b, fields=fields)
-    projection = ProjectionLambda(weights, lex.dim, lex.projection, seed if lex.seed is None else lex.seed)
-    if train.kind == "projection":
-        return projection
-    from spar.lexical.static import StaticLambda
-
-    return StaticLambda.from_projection(projection, objective=lex.objective, temperature=lex.temperature)
+    corpus (BM25 statistics over ``fields``, ``train.lexical`` dim/projection/seed); a static Λ initialised from
+    that projection."""
+    return lambda_class(train.kind).build(train, passages_arrow, teacher=teacher, k1=k1, b=b, fields=tuple(fields),
+                                          seed=seed)

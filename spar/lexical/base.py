@@ -41,9 +41,14 @@ from torch import nn
 from spar.errors import ArtifactError, ConfigError
 
 LAMBDA_CONFIG = "spar_lambda.json"
-#: A transformer Λ written before the kinds existed has only this file.
-LEGACY_ENCODER_CONFIG = "spar_encoder.json"
-KINDS = ("transformer", "projection", "static")
+#: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use). A new
+#: kind is one new module under ``spar/lexical/`` and one line here.
+REGISTRY = {
+    "transformer": "spar.lexical.transformer:TransformerLambda",
+    "projection": "spar.lexical.projection:ProjectionLambda",
+    "static": "spar.lexical.static:StaticLambda",
+}
+KINDS = tuple(REGISTRY)
 
 PassageLike = tuple[str, str] | str
 
@@ -68,9 +73,28 @@ class LexicalModel(nn.Module):
     kind: ClassVar[str] = ""
     #: Whether ``spar train`` runs an optimiser for this kind (``projection`` is fitted, not trained).
     trainable: ClassVar[bool] = True
-    #: Whether a passage's text is made by the Λ itself from whole ``(title, text)`` pairs (term-based kinds: the
-    #: teacher's fields), rather than by ``data.title_field``.
-    owns_passage_text: ClassVar[bool] = False
+    #: Whether the kind is made of the teacher's term statistics (analyzer, vocabulary, BM25 weights): it needs the
+    #: BM25 teacher, refits on a target corpus (``encode.lambda.statistics: target``), and makes a passage's text
+    #: itself from whole ``(title, text)`` pairs through the teacher's fields (not ``data.title_field``).
+    term_based: ClassVar[bool] = False
+    #: ``train.learning_rate`` when unset (None: not trained with an optimiser).
+    default_learning_rate: ClassVar[float | None] = None
+    #: What a saved Λ directory of the kind holds (the train stage's manifest schema).
+    files: ClassVar[dict[str, str]] = {}
+    #: Files each route folder of a published model holds for this kind (checked when a model directory opens).
+    published_files: ClassVar[tuple[str, ...]] = ()
+
+    # -- building --------------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, train, passages_arrow: str | Path, *, teacher: str, k1: float, b: float, fields: Sequence[str],
+              seed: int) -> "LexicalModel":
+        """The kind before training (or, for a fitted kind, ready): see :func:`spar.lexical.build_lambda`."""
+        raise NotImplementedError
+
+    @classmethod
+    def fingerprint_settings(cls, train: dict[str, Any]) -> dict[str, Any]:
+        """The part of the ``train`` section (as JSON) that changes this kind's Λ (the train stage fingerprint)."""
+        return train
 
     # -- vectors ---------------------------------------------------------------------------------------------
     @property
@@ -92,6 +116,11 @@ class LexicalModel(nn.Module):
     def batch_preparer(self, **options: Any) -> BatchPreparer:
         raise NotImplementedError
 
+    def batch_preparers(self, **options: Any) -> tuple[BatchPreparer, BatchPreparer]:
+        """The preparers of the training loop: (for CPU batches, for accelerator batches)."""
+        preparer = self.batch_preparer(**options)
+        return preparer, preparer
+
     def forward_queries(self, batch: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError
 
@@ -108,8 +137,43 @@ class LexicalModel(nn.Module):
         only (see :meth:`spar.lexical.terms.BM25Weights.refit`)."""
         raise ConfigError(f"a {self.kind} Λ has no corpus statistics to refit; use encode.lambda.statistics=carried")
 
-    def trainable_parameters(self) -> Iterable[tuple[str, nn.Parameter]]:
-        return ((n, p) for n, p in self.named_parameters() if p.requires_grad)
+    def term_vectors(self, weights: Any, matrix: Any) -> np.ndarray | None:
+        """Vectors of the rows of a term matrix made with the statistics ``weights`` (the frontier's fast path,
+        which shares one matrix between many Λs), or None when this Λ has other statistics or no term table."""
+        return None
+
+    # -- encoding and publishing ------------------------------------------------------------------------------
+    def batch_encoder(self) -> Any:
+        """What the encode stage drives over a corpus: this Λ, or (transformer) the bi-encoder its tokenised,
+        length-sorted, multi-device engines run."""
+        return self
+
+    def card_facts(self, cfg) -> dict[str, Any]:
+        """The published model card's facts about this Λ: ``train_details``, ``lambda_init``, ``lambda_pooling``,
+        ``lambda_normalize`` (from the experiment ``cfg``)."""
+        raise NotImplementedError
+
+    def published_spec(self, side: str, weight: float) -> dict[str, Any]:
+        """This Λ's entry in a published route's ``spar_combination.json`` (``side``: ``query``/``passage``)."""
+        raise NotImplementedError
+
+    def published_module(self, side: str) -> tuple[nn.Module, Any]:
+        """(module, tokenizer or None) a published route runs for ``side``."""
+        raise NotImplementedError
+
+    def shares_sides(self) -> bool:
+        """Whether both sides' published modules hold the same weights (then they are saved once)."""
+        return False
+
+    def published_config(self) -> dict[str, Any]:
+        """This Λ's entry under ``encoders`` in ``spar_model.json`` (``kind`` first)."""
+        return self.describe()
+
+    @classmethod
+    def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
+                       device: str = "cpu") -> "LexicalModel":
+        """The Λ of a published model (its two route folders and its ``spar_model.json`` entry)."""
+        raise NotImplementedError
 
     # -- persistence -----------------------------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
@@ -133,7 +197,7 @@ class LexicalModel(nn.Module):
 
 
 def read_lambda_config(directory: str | Path) -> dict[str, Any]:
-    """``spar_lambda.json`` of a Λ directory (a legacy transformer Λ has only ``spar_encoder.json``)."""
+    """``spar_lambda.json`` of a Λ directory."""
     d = Path(directory)
     path = d / LAMBDA_CONFIG
     if path.exists():
@@ -144,8 +208,6 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
         if config.get("kind") not in KINDS:
             raise ArtifactError(f"{path}: unknown Λ kind {config.get('kind')!r} (known: {', '.join(KINDS)})")
         return config
-    if (d / LEGACY_ENCODER_CONFIG).exists():
-        return {"kind": "transformer"}
     if not d.exists():
         raise ArtifactError(f"{d}: no such Λ directory")
     raise ArtifactError(f"{d}: missing file '{LAMBDA_CONFIG}' (not a Λ directory; run `spar train`)")

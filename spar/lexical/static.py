@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from spar.errors import ArtifactError
-from spar.lexical.base import (LexicalModel, PassageLike, TrainingContext, encode_in_batches, read_lambda_config)
+from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
+from spar.lexical.base import PassageLike, TrainingContext, encode_in_batches, read_lambda_config
 from spar.lexical.terms import BM25Weights
 
 EMBEDDINGS_FILE = "term_embeddings.safetensors"
@@ -72,7 +73,7 @@ class StaticBatchPreparer:
         batch["teacher_matrix"] = torch.from_numpy((counts @ self.corpus[rows].T).toarray().astype(np.float32))
 
 
-class StaticLambda(LexicalModel):
+class StaticLambda(TermLambda):
     """A bag of term embeddings over the teacher's vocabulary and BM25 weights (see the module docstring).
 
     Args:
@@ -85,7 +86,9 @@ class StaticLambda(LexicalModel):
     """
 
     kind = "static"
-    owns_passage_text = True
+    default_learning_rate = 1e-3
+    files = {"spar_lambda.json": "kind, dim, objective, initialisation, teacher statistics",
+             "term_embeddings.safetensors": "float32 [V, dim] term embeddings", **STATISTICS_FILES}
 
     def __init__(self, weights: BM25Weights, embeddings: torch.Tensor | np.ndarray, objective: str = "kl",
                  temperature: float = 1.0, init: dict[str, Any] | None = None):
@@ -102,6 +105,17 @@ class StaticLambda(LexicalModel):
         self.init = dict(init or {})
 
     @classmethod
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields, seed: int) -> "StaticLambda":
+        """Initialised from the projection :meth:`ProjectionLambda.build` fits."""
+        from spar.lexical.projection import ProjectionLambda
+
+        require_bm25(train.kind, teacher)
+        projection = ProjectionLambda.build(train, passages_arrow, teacher=teacher, k1=k1, b=b, fields=fields,
+                                            seed=seed)
+        return cls.from_projection(projection, objective=train.lexical.objective,
+                                   temperature=train.lexical.temperature)
+
+    @classmethod
     def from_projection(cls, projection, **options: Any) -> "StaticLambda":
         """Start from a :class:`~spar.lexical.projection.ProjectionLambda`: its statistics and random matrix."""
         init = {"from": "projection", "projection": projection.projection, "seed": projection.seed}
@@ -115,6 +129,17 @@ class StaticLambda(LexicalModel):
     def _embed_terms(self, matrix: sp.csr_matrix) -> np.ndarray:
         table = self.embedding.weight.detach().cpu().numpy()
         return np.ascontiguousarray(matrix @ table, dtype=np.float32)
+
+    def term_table(self) -> np.ndarray:
+        return self.embedding.weight.detach().cpu().numpy()
+
+    def term_vectors(self, weights, matrix) -> np.ndarray | None:
+        return np.asarray(matrix @ self.term_table(), dtype=np.float32) if weights is self.weights else None
+
+    def card_facts(self, cfg) -> dict[str, Any]:
+        t = cfg.train
+        return self._card_facts(cfg, {"kind": self.kind, "loss": t.lexical.objective, "batch size": t.batch_size,
+                                      "hard negatives": t.hard_negatives, "learning rate": t.learning_rate or "1e-3"})
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:
         return encode_in_batches(list(texts), lambda t: self._embed_terms(self.weights.query_matrix(t)), self.dim,
