@@ -215,8 +215,8 @@ class LexicalSection(Section):
 
 class TrainSection(Section):
     kind: Literal["transformer", "projection", "static"] = Field(
-        "transformer", description="Λ kind: 'transformer' (the paper's DPR bi-encoder, a GPU job), 'projection' "
-        "(the densified teacher, training-free), 'static' (term embeddings distilled from the teacher, CPU minutes)."
+        "projection", description="Λ kind: 'projection' (the densified teacher, training-free), 'static' (term "
+        "embeddings distilled from the teacher, CPU minutes), 'transformer' (the paper's DPR bi-encoder, a GPU job)."
     )
     lexical: LexicalSection = Field(default_factory=LexicalSection, description="Projection/static Λ settings.")
     encoder: LambdaEncoderSection = Field(default_factory=LambdaEncoderSection)
