@@ -105,8 +105,8 @@ def labelled(datasets_dir: Path, tmp_path_factory) -> Path:
 
 def _tiny_train(**overrides) -> TrainSection:
     """Short sequences: a real run, small enough for a shared CPU."""
-    base = dict(batch_size=16, hard_negatives=1, learning_rate=3e-5, warmup_ratio=0.1, max_steps=30,
-                val_check_interval=15, checkpoint_every_n_steps=10, log_every_n_steps=1, accelerator="cpu",
+    base = dict(kind="transformer", batch_size=16, hard_negatives=1, learning_rate=3e-5, warmup_ratio=0.1,
+                max_steps=30, val_check_interval=15, checkpoint_every_n_steps=10, log_every_n_steps=1, accelerator="cpu",
                 devices=1, num_workers=0, wandb_mode="disabled", eval_batch_size=64,
                 encoder={"model": "all-MiniLM-L6-v2", "pooling": "cls", "query_max_length": 24,
                          "passage_max_length": 48})
