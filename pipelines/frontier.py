@@ -17,7 +17,6 @@ from pathlib import Path
 
 from spar.artifacts import artifact_dir, ensure_writable, write_json_atomic
 
-SECTIONS = ["experiment", "data", "label", "train", "tune"]
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
 

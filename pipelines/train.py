@@ -1,9 +1,8 @@
 """Stage ``train``: the lexical model Λ learns to imitate the sparse teacher (SPAR §3, §4.1, §5.4).
 
-Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` and writes ``<output_dir>/lambda/``: the
-best-``valid_mrr`` Λ as a :class:`~spar.encoders.BiEncoder` folder (``query_encoder/``, ``passage_encoder/``,
-``spar_encoder.json``), ``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's
-figures. Training runs in ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic
+Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` (not for a fitted kind) and writes
+``<output_dir>/lambda/``: the best-``valid_mrr`` Λ saved by its kind (``spar_lambda.json`` and the kind's ``files``),
+``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's figures. Training runs in ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic
 lives in :mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to
 ``<output_dir>/wandb``.
 

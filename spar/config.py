@@ -27,8 +27,6 @@ Example::
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import os
 import re
 import sys
@@ -51,11 +49,6 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(),
                               validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
-
-    def fingerprint(self) -> str:
-        """A stable hash of this section's values (used by manifests to detect config changes)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 class ExperimentSection(Section):

@@ -211,17 +211,6 @@ def render_model_card(f: ModelCardFacts) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _stat(stats: dict[str, Any], *names: str) -> Any:
-    """First stat whose key matches one of ``names`` (manifests of other stages may name them slightly apart)."""
-    for name in names:
-        if name in stats:
-            return stats[name]
-    for key, value in stats.items():
-        if isinstance(value, dict):
-            found = _stat(value, *names)
-            if found is not None:
-                return found
-    return None
 
 
 def _count(value: Any) -> int | None:
@@ -254,9 +243,8 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
         split = None
     sampling = cfg.sample.strategy + (f" (base {cfg.sample.exponential_base})" if cfg.sample.strategy == "wiki" else "")
     train_details = lambda_facts["train_details"]
-    for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR"),
-                        ("valid_mrr", "best validation MRR")):
-        value = _stat(train_stats, key)
+    for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR")):
+        value = train_stats.get(key)
         if value is not None and label_ not in train_details:
             train_details[label_] = round(value, 4) if isinstance(value, float) else value
     scores = tune.get("scores")
@@ -272,8 +260,8 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
         base_license=cfg.publish.base_license or KNOWN_LICENSES.get(base.model.strip().lower()),
         data_license=cfg.publish.data_license, dataset=cfg.publish.dataset,
         teacher=label.teacher, teacher_details=teacher,
-        training_queries=_count(_stat(queries_stats, "train_queries", "queries_train", "train")),
-        dev_queries=_count(_stat(queries_stats, "dev_queries", "queries_dev", "dev")),
+        training_queries=_count(queries_stats.get("queries_train")),
+        dev_queries=_count(queries_stats.get("queries_dev")),
         sampling=sampling, k=label.k, n_positives=label.n_positives, n_negatives=label.n_negatives,
         train_details=train_details, lambda_source=lambda_source,
         tune_metric=tune.get("metric"), tune_grid=tune.get("grid"),

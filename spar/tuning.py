@@ -534,8 +534,3 @@ def read_tuned(output_dir: str | Path) -> TunedWeights:
     if not isinstance(payload, dict) or "mu" not in payload:
         raise ArtifactError(f"{path}: no 'mu' (re-run `spar tune`)")
     return TunedWeights(path, payload)
-
-
-def read_mu(output_dir: str | Path, variant: str | None = None) -> float:
-    """μ of ``variant`` (default: the tuned one) from ``tune/tune.json``."""
-    return read_tuned(output_dir).mu(variant)

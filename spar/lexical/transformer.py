@@ -22,8 +22,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from spar.encoders import ENCODER_CONFIG, PUBLISHED_FILES, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
-from spar.lexical.base import LAMBDA_CONFIG, LexicalModel, PassageLike, TrainingContext
+from spar.encoders import PUBLISHED_FILES, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
+from spar.lexical.base import LexicalModel, PassageLike, TrainingContext, read_lambda_config
 from spar.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
 
 
@@ -192,14 +192,5 @@ class TransformerLambda(LexicalModel):
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "TransformerLambda":
-        import json
-
-        d = Path(directory)
-        objective = None
-        if (d / LAMBDA_CONFIG).exists():
-            objective = ContrastiveObjective(**json.loads((d / LAMBDA_CONFIG).read_text()).get("objective", {}))
-        elif not (d / ENCODER_CONFIG).exists():
-            from spar.errors import ArtifactError
-
-            raise ArtifactError(f"{d}: missing file '{ENCODER_CONFIG}' (not a transformer Λ directory)")
-        return cls(BiEncoder.load(d, device=device), objective).eval()
+        objective = ContrastiveObjective(**read_lambda_config(directory).get("objective", {}))
+        return cls(BiEncoder.load(directory, device=device), objective).eval()
