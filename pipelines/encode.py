@@ -2,8 +2,8 @@
 
 Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
-``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every split is its own
-resumable artifact; see :mod:`spar.embeddings`.
+``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every
+split is its own resumable artifact; see :mod:`spar.embeddings`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def run(cfg, force: bool = False) -> dict:
         encoder, weights, extra = load_encoder(cfg, name)
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
                       options=options, force=force)
-        stats = encode_passages(encoder, source, split_dir(root, name, "passages"), corpus_format=cfg.data.corpus_format,
+        stats = encode_passages(encoder, source, split_dir(root, name, "passages"),
+                                corpus_format=cfg.data.corpus_format,
                                 on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
                                 inputs=extra, **common)
         rows.append((name, "passages", stats))

@@ -94,7 +94,8 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     facts = gather_card_facts(cfg, encoder, tune, manifests,
-                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, command_line(cfg, "run"),
+                              results_md.read_text(encoding="utf-8") if results_md.exists() else None,
+                              command_line(cfg, "run"),
                               source.describe())
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
     with writer as w:

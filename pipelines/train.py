@@ -2,9 +2,9 @@
 
 Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` (not for a fitted kind) and writes
 ``<output_dir>/lambda/``: the best-``valid_mrr`` Λ saved by its kind (``spar_lambda.json`` and the kind's ``files``),
-``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's figures. Training runs in ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic
-lives in :mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to
-``<output_dir>/wandb``.
+``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's figures. Training runs in
+``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic lives in
+:mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to ``<output_dir>/wandb``.
 
     spar train                                            # the embedded SciFact sample, on CPU in minutes
     spar train -c configs/experiments/scifact.yaml train.devices=4 train.wandb_mode=online

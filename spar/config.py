@@ -151,14 +151,16 @@ class LabelSection(Section):
     shard_size: int = Field(20_000, ge=1, description="Input queries per label shard (it holds those of them that "
                             "were labelled); the unit of resuming and of multi-machine parts.")
     num_shards: int = Field(1, ge=1, description="Split the job over this many machines: each writes "
-                            "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into labels/ ...")
+                            "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into "
+                            "labels/ ...")
     shard_index: int = Field(0, ge=0, description="... and run this machine's part.")
     java_heap: str = Field("4g", description="JVM -Xmx for Pyserini.")
 
     @model_validator(mode="after")
     def _check(self) -> "LabelSection":
         if self.n_positives + self.n_negatives > self.k:
-            raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) exceeds k={self.k}")
+            raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) "
+                             f"exceeds k={self.k}")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
         if self.negative_window is not None:

@@ -71,7 +71,8 @@ def tokenize_queries(tokenizer, settings: EncoderSettings, texts: Sequence[str],
 
 def tokenize_passages(tokenizer, settings: EncoderSettings, passages: Sequence[PassageLike],
                       pad_to_multiple_of: int | None = None) -> dict[str, torch.Tensor]:
-    """Tokenise ``(title, text)`` passages (or strings) as ``title [SEP] text``, like :meth:`BiEncoder.tokenize_passages`."""
+    """Tokenise ``(title, text)`` passages (or strings) as ``title [SEP] text``, like
+    :meth:`BiEncoder.tokenize_passages`."""
     sep = tokenizer.sep_token or " "
     texts = [format_passage(p, sep, settings.passage_prefix) for p in passages]
     return tokenizer(texts, padding=True, truncation=True, max_length=settings.passage_max_length,
@@ -168,7 +169,8 @@ class BiEncoder(nn.Module):
                 raise ArtifactError(f"{missing_tokenizer(d / sub)}: the encoder directory is incomplete")
         tokenizer = AutoTokenizer.from_pretrained(str(d / QUERY_DIR))
         q_model = AutoModel.from_pretrained(str(d / QUERY_DIR), use_safetensors=True)
-        p_model = None if settings.shared_weights else AutoModel.from_pretrained(str(d / PASSAGE_DIR), use_safetensors=True)
+        p_model = (None if settings.shared_weights
+                   else AutoModel.from_pretrained(str(d / PASSAGE_DIR), use_safetensors=True))
         return cls(q_model, p_model, tokenizer, settings).to(device).eval()
 
     def save(self, directory: str | Path) -> None:

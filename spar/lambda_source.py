@@ -15,7 +15,8 @@ a hub id (``owner/name``)   the published spar model or Λ directory downloaded 
 ==========================  ==================================================================================
 
 ``encode.lambda.kind`` / ``dim``, when given, are checked against what is found; ``statistics: target`` refits a
-term-based Λ's corpus statistics on the experiment's own corpus (:meth:`~spar.lexical.base.LexicalModel.with_statistics`).
+term-based Λ's corpus statistics on the experiment's own corpus
+(:meth:`~spar.lexical.base.LexicalModel.with_statistics`).
 The fingerprint of the source (its manifest's, else a hash of its files) goes into the embeddings' manifests, so
 pointing ``encode.lambda`` elsewhere re-runs encode and every stage after it.
 

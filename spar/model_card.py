@@ -132,8 +132,9 @@ def render_model_card(f: ModelCardFacts) -> str:
         "```",
         "",
         "Each transformer encoder is also a plain Hugging Face model: `AutoModel.from_pretrained(path, "
-        "subfolder=\"base\")` (an encoder whose query and document sides share weights is stored once, in `base/` or "
-        "`lambda/`; otherwise in `query/<name>` and `document/<name>`: each route's `spar_combination.json` says where).",
+        "subfolder=\"base\")` (an encoder whose query and document sides share weights is stored once, in `base/` "
+        "or `lambda/`; otherwise in `query/<name>` and `document/<name>`: each route's `spar_combination.json` says "
+        "where).",
         "",
         "## Components",
         "",
@@ -141,7 +142,8 @@ def render_model_card(f: ModelCardFacts) -> str:
         "|---|---|---|---|---|",
         f"| base retriever | {_hub_id(f.base_model)} | {f.base_pooling} | {f.base_normalize} | "
         f"{f.base_license or 'see its model card'} |",
-        f"| lexical model Λ (initialised from) | {_hub_id(f.lambda_init)} | {f.lambda_pooling} | {f.lambda_normalize} | "
+        f"| lexical model Λ (initialised from) | {_hub_id(f.lambda_init)} | {f.lambda_pooling} | "
+        f"{f.lambda_normalize} | "
         f"{KNOWN_LICENSES.get(f.lambda_init.strip().lower(), 'see its model card')} |",
         f"| training data | {f.dataset or 'see the config below'} | | | "
         f"{f.data_license or 'not stated (set publish.data_license)'} |",

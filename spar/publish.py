@@ -52,7 +52,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from spar.errors import ArtifactError, SparError
-from spar.index import spar_passage_vectors, spar_query_vectors
+from spar.index import Variant, spar_passage_vectors, spar_query_vectors
 from spar.model_card import ModelCardFacts, render_model_card
 
 MODEL_CONFIG = "spar_model.json"
@@ -92,7 +92,8 @@ class SparEncoder:
         (1, 448)
     """
 
-    def __init__(self, base, lambda_, mu: float, variant: str = "concat", metadata: dict[str, Any] | None = None):
+    def __init__(self, base, lambda_, mu: float, variant: Variant = "concat",
+                 metadata: dict[str, Any] | None = None):
         from spar.encoders import BiEncoder
         from spar.lexical.transformer import TransformerLambda
 
@@ -163,7 +164,8 @@ class SparEncoder:
                     if route != "query":
                         continue  # written with the query route
                 target = d / name if name in shared else route_dir / name
-                _save_module(*encoders[name].published_module(SIDES[route]), target)
+                module, tokenizer = encoders[name].published_module(SIDES[route])
+                _save_module(module, tokenizer, target)
             _write_json(route_dir / st_modules.COMBINATION_CONFIG, {"variant": self.variant, "encoders": specs})
         # sentence-transformers: one Router over the two routes, each a SparCombination.
         _write_json(d / "modules.json", [{"idx": 0, "name": "0", "path": "",

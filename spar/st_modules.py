@@ -21,7 +21,8 @@ and the vector is their weighted sum of term embeddings. Its folder holds ``lexi
 ``model.safetensors`` (``embeddings`` [V, dim], ``df`` [V]).
 
 This file imports nothing from ``spar`` outside ``try`` blocks: :mod:`spar.publish` copies it into every published
-model directory as ``spar_modules.py`` (and the analyzer as ``spar_analysis.py``) so that ``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
+model directory as ``spar_modules.py`` (and the analyzer as ``spar_analysis.py``) so that
+``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
 (sentence-transformers >= 6 asks for ``trust_remote_code=True`` for every module class outside its own package).
 With spar installed, :func:`load_sentence_transformer` builds the same model through the public ``Router.load``
 API without that flag.
@@ -55,7 +56,7 @@ from sentence_transformers.base.modules.input_module import InputModule
 try:  # inside spar
     from spar.lexical.analysis import LuceneAnalyzer, bm25_weights, idf_weights
 except ImportError:  # a published model loaded without spar: the copy shipped beside this file
-    from .spar_analysis import LuceneAnalyzer, bm25_weights, idf_weights
+    from .spar_analysis import LuceneAnalyzer, bm25_weights, idf_weights  # type: ignore[no-redef]
 
 COMBINATION_CONFIG = "spar_combination.json"
 LEXICAL_CONFIG = "lexical_bag.json"
@@ -265,6 +266,7 @@ class SparCombination(InputModule):
                 for key, value in self.models[name].bags(texts).items():
                     features[f"{name}.{key}"] = value
                 continue
+            assert tokenizer is not None, f"no tokenizer for encoder {name!r}"
             if spec["input"] == "passage":
                 sep = tokenizer.sep_token or " "
                 texts = [format_passage(item, sep, prefix) for item in inputs]
@@ -321,8 +323,10 @@ class SparCombination(InputModule):
             if spec.get("type") == "lexical":
                 self.models[spec["name"]].save(target)
                 continue
+            tokenizer = self.tokenizers[spec["name"]]
+            assert tokenizer is not None, f"no tokenizer for encoder {spec['name']!r}"
             self.models[spec["name"]].save_pretrained(target, safe_serialization=True)
-            self.tokenizers[spec["name"]].save_pretrained(target)
+            tokenizer.save_pretrained(target)
         self.save_config(output_path)
 
     @classmethod

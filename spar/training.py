@@ -57,7 +57,6 @@ Example (the stage driver ``pipelines/train.py`` does this from a config)::
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import time
@@ -439,7 +438,8 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
         # The run did not end on a validation step: score the final weights too, so "best" covers them.
         trainer.validate(module, datamodule=data, verbose=False)
         score = trainer.callback_metrics.get("valid_mrr")
-        if score is not None and (best_ckpt.best_model_score is None or float(score) > float(best_ckpt.best_model_score)):
+        best_so_far = best_ckpt.best_model_score
+        if score is not None and (best_so_far is None or float(score) > float(best_so_far)):
             best_ckpt.best_model_path = str(ckpt_dir / f"{BEST_CHECKPOINT}.ckpt")
             trainer.save_checkpoint(best_ckpt.best_model_path, weights_only=True)
             best_ckpt.best_model_score = torch.as_tensor(float(score))

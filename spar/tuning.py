@@ -282,7 +282,8 @@ def hybrid_candidates(dense: Mapping[str, Sequence[tuple[str, float]]],
     for i, (r, d, s) in enumerate(per_query):
         rows[i, :len(r)], s0[i, :len(r)], s1[i, :len(r)] = r, d, s
     doc_ids = list(doc_index)
-    return AffineCandidates(query_ids, rows, s0, s1, doc_ids, {"candidates_per_query": float((rows >= 0).sum(1).mean())})
+    return AffineCandidates(query_ids, rows, s0, s1, doc_ids,
+                            {"candidates_per_query": float((rows >= 0).sum(1).mean())})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -303,7 +304,8 @@ def tune_weight(candidates: AffineCandidates, qrels: Qrels, metric: str = "nDCG@
 
 def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
                query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, mu: float, metric: str,
-               variant: Variant = "concat", depth: int | None = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
+               variant: Variant = "concat",
+               depth: int | None = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
     """One real search of the combined FAISS index (:func:`spar.index.build_spar_index`, flat) at ``mu``.
 
     Returns the metric and the ranking, so callers can compare it with the re-scored sweep.

@@ -62,3 +62,17 @@ def test_an_unknown_kind_is_one_line():
 
     with pytest.raises(ConfigError, match="unknown Λ kind 'sparse'; use one of transformer, projection, static"):
         lambda_class("sparse")
+
+
+def test_module_docstrings_open_with_two_or_three_lines():
+    """Every library and stage module says what it is in at most three lines before any detail."""
+    import ast
+
+    long_openings = {}
+    for path in sorted([*(ROOT / "spar").rglob("*.py"), *(ROOT / "pipelines").rglob("*.py")]):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        assert doc, f"{path.relative_to(ROOT)}: no module docstring"
+        opening = doc.split("\n\n")[0].splitlines()
+        if len(opening) > 3:
+            long_openings[str(path.relative_to(ROOT))] = len(opening)
+    assert not long_openings, long_openings

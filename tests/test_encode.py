@@ -51,8 +51,8 @@ def passages(sample_dir):
 
 
 def test_vectors_ids_and_manifest(base_encoder, passages, tmp_path):
-    stats = encode_passages(base_encoder, passages, tmp_path / "p", shard_size=10, options=QUIET,
-                            weights_fingerprint="minilm", encoder_name="base")
+    encode_passages(base_encoder, passages, tmp_path / "p", shard_size=10, options=QUIET,
+                    weights_fingerprint="minilm", encoder_name="base")
     emb = load_embeddings(tmp_path / "p")
     assert emb.ids == [p.id for p in passages]
     assert emb.vectors.shape == (24, 384) and emb.vectors.dtype == np.float32 and emb.dim == 384

@@ -163,7 +163,8 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     from spar.passages import PassagesTable
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", "sample.max_queries=3000", "train.kind=static",
-                             "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32", "train.learning_rate=0.002",
+                             "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32",
+                             "train.learning_rate=0.002",
                              "train.val_check_interval=20", "train.random_negatives=64", "train.wandb_mode=disabled"])
     pipelines.sample.run(cfg)
     pipelines.label.run(cfg)

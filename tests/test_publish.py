@@ -179,7 +179,8 @@ FRESH_LOAD = textwrap.dedent("""
 
     torch.set_num_threads(1)
     model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
-    queries = json.loads(sys.argv[3]); passages = [tuple(p) if isinstance(p, list) else p for p in json.loads(sys.argv[4])]
+    queries = json.loads(sys.argv[3])
+    passages = [tuple(p) if isinstance(p, list) else p for p in json.loads(sys.argv[4])]
     st = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=True)
     np.save(out / "st_q.npy", st.encode_query(queries, convert_to_numpy=True))
     np.save(out / "st_p.npy", st.encode_document(passages, convert_to_numpy=True))
@@ -239,9 +240,9 @@ def test_fresh_process_reload_matches_the_pipeline_vectors(tiny_run, tmp_path):
         np.testing.assert_allclose(load(name), expected_p, atol=1e-5, err_msg=name)
     for name in ("st2_q", "spar2_q"):
         np.testing.assert_allclose(load(name), spar_query_vectors(bq, lq, 2.0, "concat"), atol=1e-5, err_msg=name)
-    for route, (b, l) in {"query": (bq, lq), "document": (bp, lp)}.items():
+    for route, (b, lam_vectors) in {"query": (bq, lq), "document": (bp, lp)}.items():
         np.testing.assert_allclose(load(f"hf_{route}_base"), b, atol=1e-5)
-        np.testing.assert_allclose(load(f"hf_{route}_lambda"), l, atol=1e-5)
+        np.testing.assert_allclose(load(f"hf_{route}_lambda"), lam_vectors, atol=1e-5)
     # μ on the query side reproduces sim + μ·simΛ.
     np.testing.assert_allclose(load("st_sim"), bq @ bp.T + MU * (lq @ lp.T), atol=1e-4)
 

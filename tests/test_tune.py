@@ -101,7 +101,8 @@ def build_sample_experiment(root: Path) -> Path:
 def sample_experiment(tmp_path_factory) -> Path:
     # SPAR_TEST_SAMPLE_EXPERIMENT=<dir> keeps the encoded sample between sessions while iterating on these tests.
     cached = os.environ.get("SPAR_TEST_SAMPLE_EXPERIMENT")
-    return build_sample_experiment(Path(cached) if cached else tmp_path_factory.getbasetemp() / "spar-sample-experiment")
+    return build_sample_experiment(Path(cached) if cached
+                                   else tmp_path_factory.getbasetemp() / "spar-sample-experiment")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -155,7 +156,8 @@ def test_ties_prefer_the_value_closest_to_one():
 
 def _random_problem(n_docs=400, n_queries=25, d0=16, d1=12, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((n_queries, d0), dtype=np.float32), rng.standard_normal((n_queries, d1), dtype=np.float32),
+    return (rng.standard_normal((n_queries, d0), dtype=np.float32),
+            rng.standard_normal((n_queries, d1), dtype=np.float32),
             rng.standard_normal((n_docs, d0), dtype=np.float32), rng.standard_normal((n_docs, d1), dtype=np.float32))
 
 
@@ -241,7 +243,8 @@ def test_hybrid_fuse_follows_pyserini():
 
 def test_hybrid_candidates_rank_like_hybrid_fuse():
     rng = np.random.default_rng(3)
-    dense = {f"q{i}": [(f"d{j}", float(s)) for j, s in zip(rng.choice(60, 20, replace=False), np.sort(rng.random(20))[::-1])]
+    dense = {f"q{i}": [(f"d{j}", float(s))
+                       for j, s in zip(rng.choice(60, 20, replace=False), np.sort(rng.random(20))[::-1])]
              for i in range(8)}
     sparse = {f"q{i}": [(f"d{j}", float(s)) for j, s in zip(rng.choice(60, 20, replace=False),
                                                              np.sort(rng.random(20) * 30)[::-1])] for i in range(8)}

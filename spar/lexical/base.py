@@ -1,31 +1,19 @@
-"""The Λ contract: what every kind of lexical model offers the pipeline, and what training calls.
+"""The Λ contract: what every kind of lexical model offers the pipeline, and the registry of kinds.
 
 Modelled on Tevatron's ``EncoderModel``: a Λ encodes queries and passages into vectors whose dot product imitates
-the sparse teacher's score, and knows the objective it is trained with. Every stage after ``train`` (encode, tune,
-index, evaluate, publish, search) sees only this contract, so the kinds are interchangeable:
+the sparse teacher's score, knows its objective, saves and loads itself. Everything outside ``spar/lexical/`` asks
+the kind (:func:`spar.lexical.lambda_class` over :data:`REGISTRY`), never its name:
 
-================  =========================================================================================
-kind              what it is
-================  =========================================================================================
-``transformer``   the paper's Λ: a DPR bi-encoder fine-tuned on the teacher's labels (a GPU job)
-``projection``    the densified teacher, training-free: teacher term weights times a seeded random matrix
-``static``        a learned bag of term embeddings, initialised from the projection and distilled from the
-                  teacher's scores (minutes on a CPU)
-================  =========================================================================================
-
-A Λ directory holds ``spar_lambda.json`` (``kind``, ``dim`` and the kind's settings) beside the kind's own files;
-:func:`spar.lexical.load_lambda` opens any of them.
-
-The contract (:class:`LexicalModel`):
-
-- ``encode_query(texts)`` / ``encode_passage(passages)`` -> ``np.ndarray`` [n, dim] float32; passages are
-  ``(title, text)`` pairs or strings. ``similarity(q, p)`` is the dot product.
-- Training (what :class:`spar.training.LambdaModule` calls): ``batch_preparer()`` builds picklable input
-  preparation for DataLoader workers; ``forward_queries(batch)`` / ``forward_passages(batch)`` give tensors;
-  ``training_loss(q, p, batch, context)`` returns the objective's terms (``"loss"`` is optimised).
-- ``save(directory)`` / ``load(directory)``; ``describe()`` for manifests and model cards.
-- ``with_statistics(passages)``: a term-based Λ used on another corpus than its own, with that corpus's statistics
-  (``encode.lambda.statistics: target``).
+- vectors: ``encode_query(texts)`` / ``encode_passage(passages)`` -> float32 [n, dim] (passages are ``(title,
+  text)`` pairs or strings); ``similarity`` is the dot product; ``batch_encoder()`` is what the encode engines drive;
+- building and training: ``build`` (the configured kind before training), ``trainable``, ``default_learning_rate``,
+  ``fingerprint_settings``, ``batch_preparers`` (picklable, for DataLoader workers), ``forward_queries`` /
+  ``forward_passages``, ``training_loss``;
+- term statistics: ``term_based``, ``with_statistics(passages)`` (``encode.lambda.statistics: target``),
+  ``term_vectors`` (the frontier's fast path);
+- persistence: ``save`` / ``load`` (``spar_lambda.json``: kind, dim, settings; ``files``), ``describe()``;
+- publishing: ``published_spec`` / ``published_module`` / ``shares_sides`` / ``published_config`` /
+  ``published_files`` / ``load_published``, and ``card_facts`` for the model card.
 """
 
 from __future__ import annotations

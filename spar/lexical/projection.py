@@ -43,7 +43,8 @@ Projection = Literal["gaussian", "countsketch"]
 _ROW_BLOCK = 8192
 
 
-def random_matrix(vocab: list[str], dim: int, projection: Projection = "gaussian", seed: int = 0) -> np.ndarray | sp.csr_matrix:
+def random_matrix(vocab: list[str], dim: int, projection: Projection = "gaussian",
+                  seed: int = 0) -> np.ndarray | sp.csr_matrix:
     """The projection matrix [V, dim]: dense Gaussian N(0, 1/dim), or a sparse count-sketch.
 
     Gaussian rows are drawn in vocabulary order from ``numpy.random.default_rng(seed)``; count-sketch rows hash each
@@ -100,7 +101,8 @@ class ProjectionLambda(TermLambda):
         self.weights, self._dim, self.projection, self.seed = weights, int(dim), projection, int(seed)
 
     @classmethod
-    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields, seed: int) -> "ProjectionLambda":
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
+              seed: int) -> "ProjectionLambda":
         """Fitted on the corpus (its BM25 statistics over ``fields``) with ``train.lexical`` dim/projection/seed."""
         require_bm25(train.kind, teacher)
         lex = train.lexical
@@ -129,7 +131,7 @@ class ProjectionLambda(TermLambda):
     def dense_matrix(self) -> np.ndarray:
         """R as a dense [V, dim] float32 array (the initial term embeddings of a ``static`` Λ)."""
         r = self.matrix
-        return r.toarray().astype(np.float32) if sp.issparse(r) else r
+        return r.toarray().astype(np.float32) if isinstance(r, sp.csr_matrix) else r
 
     def term_table(self) -> np.ndarray:
         return self.dense_matrix()

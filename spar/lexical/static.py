@@ -105,7 +105,8 @@ class StaticLambda(TermLambda):
         self.init = dict(init or {})
 
     @classmethod
-    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields, seed: int) -> "StaticLambda":
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
+              seed: int) -> "StaticLambda":
         """Initialised from the projection :meth:`ProjectionLambda.build` fits."""
         from spar.lexical.projection import ProjectionLambda
 
@@ -161,7 +162,7 @@ class StaticLambda(TermLambda):
         if self.init.get("from") == "projection" and new_terms:
             rows = random_matrix(weights.vocab, self.dim, self.init["projection"], int(self.init["seed"]))
             rows = rows[learnt.shape[0]:]
-            rows = rows.toarray() if sp.issparse(rows) else rows
+            rows = rows.toarray() if isinstance(rows, sp.csr_matrix) else rows
         else:
             rows = np.zeros((new_terms, self.dim), dtype=np.float32)
         table = np.concatenate([learnt, np.asarray(rows, dtype=np.float32)])
@@ -212,7 +213,8 @@ class StaticLambda(TermLambda):
         from safetensors.torch import save_file
 
         self.weights.save(directory)
-        save_file({"embeddings": self.embedding.weight.detach().cpu().contiguous()}, str(Path(directory) / EMBEDDINGS_FILE))
+        save_file({"embeddings": self.embedding.weight.detach().cpu().contiguous()},
+                  str(Path(directory) / EMBEDDINGS_FILE))
         self.write_config(directory)
 
     @classmethod

@@ -79,7 +79,8 @@ class TransformerLambda(LexicalModel):
         return cls(BiEncoder.from_pretrained(model, **settings), objective)
 
     @classmethod
-    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields, seed: int) -> "TransformerLambda":
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
+              seed: int) -> "TransformerLambda":
         """From ``train.encoder`` (any teacher: it learns from the labels alone)."""
         return cls.from_section(train)
 
