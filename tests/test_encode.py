@@ -41,7 +41,10 @@ def base_encoder() -> BiEncoder:
 def lambda_dir(tmp_path_factory) -> Path:
     """The real untrained Λ initialisation (CLS pooling, raw dot products), saved as `spar train` would."""
     d = tmp_path_factory.mktemp("lambda") / "lambda"
-    BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False, passage_max_length=64).save(d)
+    from spar.lexical.transformer import TransformerLambda
+
+    TransformerLambda(BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
+                                                passage_max_length=64)).save(d)
     return d
 
 

@@ -53,6 +53,7 @@ def build_sample_experiment(root: Path) -> Path:
 
     from spar.embeddings import EncodeOptions, encode_passages, encode_queries
     from spar.encoders import BiEncoder
+    from spar.lexical.transformer import TransformerLambda
     from spar.experiment import split_queries
     from spar.index import SparIndex
     from spar.readers import read_corpus
@@ -76,8 +77,9 @@ def build_sample_experiment(root: Path) -> Path:
     lambda_dir = artifact_dir(root, "lambda")
     if not is_complete(lambda_dir):
         with ArtifactWriter(lambda_dir, kind="lambda", config={"untrained": "all-MiniLM-L6-v2 cls"}, inputs={}) as w:
-            BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
-                                      passage_max_length=cfg.encode.base.passage_max_length).save(w.path)
+            TransformerLambda(BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
+                                                        passage_max_length=cfg.encode.base.passage_max_length)
+                              ).save(w.path)
     encoders = {"base": BiEncoder.from_section(cfg.encode.base), "lambda": BiEncoder.load(lambda_dir)}
     options = EncodeOptions(batch_size=32, accelerator="cpu", show_progress=False)
     emb = artifact_dir(root, "embeddings")
