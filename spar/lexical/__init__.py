@@ -5,8 +5,8 @@
 - :mod:`spar.lexical.static`: a bag of term embeddings initialised from the projection and distilled from the
   teacher's scores (minutes on a CPU).
 
-:func:`build_lambda` makes the configured kind ready for training (or, for a projection, fitted);
-:func:`~spar.lexical.base.load_lambda` opens any saved Λ.
+:func:`lambda_class` is the registry's one reader; :func:`build_lambda` makes the configured kind ready for training
+(or, for a projection, fitted); :func:`load_lambda` opens any saved Λ.
 """
 
 from __future__ import annotations
