@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
         "unit": "passages/s (best of repeats; higher is better)",
         "machine": machine(args.threads, args.device),
         "command": command_line(__file__, argv),
-        "peer_name": f"sentence-transformers {__import__('sentence_transformers').__version__} SentenceTransformer.encode",
+        "peer_name": f"sentence-transformers {__import__('sentence_transformers').__version__} "
+                     "SentenceTransformer.encode",
         "passages": n, "corpus": str(args.corpus), "device": args.device, "threads": args.threads,
         "batch_size": args.batch_size, "max_length": args.max_length, "precision": args.precision,
         "truncated": stats["truncated"],

@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> dict:
             figures.pop("summary", None)
             encode_rows.append({"passages": n, **figures})
             shutil.rmtree(d)
-        slope = fit_slope([r["passages"] / 1000 for r in encode_rows], [r["peak_rss_gb"] * GB / MB for r in encode_rows])
+        slope = fit_slope([r["passages"] / 1000 for r in encode_rows],
+                          [r["peak_rss_gb"] * GB / MB for r in encode_rows])
 
         # (b) write synthetic vectors through the encode stage, then index them; at each size.
         index_rows = []
@@ -328,7 +329,8 @@ def main(argv: list[str] | None = None) -> dict:
             need_mem = index_own_bytes(n, spar_dim, args.index_type) + int(1.5 * GB)
             avail = mem_available()
             if need_mem > 0.8 * avail:
-                n2 = int((0.8 * avail - 1.5 * GB) / (index_own_bytes(n, spar_dim, args.index_type) / n)) // 10_000 * 10_000
+                per_passage = index_own_bytes(n, spar_dim, args.index_type) / n
+                n2 = int((0.8 * avail - 1.5 * GB) / per_passage) // 10_000 * 10_000
                 notes.append(f"{n:,} passages need ~{need_mem / GB:.1f} GB of memory, {avail / GB:.1f} GB "
                              f"available: reduced to {n2:,}")
                 n = n2

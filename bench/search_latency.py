@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
     import numpy as np
 
-    from spar.index import SparIndex, build_spar_index, spar_query_vectors
+    from spar.index import SparIndex, build_spar_index
     from spar.java import pyserini_module
     from spar.metrics import ranked_run
     from spar.readers import read_qrels, read_queries

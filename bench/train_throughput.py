@@ -49,7 +49,8 @@ def time_steps(module: LambdaModule, data: LabelDataModule, steps: int, warmup: 
             passages += int(batch["passage_rows"].shape[0])
             queries += int(batch["target"].shape[0])
     module._trainer = None  # noqa: SLF001
-    return {"seconds_per_step": seconds / steps, "passages_per_s": passages / seconds, "queries_per_s": queries / seconds}
+    return {"seconds_per_step": seconds / steps, "passages_per_s": passages / seconds,
+            "queries_per_s": queries / seconds}
 
 
 @torch.inference_mode()

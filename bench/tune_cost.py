@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
         from spar.encoders import BiEncoder
 
         sections = {"base": cfg.encode.base, "lambda": cfg.train.encoder}
-        queries = {name: BiEncoder.from_section(s).encode_query(list(dev.texts.values())) for name, s in sections.items()}
+        queries = {name: BiEncoder.from_section(s).encode_query(list(dev.texts.values()))
+                   for name, s in sections.items()}
     else:
         queries = {name: inputs.query_vectors(name, dev) for name in ("base", "lambda")}
     base_q, lambda_q = queries["base"], queries["lambda"]

@@ -2,8 +2,8 @@
 
 Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
-``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every split is its own
-resumable artifact; see :mod:`spar.embeddings`.
+``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every
+split is its own resumable artifact; see :mod:`spar.embeddings`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint
 from spar.embeddings import EncodeOptions, encode_passages, encode_queries, split_dir
 from spar.passages import experiment_passages
 
-SECTIONS = ["experiment", "data", "label", "encode"]
+SECTIONS = ["experiment", "data", "encode"]
 SUMMARY = "encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/"
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,16 @@ def load_encoder(cfg, name: str):
     source = experiment_lambda(cfg)
     model = source.load()
     # The source's fingerprint hashes Λ's files; its origin is recorded without machine-specific paths (the target
-    # corpus's content is in the fingerprint). A transformer Λ encodes through its BiEncoder (tokenised,
-    # length-sorted, multi-device); other kinds directly.
+    # corpus's content is in the fingerprint). The encode engines drive what the Λ names (a transformer's
+    # bi-encoder: tokenised, length-sorted, multi-device).
     extra = {"lambda_source": {k: v for k, v in source.describe().items() if k not in ("path", "statistics_from")}}
-    return (model.encoder if model.kind == "transformer" else model), source.fingerprint(), extra
+    return model.batch_encoder(), source.fingerprint(), extra
+
+
+def passage_titles(cfg, encoder) -> bool:
+    """Whether ``encoder`` is handed passages with their titles: ``data.title_field`` for a transformer; always for a
+    term-based Λ, whose own fields (the teacher's, fixed when it was fitted) make its text."""
+    return cfg.data.title_field or bool(getattr(encoder, "term_based", False))
 
 
 def run(cfg, force: bool = False) -> dict:
@@ -74,8 +80,9 @@ def run(cfg, force: bool = False) -> dict:
         encoder, weights, extra = load_encoder(cfg, name)
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
                       options=options, force=force)
-        stats = encode_passages(encoder, source, split_dir(root, name, "passages"), corpus_format=cfg.data.corpus_format,
-                                on_bad_record=cfg.experiment.on_bad_record, use_titles=cfg.data.title_field,
+        stats = encode_passages(encoder, source, split_dir(root, name, "passages"),
+                                corpus_format=cfg.data.corpus_format,
+                                on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
                                 inputs=extra, **common)
         rows.append((name, "passages", stats))
         for split, pairs in queries.items():

@@ -7,7 +7,6 @@ logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluation.evaluate_ex
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
 from spar.artifacts import write_json_atomic

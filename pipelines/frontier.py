@@ -17,7 +17,6 @@ from pathlib import Path
 
 from spar.artifacts import artifact_dir, ensure_writable, write_json_atomic
 
-SECTIONS = ["experiment", "data", "label", "train", "tune", "index"]
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
 
@@ -25,11 +24,12 @@ def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
     from spar.artifacts import fingerprint_dict, manifest_fingerprint
+    from spar.lexical import lambda_class
 
     shared = {"label": cfg.label.model_dump(mode="json"), "tune": cfg.tune.model_dump(mode="json"),
               "data": cfg.data.model_dump(mode="json"), "projection": cfg.train.lexical.projection,
               "base": manifest_fingerprint(artifact_dir(cfg.output_dir, "embeddings") / "base" / "passages")}
-    if kind != "projection":
+    if lambda_class(kind).trainable:
         shared["train"] = cfg.train.model_dump(mode="json", exclude={"wandb_mode", "wandb_project", "num_workers"})
         shared["labels"] = manifest_fingerprint(artifact_dir(cfg.output_dir, "labels"))
     return fingerprint_dict(shared)
@@ -41,12 +41,13 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
 
     from spar.evaluation import command_line
     from spar.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
+    from spar.lexical import KINDS
     from spar.storage import check_storage
 
     storages = tuple(check_storage(s) for s in storages)
 
     out = ensure_writable(Path(cfg.output_dir) / "frontier")
-    settings = {kind: settings_fingerprint(cfg, kind) for kind in ("projection", "static", "transformer")}
+    settings = {kind: settings_fingerprint(cfg, kind) for kind in KINDS}
     known = []
     if not force and (out / "frontier.json").exists():
         previous = json.loads((out / "frontier.json").read_text())

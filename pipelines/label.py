@@ -74,7 +74,8 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     passages = qdir / "passages.arrow"
     passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
     out = artifact_dir(cfg.output_dir, "teacher_index")
-    writer = ArtifactWriter(out, kind="teacher_index", config=_teacher_config(section), inputs={"passages": passages_fp})
+    writer = ArtifactWriter(out, kind="teacher_index", config=_teacher_config(section),
+                            inputs={"passages": passages_fp})
     if not force and is_complete(out, writer.fingerprint):
         return out
     with writer as w:

@@ -83,8 +83,6 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     base = BiEncoder.from_section(cfg.encode.base)
     lam = source.load()
-    if lam.kind == "transformer":
-        lam = lam.encoder  # published as Hugging Face encoders
     provenance = {
         "experiment": cfg.experiment.name,
         "base_model": cfg.encode.base.model,
@@ -98,7 +96,8 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     facts = gather_card_facts(cfg, encoder, tune, manifests,
-                              results_md.read_text(encoding="utf-8") if results_md.exists() else None, command_line(cfg, "run"),
+                              results_md.read_text(encoding="utf-8") if results_md.exists() else None,
+                              command_line(cfg, "run"),
                               source.describe())
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
     with writer as w:

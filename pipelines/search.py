@@ -29,7 +29,8 @@ def search_command(args: argparse.Namespace) -> int:
     for hit in hits:
         text = " ".join(hit.text.split())
         text = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rstrip() + "…"
-        console.print(f"{hit.rank:>3}. [cyan]{escape(hit.id)}[/cyan]  {hit.score:.4f}  [bold]{escape(hit.title)}[/bold]",
+        console.print(f"{hit.rank:>3}. [cyan]{escape(hit.id)}[/cyan]  {hit.score:.4f}  "
+                      f"[bold]{escape(hit.title)}[/bold]",
                       soft_wrap=True)
         if text:
             console.print(f"     {escape(text)}", soft_wrap=True)

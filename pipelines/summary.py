@@ -50,7 +50,8 @@ def print_run_summary(cfg, stages: dict[str, dict]) -> None:
         console.print(_results_table(json.loads(results.read_text())))
     where = []
     model = artifact_dir(cfg.output_dir, "model") if not cfg.publish.output else Path(cfg.publish.output)
-    for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)", artifact_dir(cfg.output_dir, "lambda")),
+    for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)",
+                         artifact_dir(cfg.output_dir, "lambda")),
                         ("model", model), ("index", artifact_dir(cfg.output_dir, "index")),
                         ("results", results), ("W&B runs (offline)", Path(cfg.output_dir) / "wandb")):
         if path.exists():

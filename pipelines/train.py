@@ -1,11 +1,10 @@
 """Stage ``train``: the lexical model Λ learns to imitate the sparse teacher (SPAR §3, §4.1, §5.4).
 
-Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` and writes ``<output_dir>/lambda/``: the
-best-``valid_mrr`` Λ as a :class:`~spar.encoders.BiEncoder` folder (``query_encoder/``, ``passage_encoder/``,
-``spar_encoder.json``), ``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's
-figures. Training runs in ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic
-lives in :mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to
-``<output_dir>/wandb``.
+Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` (not for a fitted kind) and writes
+``<output_dir>/lambda/``: the best-``valid_mrr`` Λ saved by its kind (``spar_lambda.json`` and the kind's ``files``),
+``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's figures. Training runs in
+``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic lives in
+:mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to ``<output_dir>/wandb``.
 
     spar train                                            # the embedded SciFact sample, on CPU in minutes
     spar train -c configs/experiments/scifact.yaml train.devices=4 train.wandb_mode=online
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
 from spar.config import SparConfig
-from spar.lexical import build_lambda
+from spar.lexical import build_lambda, lambda_class
 from spar.training import is_primary_process, summarize, train_lambda
 
 SECTIONS = ["experiment", "data", "sample", "label", "train"]
@@ -34,10 +33,10 @@ def fingerprint_config(cfg: SparConfig) -> dict:
     train = cfg.train.model_dump(mode="json")
     for key in RUNTIME_OPTIONS:
         train.pop(key, None)
-    if cfg.train.kind == "projection":  # fitted, not trained: only what changes its vectors
-        train = {"kind": "projection", "lexical": {k: train["lexical"][k] for k in ("dim", "projection", "seed")}}
-    config = {"train": train, "seed": cfg.experiment.seed, "title_field": cfg.data.title_field}
-    if cfg.train.kind != "transformer":  # term-based kinds carry the teacher's statistics
+    kind = lambda_class(cfg.train.kind)
+    config = {"train": kind.fingerprint_settings(train), "seed": cfg.experiment.seed,
+              "title_field": cfg.data.title_field}
+    if kind.term_based:  # term-based kinds carry the teacher's statistics
         config["teacher"] = {"k1": cfg.label.k1, "b": cfg.label.b, "fields": list(cfg.label.fields)}
     return config
 
@@ -47,7 +46,7 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
     ldir = artifact_dir(cfg.output_dir, "labels")
     require(qdir, "queries")
     inputs = {"queries": manifest_fingerprint(qdir)}
-    if cfg.train.kind != "projection":  # a projection needs the corpus only, not the labels
+    if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
         require(ldir, "labels")
         inputs["labels"] = manifest_fingerprint(ldir)
     out = artifact_dir(cfg.output_dir, "lambda")
@@ -75,7 +74,7 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
                     "devices": result.world_size, "valid MRR (first → best)":
                     f"{_round(result.initial_valid_mrr)} → {_round(result.best_valid_mrr)} (step {result.best_step})"}
         write_card(cfg, model, w.path, writer.fingerprint, training)
-        w.schema = {**LAMBDA_SCHEMA[model.kind], **CARD_SCHEMA,
+        w.schema = {**model.files, **CARD_SCHEMA,
                     "checkpoints/last.ckpt": "Lightning checkpoint (weights, optimiser, loops)"}
     return {
         "summary": summarize(result),
@@ -86,20 +85,6 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         "logs": result.logger_dir,
         "output": str(out),
     }
-
-
-#: What each kind's Λ directory holds (the manifest's schema).
-LAMBDA_SCHEMA = {
-    "transformer": {"query_encoder/": "Hugging Face model (safetensors)", "passage_encoder/": "idem, unless shared",
-                    "spar_encoder.json": "pooling, normalisation, prefixes, max lengths",
-                    "spar_lambda.json": "kind, dim, encoder settings, objective"},
-    "projection": {"spar_lambda.json": "kind, dim, projection, seed, teacher statistics",
-                   "vocab.txt": "the teacher's terms (row order)", "document_frequencies.npy": "int64 [V]",
-                   "term_statistics.json": "k1, b, passages, average length, analyzer"},
-    "static": {"spar_lambda.json": "kind, dim, objective, initialisation, teacher statistics",
-               "term_embeddings.safetensors": "float32 [V, dim] term embeddings", "vocab.txt": "the teacher's terms",
-               "document_frequencies.npy": "int64 [V]", "term_statistics.json": "k1, b, passages, average length"},
-}
 
 
 def _round(value: float | None) -> str:
@@ -130,7 +115,7 @@ def _fit_only(cfg: SparConfig, model, writer: ArtifactWriter, force: bool) -> di
         model.save(w.path)
         write_card(cfg, model, w.path, writer.fingerprint, {"training": "none (fitted: corpus statistics)"})
         w.stats = {"lambda": model.describe(), "steps": 0}
-        w.schema = {**LAMBDA_SCHEMA[model.kind], **CARD_SCHEMA}
+        w.schema = {**model.files, **CARD_SCHEMA}
     teacher = model.describe()["teacher"]
     return {"kind": model.kind, "dim": model.dim, "terms": f"{teacher['vocab_size']:,}",
             "passages": f"{teacher['num_docs']:,}", "output": str(writer.final)}

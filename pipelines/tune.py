@@ -19,7 +19,8 @@ SUMMARY = "tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring
 
 def _data_inputs(cfg) -> dict[str, str]:
     d = cfg.data
-    files = {"queries": d.queries, "qrels_dev": d.qrels_dev, "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
+    files = {"queries": d.queries, "qrels_dev": d.qrels_dev,
+             "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
     return {name: file_fingerprint(path) for name, path in files.items() if path}
 
 

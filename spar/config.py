@@ -27,8 +27,6 @@ Example::
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import os
 import re
 import sys
@@ -51,11 +49,6 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=(),
                               validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
-
-    def fingerprint(self) -> str:
-        """A stable hash of this section's values (used by manifests to detect config changes)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 class ExperimentSection(Section):
@@ -158,14 +151,16 @@ class LabelSection(Section):
     shard_size: int = Field(20_000, ge=1, description="Input queries per label shard (it holds those of them that "
                             "were labelled); the unit of resuming and of multi-machine parts.")
     num_shards: int = Field(1, ge=1, description="Split the job over this many machines: each writes "
-                            "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into labels/ ...")
+                            "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into "
+                            "labels/ ...")
     shard_index: int = Field(0, ge=0, description="... and run this machine's part.")
     java_heap: str = Field("4g", description="JVM -Xmx for Pyserini.")
 
     @model_validator(mode="after")
     def _check(self) -> "LabelSection":
         if self.n_positives + self.n_negatives > self.k:
-            raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) exceeds k={self.k}")
+            raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) "
+                             f"exceeds k={self.k}")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
         if self.negative_window is not None:
@@ -215,8 +210,8 @@ class LexicalSection(Section):
 
 class TrainSection(Section):
     kind: Literal["transformer", "projection", "static"] = Field(
-        "transformer", description="Λ kind: 'transformer' (the paper's DPR bi-encoder, a GPU job), 'projection' "
-        "(the densified teacher, training-free), 'static' (term embeddings distilled from the teacher, CPU minutes)."
+        "projection", description="Λ kind: 'projection' (the densified teacher, training-free), 'static' (term "
+        "embeddings distilled from the teacher, CPU minutes), 'transformer' (the paper's DPR bi-encoder, a GPU job)."
     )
     lexical: LexicalSection = Field(default_factory=LexicalSection, description="Projection/static Λ settings.")
     encoder: LambdaEncoderSection = Field(default_factory=LambdaEncoderSection)

@@ -59,7 +59,7 @@ def configure(verbosity: Verbosity = "normal") -> None:
         # With a root handler in place, Lightning adds none of its own at import (it would print every message
         # twice); it sets its loggers to INFO, so the level that counts is this handler's.
         handler = logging.StreamHandler()
-        handler.spar = True
+        handler.spar = True  # type: ignore[attr-defined]  # marks spar's own handler
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
     handler.setLevel(level)

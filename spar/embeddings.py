@@ -17,9 +17,9 @@ How it runs:
   atomically. A killed run re-encodes only the missing shards, and because a shard's batches depend only on the
   shard's own contents, a resumed run's shards are byte-identical to an uninterrupted one (deterministic device).
 - **One device: a plain inference loop. Several devices: Lightning's predict loop** (``Trainer.predict`` with
-  :class:`spar.encode_engines.EncodeModule`, ``ddp_spawn``), each rank encoding every n-th batch of the shard and the main process
-  merging the ranks' vectors. On one CPU device Lightning's loop measured no faster than the plain loop (see
-  ``bench/encode_throughput.py``), so ``engine="auto"`` keeps the plain loop there; ``engine="lightning"``
+  :class:`spar.encode_engines.EncodeModule`, ``ddp_spawn``), each rank encoding every n-th batch of the shard and the
+  main process merging the ranks' vectors. On one CPU device Lightning's loop measured no faster than the plain loop
+  (see ``bench/encode_throughput.py``), so ``engine="auto"`` keeps the plain loop there; ``engine="lightning"``
   forces the predict loop on any device count.
 - **Truncation is counted**: items longer than the encoder's max length are reported in the manifest stats.
 
@@ -61,6 +61,7 @@ from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict, i
 from spar.encoders import BiEncoder
 from spar.encode_engines import Side, encode_shard_lightning, encode_shard_loop, resolve_devices, tokenize_shard
 from spar.errors import ArtifactError
+from spar.readers import OnBad
 from spar.schemas import EMBEDDING_IDS, read_table, write_table
 
 from spar.console import adopt_library_loggers  # noqa: E402
@@ -406,7 +407,7 @@ def _progress(show: bool, total: int | None, desc: str):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_format: str, on_bad_record: str,
+def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_format: str, on_bad_record: OnBad,
                     use_titles: bool = True) -> tuple[Iterable[list[tuple[str, Any]]], dict[str, str], int | None]:
     """Shards of (id, (title, text)) from ``passages.arrow``, a corpus file, or an iterable of passages."""
     if isinstance(source, (str, Path)):
@@ -450,7 +451,7 @@ def encode_passages(
     options: EncodeOptions | None = None,
     inputs: dict[str, str] | None = None,
     corpus_format: str = "auto",
-    on_bad_record: str = "fail",
+    on_bad_record: OnBad = "fail",
     use_titles: bool = True,
     force: bool = False,
     on_shard: Callable[[int, dict[str, Any]], None] | None = None,

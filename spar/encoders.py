@@ -26,7 +26,7 @@ import contextlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,8 @@ from spar.models import ModelNotFoundError, missing_tokenizer, resolve_model
 
 ENCODER_CONFIG = "spar_encoder.json"
 QUERY_DIR, PASSAGE_DIR = "query_encoder", "passage_encoder"
+#: Files every published encoder folder must hold (what ``AutoModel``/``AutoTokenizer`` read).
+PUBLISHED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
 
 PassageLike = tuple[str, str] | str
 
@@ -69,7 +71,8 @@ def tokenize_queries(tokenizer, settings: EncoderSettings, texts: Sequence[str],
 
 def tokenize_passages(tokenizer, settings: EncoderSettings, passages: Sequence[PassageLike],
                       pad_to_multiple_of: int | None = None) -> dict[str, torch.Tensor]:
-    """Tokenise ``(title, text)`` passages (or strings) as ``title [SEP] text``, like :meth:`BiEncoder.tokenize_passages`."""
+    """Tokenise ``(title, text)`` passages (or strings) as ``title [SEP] text``, like
+    :meth:`BiEncoder.tokenize_passages`."""
     sep = tokenizer.sep_token or " "
     texts = [format_passage(p, sep, settings.passage_prefix) for p in passages]
     return tokenizer(texts, padding=True, truncation=True, max_length=settings.passage_max_length,
@@ -166,7 +169,8 @@ class BiEncoder(nn.Module):
                 raise ArtifactError(f"{missing_tokenizer(d / sub)}: the encoder directory is incomplete")
         tokenizer = AutoTokenizer.from_pretrained(str(d / QUERY_DIR))
         q_model = AutoModel.from_pretrained(str(d / QUERY_DIR), use_safetensors=True)
-        p_model = None if settings.shared_weights else AutoModel.from_pretrained(str(d / PASSAGE_DIR), use_safetensors=True)
+        p_model = (None if settings.shared_weights
+                   else AutoModel.from_pretrained(str(d / PASSAGE_DIR), use_safetensors=True))
         return cls(q_model, p_model, tokenizer, settings).to(device).eval()
 
     def save(self, directory: str | Path) -> None:
@@ -178,6 +182,40 @@ class BiEncoder(nn.Module):
             self.passage_model.save_pretrained(d / PASSAGE_DIR, safe_serialization=True)
             self.tokenizer.save_pretrained(d / PASSAGE_DIR)
         (d / ENCODER_CONFIG).write_text(json.dumps(asdict(self.settings), indent=2) + "\n")
+
+    # -- a route of a published model (spar.publish) --------------------------------------------------------
+    def published_spec(self, side: str, weight: float) -> dict[str, Any]:
+        """This encoder's entry in a published route's ``spar_combination.json`` (``side``: query/passage)."""
+        s, query = self.settings, side == "query"
+        return {"input": "query" if query else "passage", "pooling": s.pooling, "normalize": bool(s.normalize),
+                "prefix": s.query_prefix if query else s.passage_prefix,
+                "max_length": int(s.query_max_length if query else s.passage_max_length), "weight": float(weight)}
+
+    def published_module(self, side: str) -> tuple[nn.Module, Any]:
+        return (self.query_model if side == "query" else self.passage_model), self.tokenizer
+
+    def shares_sides(self) -> bool:
+        """Whether the query and passage encoders hold the same weights (one object, or equal tensors)."""
+        if self.query_model is self.passage_model:
+            return True
+        q, p = self.query_model.state_dict(), self.passage_model.state_dict()
+        return q.keys() == p.keys() and all(q[k].shape == p[k].shape and torch.equal(q[k], p[k]) for k in q)
+
+    def published_config(self) -> dict[str, Any]:
+        return asdict(self.settings)
+
+    @classmethod
+    def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
+                       device: str = "cpu") -> "BiEncoder":
+        """The encoder of a published model's two route folders (one folder when both sides share it)."""
+        from transformers import AutoModel, AutoTokenizer
+
+        settings = EncoderSettings(**{k: v for k, v in entry.items() if k != "kind"})
+        tokenizer = AutoTokenizer.from_pretrained(str(query_dir))
+        q_model = AutoModel.from_pretrained(str(query_dir), use_safetensors=True)
+        shared = settings.shared_weights or Path(document_dir) == Path(query_dir)
+        p_model = None if shared else AutoModel.from_pretrained(str(document_dir), use_safetensors=True)
+        return cls(q_model, p_model, tokenizer, settings).to(device).eval()
 
     # -- tokenisation -----------------------------------------------------------------------------------------
     @property

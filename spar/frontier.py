@@ -206,7 +206,7 @@ class FrontierInputs:
         if len(texts) != len(self.doc_ids):
             raise ArtifactError(f"{self.passages_arrow} holds {len(texts)} passages, the base embeddings "
                                 f"{len(self.doc_ids)}: re-run `spar encode`")
-        self.weights = BM25Weights.fit(texts, k1=label.k1, b=label.b)
+        self.weights = BM25Weights.fit(texts, k1=label.k1, b=label.b, fields=label.fields)
         self.passage_terms = self.weights.passage_matrix(texts)
         self.query_terms = {s.split: self.weights.query_matrix(list(s.texts.values())) for s in (self.dev, self.test)}
 
@@ -267,18 +267,12 @@ class FrontierInputs:
 
     def lambda_vectors(self, model) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Λ's passage and dev/test query vectors (term-based kinds reuse the shared sparse matrices)."""
-        if model.kind == "projection" and model.weights is self.weights:
-            from spar.lexical.projection import project
-
-            table = model.matrix
-            return project(self.passage_terms, table), {s: project(m, table) for s, m in self.query_terms.items()}
-        if model.kind == "static" and model.weights is self.weights:
-            table = model.embedding.weight.detach().cpu().numpy()
-            return (np.asarray(self.passage_terms @ table, dtype=np.float32),
-                    {s: np.asarray(m @ table, dtype=np.float32) for s, m in self.query_terms.items()})
+        passages = model.term_vectors(self.weights, self.passage_terms)
+        if passages is not None:
+            return passages, {s: model.term_vectors(self.weights, m) for s, m in self.query_terms.items()}
         from spar.passages import PassagesTable
 
-        store = PassagesTable(self.passages_arrow, self.cfg.data.title_field)
+        store = PassagesTable(self.passages_arrow, self.cfg.data.title_field or model.term_based)
         passages = store.get(np.arange(len(store)))
         return model.encode_passage(passages), {s.split: model.encode_query(list(s.texts.values()))
                                                 for s in (self.dev, self.test)}
@@ -409,11 +403,12 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
                 model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
                 add(score_points(inputs, model, seed, seconds, steps, todo, timed=timed))
     lam_dir = artifact_dir(cfg.output_dir, "lambda")
-    if "transformer" in kinds and is_complete(lam_dir) and not any(p.kind == "transformer" for p in points):
+    if is_complete(lam_dir):  # the run's own Λ, of a requested kind this loop does not compute (transformer)
         from spar.artifacts import read_manifest
         from spar.lexical import load_lambda, read_lambda_config
 
-        if read_lambda_config(lam_dir)["kind"] == "transformer":
+        run_kind = read_lambda_config(lam_dir)["kind"]
+        if run_kind in kinds and run_kind not in {k for k, *_ in done} | {"projection", "static"}:
             stats = read_manifest(lam_dir).get("stats", {})
             add(score_points(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
                              int(stats.get("steps", 0)), storages, timed=True))

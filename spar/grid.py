@@ -90,7 +90,8 @@ def grid_search(objective: Callable[[float], float], grid: Sequence[float] | Non
             if v not in scores:
                 scores[v] = float(objective(v))
         best = _pick_best(scores)
-        side = "low" if best == values[0] else "high" if best == values[-1] else None
+        side: Literal["low", "high"] | None = ("low" if best == values[0] else "high" if best == values[-1]
+                                                else None)
         if side is None or extensions >= max_extensions or len(values) == 1:
             break
         values = extend_grid(values, side)

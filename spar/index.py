@@ -384,7 +384,8 @@ class SparIndex:
             raise ArtifactError(f"{d}: {INDEX_FILE} holds {index.ntotal} vectors, {IDS_FILE} {len(ids)} ids, "
                                 f"{INDEX_MANIFEST} says {info.get('count')}")
         self = cls(index, ids, info)
-        self.set_search_params(**{k: v for k, v in info.get("options", {}).items() if k in ("hnsw_ef_search", "nprobe")})
+        self.set_search_params(**{k: v for k, v in info.get("options", {}).items()
+                                  if k in ("hnsw_ef_search", "nprobe")})
         return self
 
     def set_search_params(self, hnsw_ef_search: int | None = None, nprobe: int | None = None) -> None:

@@ -182,7 +182,8 @@ def label_queries(
     def shard_bounds(s: int) -> tuple[int, int]:
         return s * settings.shard_size, min((s + 1) * settings.shard_size, table.num_rows)
 
-    stats = {"queries": 0, "labelled": 0, "dropped": 0, "dropped_dev": 0, "shards_written": 0, "shards_reused": 0}
+    stats: dict[str, Any] = {"queries": 0, "labelled": 0, "dropped": 0, "dropped_dev": 0, "shards_written": 0,
+                             "shards_reused": 0}
     todo = []
     for s in mine:
         start, end = shard_bounds(s)

@@ -15,7 +15,8 @@ a hub id (``owner/name``)   the published spar model or Λ directory downloaded 
 ==========================  ==================================================================================
 
 ``encode.lambda.kind`` / ``dim``, when given, are checked against what is found; ``statistics: target`` refits a
-term-based Λ's corpus statistics on the experiment's own corpus (:meth:`~spar.lexical.base.LexicalModel.with_statistics`).
+term-based Λ's corpus statistics on the experiment's own corpus
+(:meth:`~spar.lexical.base.LexicalModel.with_statistics`).
 The fingerprint of the source (its manifest's, else a hash of its files) goes into the embeddings' manifests, so
 pointing ``encode.lambda`` elsewhere re-runs encode and every stage after it.
 
@@ -59,8 +60,8 @@ class LambdaSource:
     dim: int
     statistics: str = "carried"
     spec: str | None = None
-    #: The corpus ``statistics: target`` refits on (its texts as the teacher indexes them), and its file.
-    target_texts: Callable[[], Iterable[str]] | None = field(default=None, repr=False)
+    #: The corpus ``statistics: target`` refits on (its ``(title, text)`` passages), and its file.
+    target_passages: Callable[[], Iterable[tuple[str, str]]] | None = field(default=None, repr=False)
     target: Path | None = None
     _fingerprint: str | None = field(default=None, repr=False)
 
@@ -90,22 +91,19 @@ class LambdaSource:
 
     def load(self, device: str = "cpu"):
         """The Λ as a :class:`~spar.lexical.base.LexicalModel`; with ``statistics: target``, refitted on the
-        target corpus (``target_texts()``: the experiment's passages as the teacher indexes them)."""
+        target corpus (``target_passages()``, read through the Λ's own fields)."""
         if self.published:
-            from spar.lexical.transformer import TransformerLambda
             from spar.publish import load_published_encoder
 
             model = load_published_encoder(self.location, "lambda", device=device)
-            if self.kind == "transformer":
-                model = TransformerLambda(model)
         else:
             from spar.lexical import load_lambda
 
             model = load_lambda(self.location, device=device)
         if self.statistics == "target":
-            if self.target_texts is None:
-                raise ValueError("statistics='target' needs the target corpus's texts")
-            model = model.with_statistics(self.target_texts())
+            if self.target_passages is None:
+                raise ValueError("statistics='target' needs the target corpus's passages")
+            model = model.with_statistics(self.target_passages())
         return model
 
 
@@ -120,9 +118,9 @@ def _spec_fields(spec: str | Mapping[str, Any] | Any | None) -> dict[str, Any]:
 
 
 def _is_lambda_dir(d: Path) -> bool:
-    from spar.lexical.base import LAMBDA_CONFIG, LEGACY_ENCODER_CONFIG
+    from spar.lexical.base import LAMBDA_CONFIG
 
-    return (d / LAMBDA_CONFIG).exists() or (d / LEGACY_ENCODER_CONFIG).exists()
+    return (d / LAMBDA_CONFIG).exists()
 
 
 def _download(hub_id: str) -> Path:
@@ -172,15 +170,11 @@ def _kind_and_dim(d: Path) -> tuple[str, int]:
 
         config = check_model_dir(d)
         encoder = config["encoders"]["lambda"]
-        return encoder.get("kind", "transformer"), int(config["dims"]["lambda"])
+        return encoder["kind"], int(config["dims"]["lambda"])
     from spar.lexical.base import read_lambda_config
 
     config = read_lambda_config(d)
-    if "dim" in config:
-        return config["kind"], int(config["dim"])
-    from spar.lexical import load_lambda  # a legacy transformer Λ records no dim: ask the model
-
-    return config["kind"], int(load_lambda(d).dim)
+    return config["kind"], int(config["dim"])
 
 
 def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str | Path) -> LambdaSource:
@@ -198,19 +192,21 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
     if fields.get("dim") and int(fields["dim"]) != dim:
         raise ArtifactError(f"{where}: Λ has {dim} dimensions, but encode.lambda.dim expects {fields['dim']}")
     statistics = fields.get("statistics") or "carried"
-    if statistics == "target" and kind == "transformer":
+    from spar.lexical import lambda_class
+
+    if statistics == "target" and not lambda_class(kind).term_based:
         raise ArtifactError(f"{where}: encode.lambda.statistics=target refits a term-based Λ's corpus statistics, but "
-                            "this Λ is a transformer (use statistics: carried)")
+                            f"this Λ is a {kind} (use statistics: carried)")
     return LambdaSource(location, origin, kind, dim, statistics, fields.get("path"))
 
 
 def experiment_lambda(cfg) -> LambdaSource:
     """The Λ of an experiment: ``encode.lambda`` when set, else its own ``lambda/``; a ``statistics: target`` Λ
-    refits on the experiment's passages (:func:`spar.lexical.experiment_corpus_texts`)."""
-    from spar.lexical import experiment_corpus_texts
+    refits on the experiment's passages (:func:`spar.lexical.experiment_corpus_passages`)."""
+    from spar.lexical import experiment_corpus_passages
     from spar.passages import experiment_passages
 
     source = resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
     if source.statistics == "target":
-        source.target, source.target_texts = experiment_passages(cfg), lambda: experiment_corpus_texts(cfg)
+        source.target, source.target_passages = experiment_passages(cfg), lambda: experiment_corpus_passages(cfg)
     return source

@@ -162,8 +162,8 @@ def rbo(first: Sequence[str], second: Sequence[str], p: float = 0.9) -> float:
         raise ValueError(f"p must be in (0, 1), got {p}")
     a, b = _unique(first), _unique(second)
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
-    s, l = len(short), len(long_)
-    if l == 0:
+    s, n_long = len(short), len(long_)
+    if n_long == 0:
         return 1.0
     if s == 0:
         return 0.0
@@ -174,7 +174,7 @@ def rbo(first: Sequence[str], second: Sequence[str], p: float = 0.9) -> float:
     x_s = 0
     total = 0.0
     weight = 1.0
-    for d in range(1, l + 1):
+    for d in range(1, n_long + 1):
         weight *= p
         item_long = long_[d - 1]
         if d <= s:
@@ -191,7 +191,7 @@ def rbo(first: Sequence[str], second: Sequence[str], p: float = 0.9) -> float:
             overlap += item_long in short_set
             total += x_s * (d - s) / (s * d) * weight
         total += overlap / d * weight
-    tail = ((overlap - x_s) / l + x_s / s) * weight
+    tail = ((overlap - x_s) / n_long + x_s / s) * weight
     return (1 - p) / p * total + tail
 
 

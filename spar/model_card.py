@@ -9,7 +9,7 @@ Example::
     >>> from spar.model_card import ModelCardFacts, render_model_card
     >>> card = render_model_card(ModelCardFacts(name="demo", base_model="all-MiniLM-L6-v2", base_pooling="mean",
     ...     base_normalize=True, lambda_init="projection Λ", lambda_pooling="term bag", lambda_normalize=False,
-    ...     variant="concat", mu=0.5, dim=768, lambda_kind="projection"))
+    ...     variant="concat", mu=0.5, dim=768, lambda_from_model=False))
     >>> card.startswith("---") and "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
     True
 """
@@ -39,7 +39,8 @@ class ModelCardFacts:
     mu: float
     dim: int
     license: str = "apache-2.0"
-    lambda_kind: str = "transformer"
+    #: Whether ``lambda_init`` names a model Λ was initialised from (a hub id: the card's ``base_model``).
+    lambda_from_model: bool = True
     base_license: str | None = None
     data_license: str | None = None
     dataset: str | None = None
@@ -80,7 +81,7 @@ def _yaml_front_matter(f: ModelCardFacts) -> str:
                  "lexical-matching", f"teacher-{f.teacher}"],
     }
     base_ids = list(dict.fromkeys([_hub_id(f.base_model)] + ([_hub_id(f.lambda_init)]
-                                                             if f.lambda_kind == "transformer" else [])))
+                                                             if f.lambda_from_model else [])))
     if all(not Path(b).exists() for b in base_ids):  # local paths are not hub ids: leave them out of metadata
         meta["base_model"] = base_ids[0] if len(base_ids) == 1 else base_ids
     if f.dataset:
@@ -130,8 +131,10 @@ def render_model_card(f: ModelCardFacts) -> str:
         'p = enc.encode_passages([("Scurvy", "Scurvy is caused by a lack of vitamin C.")])',
         "```",
         "",
-        "Each encoder is also a plain Hugging Face model: `AutoModel.from_pretrained(path, subfolder=\"query/lambda\")` "
-        "(folders `query/base`, `query/lambda`, `document/base`, `document/lambda`).",
+        "Each transformer encoder is also a plain Hugging Face model: `AutoModel.from_pretrained(path, "
+        "subfolder=\"base\")` (an encoder whose query and document sides share weights is stored once, in `base/` "
+        "or `lambda/`; otherwise in `query/<name>` and `document/<name>`: each route's `spar_combination.json` says "
+        "where).",
         "",
         "## Components",
         "",
@@ -139,7 +142,8 @@ def render_model_card(f: ModelCardFacts) -> str:
         "|---|---|---|---|---|",
         f"| base retriever | {_hub_id(f.base_model)} | {f.base_pooling} | {f.base_normalize} | "
         f"{f.base_license or 'see its model card'} |",
-        f"| lexical model Λ (initialised from) | {_hub_id(f.lambda_init)} | {f.lambda_pooling} | {f.lambda_normalize} | "
+        f"| lexical model Λ (initialised from) | {_hub_id(f.lambda_init)} | {f.lambda_pooling} | "
+        f"{f.lambda_normalize} | "
         f"{KNOWN_LICENSES.get(f.lambda_init.strip().lower(), 'see its model card')} |",
         f"| training data | {f.dataset or 'see the config below'} | | | "
         f"{f.data_license or 'not stated (set publish.data_license)'} |",
@@ -209,17 +213,6 @@ def render_model_card(f: ModelCardFacts) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _stat(stats: dict[str, Any], *names: str) -> Any:
-    """First stat whose key matches one of ``names`` (manifests of other stages may name them slightly apart)."""
-    for name in names:
-        if name in stats:
-            return stats[name]
-    for key, value in stats.items():
-        if isinstance(value, dict):
-            found = _stat(value, *names)
-            if found is not None:
-                return found
-    return None
 
 
 def _count(value: Any) -> int | None:
@@ -237,8 +230,9 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
     from spar.config import dump_config
     from spar.lexical.card import teacher_description
 
-    base, lam = cfg.encode.base, cfg.train.encoder
-    kind = getattr(encoder.lambda_, "kind", "transformer")  # the published Λ's, not the config's (a BiEncoder: transformer)
+    base = cfg.encode.base
+    kind = encoder.lambda_.kind  # the published Λ's, not the config's
+    lambda_facts = encoder.lambda_.card_facts(cfg)
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
     label = cfg.label
@@ -250,14 +244,9 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
     else:
         split = None
     sampling = cfg.sample.strategy + (f" (base {cfg.sample.exponential_base})" if cfg.sample.strategy == "wiki" else "")
-    train_details = {"kind": kind, "loss": cfg.train.loss if kind == "transformer" else cfg.train.lexical.objective,
-                     "batch size": cfg.train.batch_size, "hard negatives": cfg.train.hard_negatives,
-                     "learning rate": cfg.train.learning_rate or ("1e-3" if kind == "static" else "3e-5")}
-    if kind == "projection":
-        train_details = {"kind": kind, "training": "none (the teacher's BM25 weights times a seeded random matrix)"}
-    for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR"),
-                        ("valid_mrr", "best validation MRR")):
-        value = _stat(train_stats, key)
+    train_details = lambda_facts["train_details"]
+    for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR")):
+        value = train_stats.get(key)
         if value is not None and label_ not in train_details:
             train_details[label_] = round(value, 4) if isinstance(value, float) else value
     scores = tune.get("scores")
@@ -265,17 +254,16 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
         name=cfg.experiment.name,
         base_model=base.model, base_pooling=base.pooling, base_normalize=base.normalize,
         lambda_init=f"{kind} Λ of {lambda_source.get('spec')}" if lambda_source and lambda_source.get("origin") != "run"
-        else lam.model if kind == "transformer" else
-        f"{kind} Λ: the teacher's terms, {cfg.train.lexical.projection} projection (dim {encoder.lambda_.dim})",
-        lambda_pooling=lam.pooling if kind == "transformer" else "term bag (query counts, passage BM25 weights)",
-        lambda_normalize=lam.normalize if kind == "transformer" else False, lambda_kind=kind,
+        else lambda_facts["lambda_init"],
+        lambda_pooling=lambda_facts["lambda_pooling"], lambda_normalize=lambda_facts["lambda_normalize"],
+        lambda_from_model=not encoder.lambda_.term_based,
         variant=encoder.variant, mu=encoder.mu, dim=encoder.dim,
         license=cfg.publish.license,
         base_license=cfg.publish.base_license or KNOWN_LICENSES.get(base.model.strip().lower()),
         data_license=cfg.publish.data_license, dataset=cfg.publish.dataset,
         teacher=label.teacher, teacher_details=teacher,
-        training_queries=_count(_stat(queries_stats, "train_queries", "queries_train", "train")),
-        dev_queries=_count(_stat(queries_stats, "dev_queries", "queries_dev", "dev")),
+        training_queries=_count(queries_stats.get("queries_train")),
+        dev_queries=_count(queries_stats.get("queries_dev")),
         sampling=sampling, k=label.k, n_positives=label.n_positives, n_negatives=label.n_negatives,
         train_details=train_details, lambda_source=lambda_source,
         tune_metric=tune.get("metric"), tune_grid=tune.get("grid"),

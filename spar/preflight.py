@@ -65,7 +65,8 @@ def check_models(cfg) -> None:
                 resolve_model(name)
             except ConfigError as exc:
                 raise type(exc)(f"{key}: {exc}") from None
-    if cfg.encode.lambda_ is not None:  # a Λ from elsewhere: found, of the expected kind and dimension, before any stage
+    # A Λ from elsewhere: found, of the expected kind and dimension, before any stage.
+    if cfg.encode.lambda_ is not None:
         from spar.lambda_source import resolve_lambda
 
         resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
@@ -80,6 +81,7 @@ def check_inputs(cfg) -> dict[str, Any]:
     """
     data, on_bad = cfg.data, cfg.experiment.on_bad_record
     corpus = _readable(data.corpus, "data.corpus")
+    assert corpus is not None  # data.corpus is a required setting
     queries = _readable(data.queries, "data.queries")
     qrels = qrels_files(data)
     if qrels and queries is None:

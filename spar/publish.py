@@ -6,13 +6,15 @@ The directory is at once
   :class:`spar.st_modules.SparCombination`, so ``model.encode_query(q)`` is ``[Q(q), μ·QΛ(q)]`` and
   ``model.encode_document(p)`` is ``[P(p), PΛ(p)]`` (``concat``; ``sum`` adds them) and the dot product is
   ``sim(q, p) + μ·simΛ(q, p)``;
-- four plain **Hugging Face** models (``query/base``, ``query/lambda``, ``document/base``, ``document/lambda``: each
-  ``config.json``, ``model.safetensors`` and tokenizer files) for ``transformers.AutoModel``;
-- a **spar** model (``spar_model.json``: μ, variant, pooling/normalisation/prefixes/lengths of each encoder, where
-  the index and passages of the run are) for :class:`SparEncoder` and ``spar search`` (:mod:`spar.search`);
+- plain **Hugging Face** models (each ``config.json``, ``model.safetensors`` and tokenizer files) for
+  ``transformers.AutoModel``, and a term-based Λ's term bag;
+- a **spar** model (``spar_model.json``: μ, variant, each encoder's settings and Λ's kind, where the index and
+  passages of the run are) for :class:`SparEncoder` and ``spar search`` (:mod:`spar.search`);
 - a model card (``README.md``) with Hugging Face metadata.
 
-Layout::
+Each weight is stored once: an encoder whose query and document sides hold the same weights (the base; a
+term-based Λ) lives in ``<name>/`` and both routes point to it (``"path"`` in ``spar_combination.json``); one with
+two sets of weights (a DPR Λ) in ``query/<name>/`` and ``document/<name>/``. Layout::
 
     model/
       README.md                            model card (YAML front matter + training/tuning/evaluation facts)
@@ -20,11 +22,11 @@ Layout::
       spar_config.yaml                     the resolved experiment config that produced it
       modules.json, router_config.json,    sentence-transformers model (Router over the two routes)
       config_sentence_transformers.json
-      spar_modules.py                      copy of spar/st_modules.py (for trust_remote_code loading without spar)
+      spar_modules.py, spar_analysis.py    copies of spar/st_modules.py and the analyzer (trust_remote_code loading)
+      base/                                the base encoder (AutoModel), shared by both routes
+      lambda/ or query/lambda/ + document/lambda/
       query/spar_combination.json          query route: weights 1 and μ
-      query/base/, query/lambda/           HF encoders (AutoModel)
       document/spar_combination.json       document route: weights 1 and 1
-      document/base/, document/lambda/
 
 Loading (skipped in the doctest run: it needs a published run under ``runs/``)::
 
@@ -44,26 +46,22 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 from spar.errors import ArtifactError, SparError
-from spar.index import spar_passage_vectors, spar_query_vectors
+from spar.index import Variant, spar_passage_vectors, spar_query_vectors
 from spar.model_card import ModelCardFacts, render_model_card
 
 MODEL_CONFIG = "spar_model.json"
 MODEL_FORMAT = "spar-model"
 MODEL_FORMAT_VERSION = 1
 ROUTES = {"query": "query", "document": "document"}
+#: The side of the input each route encodes.
+SIDES = {"query": "query", "document": "passage"}
 ENCODER_NAMES = ("base", "lambda")
-#: Files every encoder folder must hold (what ``AutoModel``/``AutoTokenizer`` read).
-ENCODER_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
-#: Files of a term-based Λ's folder (a :class:`spar.st_modules.LexicalBag`).
-LEXICAL_FILES = ("lexical_bag.json", "vocab.txt", "model.safetensors")
-#: Licences of the models spar bundles, for the model card.
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -71,33 +69,13 @@ LEXICAL_FILES = ("lexical_bag.json", "vocab.txt", "model.safetensors")
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _is_lexical(encoder) -> bool:
-    """A term-based Λ (``projection``/``static``), as opposed to a Hugging Face bi-encoder."""
-    return getattr(encoder, "kind", None) in ("projection", "static")
-
-
-def _encoder_spec(name: str, settings, side: str, weight: float) -> dict[str, Any]:
-    if settings is None:  # a term-based Λ: no tokenizer, pooling or prefixes
-        return {"name": name, "type": "lexical", "input": "query" if side == "query" else "passage",
-                "pooling": "sum", "normalize": False, "prefix": "", "max_length": 0, "weight": float(weight)}
-    query = side == "query"
-    return {
-        "name": name,
-        "input": "query" if query else "passage",
-        "pooling": settings.pooling,
-        "normalize": bool(settings.normalize),
-        "prefix": settings.query_prefix if query else settings.passage_prefix,
-        "max_length": int(settings.query_max_length if query else settings.passage_max_length),
-        "weight": float(weight),
-    }
-
-
 class SparEncoder:
     """SPAR's combined encoder: the base retriever and Λ, joined as ``[Q, μ·QΛ]`` / ``[P, PΛ]`` (or summed).
 
     Args:
         base: the base dense retriever (a :class:`spar.encoders.BiEncoder`).
-        lambda_: the lexical model Λ (a :class:`spar.encoders.BiEncoder`).
+        lambda_: the lexical model Λ (a :class:`spar.lexical.base.LexicalModel` of any kind; a bare
+            :class:`~spar.encoders.BiEncoder` is taken as a transformer Λ).
         mu: the weight of Λ's query vector (tuned on the dev split by ``spar tune``).
         variant: ``concat`` or ``sum``.
         metadata: anything to keep in ``spar_model.json`` (provenance, index location, tuning).
@@ -105,21 +83,26 @@ class SparEncoder:
     Example::
 
         >>> from spar.encoders import BiEncoder
+        >>> from spar.lexical.projection import ProjectionLambda
         >>> from spar.publish import SparEncoder
-        >>> base = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True)
-        >>> lam = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False)
+        >>> base = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True, shared_weights=True)
+        >>> lam = ProjectionLambda.fit(["scurvy is a lack of vitamin C", "sparse retrieval"], dim=64)
         >>> enc = SparEncoder(base, lam, mu=0.5, variant="concat")
         >>> enc.encode_queries(["what causes scurvy"]).shape
-        (1, 768)
+        (1, 448)
     """
 
-    def __init__(self, base, lambda_, mu: float, variant: str = "concat", metadata: dict[str, Any] | None = None):
+    def __init__(self, base, lambda_, mu: float, variant: Variant = "concat",
+                 metadata: dict[str, Any] | None = None):
+        from spar.encoders import BiEncoder
+        from spar.lexical.transformer import TransformerLambda
+
         if variant not in ("concat", "sum"):
             raise SparError(f"unknown SPAR variant {variant!r} (expected 'concat' or 'sum')")
         if variant == "sum" and base.dim != lambda_.dim:
             raise SparError(f"variant 'sum' needs equal dimensions, base has {base.dim} and Λ {lambda_.dim}")
         self.base = base
-        self.lambda_ = lambda_
+        self.lambda_ = TransformerLambda(lambda_) if isinstance(lambda_, BiEncoder) else lambda_
         self.mu = float(mu)
         self.variant = variant
         self.metadata = dict(metadata or {})
@@ -148,34 +131,18 @@ class SparEncoder:
         return q @ p.T
 
     # -- persistence ------------------------------------------------------------------------------------------
-    @property
-    def _lambda_settings(self):
-        return None if _is_lexical(self.lambda_) else self.lambda_.settings
-
-    def _lambda_bag(self, route: str):
-        """Λ as the published :class:`~spar.st_modules.LexicalBag` of a route (counts for queries, BM25 for
-        documents); a projection's random matrix becomes its term embeddings."""
-        import torch
-
-        from spar.st_modules import LexicalBag
-
-        lam = self.lambda_
-        table = lam.dense_matrix() if lam.kind == "projection" else lam.embedding.weight.detach().cpu().numpy()
-        w = lam.weights
-        return LexicalBag(w.vocab, torch.from_numpy(w.df), w.num_docs, w.avg_length, w.k1, w.b,
-                          torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32)),
-                          "query" if route == "query" else "passage", w.analyzer.config())
+    def _encoders(self) -> dict[str, Any]:
+        """The two encoders by name; both offer ``published_spec``/``published_module``/``shares_sides``."""
+        return {"base": self.base, "lambda": self.lambda_}
 
     def _routes(self) -> dict[str, list[dict[str, Any]]]:
-        return {
-            "query": [_encoder_spec("base", self.base.settings, "query", 1.0),
-                      _encoder_spec("lambda", self._lambda_settings, "query", self.mu)],
-            "document": [_encoder_spec("base", self.base.settings, "passage", 1.0),
-                         _encoder_spec("lambda", self._lambda_settings, "passage", 1.0)],
-        }
+        weights = {"query": {"base": 1.0, "lambda": self.mu}, "document": {"base": 1.0, "lambda": 1.0}}
+        return {route: [{"name": name, **enc.published_spec(SIDES[route], weights[route][name])}
+                        for name, enc in self._encoders().items()] for route in ROUTES}
 
     def save_pretrained(self, directory: str | Path, model_card: str | None = None) -> Path:
-        """Write the model directory (see the module docstring); ``model_card`` becomes ``README.md``."""
+        """Write the model directory (see the module docstring); ``model_card`` becomes ``README.md``. An encoder
+        whose two sides hold the same weights is written once, in ``<name>/``, and both routes point to it."""
         import sentence_transformers
         import torch
         import transformers
@@ -185,18 +152,20 @@ class SparEncoder:
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        encoders = {"base": self.base, "lambda": self.lambda_}
+        encoders = self._encoders()
+        shared = {name for name, enc in encoders.items() if enc.shares_sides()}
         for route, specs in self._routes().items():
             route_dir = d / ROUTES[route]
             route_dir.mkdir(exist_ok=True)
             for spec in specs:
-                enc = encoders[spec["name"]]
-                if spec.get("type") == "lexical":
-                    self._lambda_bag(route).save(str(route_dir / spec["name"]))
-                    continue
-                model = enc.query_model if route == "query" else enc.passage_model
-                model.save_pretrained(route_dir / spec["name"], safe_serialization=True)
-                enc.tokenizer.save_pretrained(route_dir / spec["name"])
+                name = spec["name"]
+                if name in shared:
+                    spec["path"] = name  # relative to the model directory
+                    if route != "query":
+                        continue  # written with the query route
+                target = d / name if name in shared else route_dir / name
+                module, tokenizer = encoders[name].published_module(SIDES[route])
+                _save_module(module, tokenizer, target)
             _write_json(route_dir / st_modules.COMBINATION_CONFIG, {"variant": self.variant, "encoders": specs})
         # sentence-transformers: one Router over the two routes, each a SparCombination.
         _write_json(d / "modules.json", [{"idx": 0, "name": "0", "path": "",
@@ -227,8 +196,7 @@ class SparEncoder:
             "similarity": "dot",
             "dims": {"base": self.base.dim, "lambda": self.lambda_.dim, "combined": self.dim},
             "routes": ROUTES,
-            "encoders": {name: enc.describe() if _is_lexical(enc) else asdict(enc.settings)
-                         for name, enc in encoders.items()},
+            "encoders": {name: enc.published_config() for name, enc in encoders.items()},
             **{k: v for k, v in self.metadata.items() if k not in ("variant", "mu")},
         })
         if model_card is not None:
@@ -252,65 +220,75 @@ class SparEncoder:
 
         from spar.st_modules import SparCombination
 
-        encoders = {"base": self.base, "lambda": self.lambda_}
+        encoders = self._encoders()
         routes = {}
         for route, specs in self._routes().items():
-            models = {s["name"]: (encoders[s["name"]].query_model if route == "query"
-                                  else encoders[s["name"]].passage_model) for s in specs}
-            tokenizers = {s["name"]: encoders[s["name"]].tokenizer for s in specs}
-            routes[route] = SparCombination(specs, self.variant, models, tokenizers)
+            modules = {s["name"]: encoders[s["name"]].published_module(SIDES[route]) for s in specs}
+            routes[route] = SparCombination(specs, self.variant, {n: m for n, (m, _) in modules.items()},
+                                            {n: t for n, (_, t) in modules.items() if t is not None})
         router = Router.for_query_document([routes["query"]], [routes["document"]])
         return SentenceTransformer(modules=[router], device=device or str(self.base.device),
                                    similarity_fn_name="dot")
+
+
+def _save_module(module, tokenizer, target: Path) -> None:
+    """One encoder folder of a route: a Hugging Face model and its tokenizer, or a term bag."""
+    if tokenizer is None:
+        module.save(str(target))
+        return
+    module.save_pretrained(target, safe_serialization=True)
+    tokenizer.save_pretrained(target)
 
 
 def _write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def load_published_encoder(path: str | Path, name: str, config: dict[str, Any] | None = None, device: str = "cpu"):
-    """One encoder of a published model directory, ``base`` or ``lambda``: a :class:`~spar.encoders.BiEncoder`,
-    or a :class:`~spar.lexical.static.StaticLambda` for a term-based Λ (e.g. to reuse a published Λ with
-    ``encode.lambda``)."""
-    from transformers import AutoModel, AutoTokenizer
+def encoder_dirs(path: str | Path, name: str) -> tuple[Path, Path]:
+    """The folders holding encoder ``name`` for the query and the document route (one folder when shared)."""
+    from spar.st_modules import COMBINATION_CONFIG
 
-    from spar.encoders import BiEncoder, EncoderSettings
+    d = Path(path)
+    dirs = []
+    for route in ROUTES.values():
+        specs = json.loads((d / route / COMBINATION_CONFIG).read_text(encoding="utf-8"))["encoders"]
+        spec = next((s for s in specs if s["name"] == name), None)
+        if spec is None:
+            raise ArtifactError(f"{d / route / COMBINATION_CONFIG}: no encoder named {name!r}")
+        dirs.append(d / spec["path"] if spec.get("path") else d / route / name)
+    return dirs[0], dirs[1]
+
+
+def load_published_encoder(path: str | Path, name: str, config: dict[str, Any] | None = None, device: str = "cpu"):
+    """One encoder of a published model directory: ``base`` (a :class:`~spar.encoders.BiEncoder`) or ``lambda``
+    (a :class:`~spar.lexical.base.LexicalModel` of its kind, e.g. to reuse a published Λ with ``encode.lambda``)."""
+    from spar.encoders import BiEncoder
+    from spar.lexical import lambda_class
 
     d = Path(path)
     config = config or check_model_dir(d)
-    q_dir, p_dir = d / ROUTES["query"] / name, d / ROUTES["document"] / name
-    if config["encoders"][name].get("kind") in ("projection", "static"):
-        return _load_lexical(q_dir, p_dir)
-    settings = EncoderSettings(**config["encoders"][name])
-    tokenizer = AutoTokenizer.from_pretrained(str(q_dir))
-    q_model = AutoModel.from_pretrained(str(q_dir), use_safetensors=True)
-    # A shared-weights encoder is stored twice (once per route); load it once.
-    p_model = None if settings.shared_weights else AutoModel.from_pretrained(str(p_dir), use_safetensors=True)
-    return BiEncoder(q_model, p_model, tokenizer, settings).to(device).eval()
+    q_dir, p_dir = encoder_dirs(d, name)
+    entry = config["encoders"][name]
+    if name == "base":
+        return BiEncoder.load_published(q_dir, p_dir, entry, device)
+    return lambda_class(entry["kind"]).load_published(q_dir, p_dir, entry, device)
 
 
-def _load_lexical(query_dir: Path, document_dir: Path):
-    """A published term-based Λ as a :class:`~spar.lexical.static.StaticLambda` (a bag of term embeddings: a
-    projection's random matrix was published as its embeddings, so the vectors are the same)."""
-    from spar.lexical.static import StaticLambda
-    from spar.lexical.terms import BM25Weights
-    from spar.st_modules import LexicalBag
-
-    bag = LexicalBag.load(str(query_dir))
-    if LexicalBag.load(str(document_dir)).embeddings.shape != bag.embeddings.shape:
-        raise ArtifactError(f"{query_dir} and {document_dir} hold term embeddings of different shapes")
-    weights = BM25Weights(bag.vocab, bag.df.numpy(), bag.num_docs, bag.avg_length, bag.k1, bag.b, bag.analyzer)
-    return StaticLambda(weights, bag.embeddings.detach(), init={"from": "published model"}).eval()
-
-
-def required_files(config: dict[str, Any] | None = None) -> list[str]:
+def required_files(path: str | Path, config: dict[str, Any]) -> list[str]:
     """Every file a model directory must hold (relative paths)."""
+    from spar.encoders import PUBLISHED_FILES
+    from spar.lexical import lambda_class
+
+    d = Path(path)
     files = [MODEL_CONFIG, "modules.json", "router_config.json", "config_sentence_transformers.json"]
-    for route in ROUTES.values():
-        files.append(f"{route}/spar_combination.json")
-        for name in ENCODER_NAMES:
-            lexical = ((config or {}).get("encoders", {}).get(name) or {}).get("kind") in ("projection", "static")
-            files.extend(f"{route}/{name}/{f}" for f in (LEXICAL_FILES if lexical else ENCODER_FILES))
+    files.extend(f"{route}/spar_combination.json" for route in ROUTES.values())
+    if any(not (d / f).exists() for f in files):
+        return files
+    for name in ENCODER_NAMES:
+        entry = config.get("encoders", {}).get(name) or {}
+        names = PUBLISHED_FILES if name == "base" else lambda_class(entry.get("kind", "")).published_files
+        for folder in dict.fromkeys(encoder_dirs(d, name)):
+            files.extend(f"{folder.relative_to(d).as_posix()}/{f}" for f in names)
     return files
 
 
@@ -330,15 +308,18 @@ def check_model_dir(path: str | Path) -> dict[str, Any]:
     if config.get("format_version", 0) > MODEL_FORMAT_VERSION:
         raise ArtifactError(f"{d / MODEL_CONFIG}: written by a newer spar (format_version "
                             f"{config['format_version']} > {MODEL_FORMAT_VERSION}); upgrade spar")
-    for rel in required_files(config):
+    if "kind" not in (config.get("encoders", {}).get("lambda") or {}):
+        raise ArtifactError(f"{d / MODEL_CONFIG}: the Λ entry names no kind (written by an older spar; re-run "
+                            "`spar publish`)")
+    for rel in required_files(d, config):
         if not (d / rel).exists():
             raise ArtifactError(f"{d}: missing file '{rel}' (the model directory is incomplete; re-run `spar publish`)")
     from spar.models import missing_tokenizer
 
-    for route in ROUTES.values():
-        for name in ENCODER_NAMES:
-            if missing_tokenizer(d / route / name):
-                raise ArtifactError(f"{missing_tokenizer(d / route / name)} (the model directory is incomplete; "
+    for name in ENCODER_NAMES:
+        for folder in encoder_dirs(d, name):
+            if missing_tokenizer(folder):
+                raise ArtifactError(f"{missing_tokenizer(folder)} (the model directory is incomplete; "
                                     "re-run `spar publish`)")
     return config
 

@@ -85,7 +85,8 @@ def _lines(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[tuple[int, s
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                _bad(BadRecordError(str(path), number, f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"),
+                _bad(BadRecordError(str(path), number,
+                                    f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"),
                      on_bad, stats)
                 continue
             line = line.rstrip("\r\n")
@@ -229,7 +230,8 @@ def read_queries(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadSta
         raise BadRecordError(str(p), None, "file not found")
     is_json = p.suffix in (".jsonl", ".json")
     seen: set[str] = set()
-    rows = _lines(p, on_bad_record, stats) if is_json else _tsv_rows(p, on_bad_record, stats, columns=2)
+    rows: Iterator[tuple[int, Any]] = (_lines(p, on_bad_record, stats) if is_json
+                                       else _tsv_rows(p, on_bad_record, stats, columns=2))
     for number, item in rows:
         if is_json:
             obj = _json_object(p, number, item, on_bad_record, stats)

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from spar.errors import ArtifactError
 from spar.publish import MODEL_CONFIG, SparEncoder, check_model_dir, is_model_dir
@@ -48,13 +48,6 @@ def find_passages_file(index_dir: Path) -> Path | None:
         if candidate.exists():
             return candidate
     return None
-
-
-def lookup_passages(passages_path: Path, ids: Sequence[str]) -> list[dict[str, Any] | None]:
-    """Rows of ``passages.arrow`` for these passage ids (memory-mapped; vectorised lookup), ``None`` if absent."""
-    from spar.passages import PassagesTable
-
-    return PassagesTable(passages_path).lookup(ids)
 
 
 @dataclass

@@ -21,7 +21,8 @@ and the vector is their weighted sum of term embeddings. Its folder holds ``lexi
 ``model.safetensors`` (``embeddings`` [V, dim], ``df`` [V]).
 
 This file imports nothing from ``spar`` outside ``try`` blocks: :mod:`spar.publish` copies it into every published
-model directory as ``spar_modules.py`` (and the analyzer as ``spar_analysis.py``) so that ``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
+model directory as ``spar_modules.py`` (and the analyzer as ``spar_analysis.py``) so that
+``SentenceTransformer(path, trust_remote_code=True)`` works where spar is not installed
 (sentence-transformers >= 6 asks for ``trust_remote_code=True`` for every module class outside its own package).
 With spar installed, :func:`load_sentence_transformer` builds the same model through the public ``Router.load``
 API without that flag.
@@ -55,7 +56,7 @@ from sentence_transformers.base.modules.input_module import InputModule
 try:  # inside spar
     from spar.lexical.analysis import LuceneAnalyzer, bm25_weights, idf_weights
 except ImportError:  # a published model loaded without spar: the copy shipped beside this file
-    from .spar_analysis import LuceneAnalyzer, bm25_weights, idf_weights
+    from .spar_analysis import LuceneAnalyzer, bm25_weights, idf_weights  # type: ignore[no-redef]
 
 COMBINATION_CONFIG = "spar_combination.json"
 LEXICAL_CONFIG = "lexical_bag.json"
@@ -146,7 +147,8 @@ class LexicalBag(nn.Module):
                        "b": self.b, "analyzer": self.analyzer_config, "dim": self.dim}, fh, indent=2)
 
     @classmethod
-    def load(cls, path: str) -> "LexicalBag":
+    def load(cls, path: str, side: str | None = None) -> "LexicalBag":
+        """The bag saved in ``path``; ``side`` overrides the saved one (both routes may share one folder)."""
         from safetensors.torch import load_file
 
         for name in (LEXICAL_CONFIG, "vocab.txt", "model.safetensors"):
@@ -158,7 +160,7 @@ class LexicalBag(nn.Module):
             vocab = fh.read().split("\n")[:-1]
         tensors = load_file(os.path.join(path, "model.safetensors"))
         return cls(vocab, tensors["df"], config["num_docs"], config["avg_length"], config["k1"], config["b"],
-                   tensors["embeddings"], config["side"], config.get("analyzer"))
+                   tensors["embeddings"], side or config["side"], config.get("analyzer"))
 
 
 def _check_encoder_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -264,6 +266,7 @@ class SparCombination(InputModule):
                 for key, value in self.models[name].bags(texts).items():
                     features[f"{name}.{key}"] = value
                 continue
+            assert tokenizer is not None, f"no tokenizer for encoder {name!r}"
             if spec["input"] == "passage":
                 sep = tokenizer.sep_token or " "
                 texts = [format_passage(item, sep, prefix) for item in inputs]
@@ -309,7 +312,9 @@ class SparCombination(InputModule):
 
     # -- persistence ----------------------------------------------------------------------------------------
     def get_config_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "encoders": [dict(spec) for spec in self.encoders]}
+        """As saved by :meth:`save`: every encoder in the route's own folder (no shared ``path``)."""
+        return {"variant": self.variant,
+                "encoders": [{k: v for k, v in spec.items() if k != "path"} for spec in self.encoders]}
 
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
         os.makedirs(output_path, exist_ok=True)
@@ -318,8 +323,10 @@ class SparCombination(InputModule):
             if spec.get("type") == "lexical":
                 self.models[spec["name"]].save(target)
                 continue
+            tokenizer = self.tokenizers[spec["name"]]
+            assert tokenizer is not None, f"no tokenizer for encoder {spec['name']!r}"
             self.models[spec["name"]].save_pretrained(target, safe_serialization=True)
-            self.tokenizers[spec["name"]].save_pretrained(target)
+            tokenizer.save_pretrained(target)
         self.save_config(output_path)
 
     @classmethod
@@ -345,9 +352,10 @@ class SparCombination(InputModule):
         trust_remote_code = bool(kwargs.get("trust_remote_code", False))  # for custom encoder architectures
         models, tokenizers = {}, {}
         for spec in config["encoders"]:
-            sub = f"{subfolder}/{spec['name']}" if subfolder else spec["name"]
+            sub = _encoder_subfolder(subfolder, spec)
             if spec.get("type") == "lexical":
-                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub))
+                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub),
+                                                       side=spec.get("input"))
                 continue
             for required in ("config.json", "model.safetensors"):
                 if cls.load_file_path(model_name_or_path, filename=required, subfolder=sub, **hub) is None:
@@ -358,6 +366,15 @@ class SparCombination(InputModule):
                                                              trust_remote_code=trust_remote_code, **model_kwargs)
             tokenizers[spec["name"]] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
         return cls(config["encoders"], config.get("variant", "concat"), models, tokenizers)
+
+
+def _encoder_subfolder(route: str, spec: dict[str, Any]) -> str:
+    """Where an encoder of a route lives: ``<route>/<name>``, or the shared folder ``path`` (relative to the
+    route's parent: the model directory) that both routes name when the encoder's sides hold the same weights."""
+    if spec.get("path"):
+        parent = route.rpartition("/")[0]
+        return f"{parent}/{spec['path']}" if parent else spec["path"]
+    return f"{route}/{spec['name']}" if route else spec["name"]
 
 
 def load_sentence_transformer(path: str, mu: float | None = None, device: str | None = None, **kwargs):

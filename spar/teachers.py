@@ -10,7 +10,8 @@ Both teachers answer ``search(queries, k)`` with ``{query_id: [(passage_id, scor
   with k=100 on 2 cores).
 - :class:`ImpactTeacher` (uniCOIL-style): passages and queries are encoded by a learned-sparse model
   (:class:`SparseEncoder`; SPLADE ``weight(t) = max_i log(1 + relu(logit_i(t)))`` over the sequence, or uniCOIL
-  ``relu(w·h_i)`` per token, max-pooled for passages and summed for queries as in Pyserini), weights are quantised to ``int(round(w * quantization))`` and indexed by
+  ``relu(w·h_i)`` per token, max-pooled for passages and summed for queries as in Pyserini), weights are quantised
+  to ``int(round(w * quantization))`` and indexed by
   Anserini as an impact index (JsonVectorCollection, ``-impact -pretokenized``). Query scores are then exactly the
   dot product of the integer query and document weights.
 
@@ -210,7 +211,8 @@ class SparseEncoder:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         architectures = [a.lower() for a in (getattr(config, "architectures", None) or [])]
         if kind == "auto":
-            kind = "unicoil" if "unicoil" in str(model).lower() or any("unicoil" in a for a in architectures) else "splade"
+            unicoil = "unicoil" in str(model).lower() or any("unicoil" in a for a in architectures)
+            kind = "unicoil" if unicoil else "splade"
         self.kind = kind
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         if kind == "splade":
@@ -258,7 +260,8 @@ class SparseEncoder:
         vocab, special = self.vocab, self.special_ids
         cls_id = self.tokenizer.cls_token_id
         # Keep the [batch, length, vocab] logits under ~256 MB.
-        micro = max(1, min(batch_size, (1 << 26) // max(1, max_length * len(vocab)))) if self.kind == "splade" else batch_size
+        micro = (max(1, min(batch_size, (1 << 26) // max(1, max_length * len(vocab)))) if self.kind == "splade"
+                 else batch_size)
         # Batch texts of similar length together (less padding); results go back to the input order.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[dict[str, float]] = [{} for _ in texts]

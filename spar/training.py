@@ -57,7 +57,6 @@ Example (the stage driver ``pipelines/train.py`` does this from a config)::
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import time
@@ -346,10 +345,15 @@ def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_nam
 
 
 def resolve_learning_rate(train: TrainSection) -> float:
-    """``train.learning_rate``, or the kind's default: 3e-5 for a transformer (DPR's), 1e-3 for a static Λ."""
+    """``train.learning_rate``, or the kind's default (3e-5 for a transformer, DPR's; 1e-3 for a static Λ)."""
     if train.learning_rate is not None:
         return float(train.learning_rate)
-    return 1e-3 if train.kind == "static" else 3e-5
+    from spar.lexical import lambda_class
+
+    default = lambda_class(train.kind).default_learning_rate
+    if default is None:
+        raise ValueError(f"a {train.kind} Λ is not trained with an optimiser")
+    return float(default)
 
 
 def build_module(model: LexicalModel, train: TrainSection, passages_path: str | Path, labels_dir: str | Path,
@@ -360,12 +364,7 @@ def build_module(model: LexicalModel, train: TrainSection, passages_path: str | 
     module = LambdaModule(model, train.model_dump(mode="json"), 0, pool.positive_pool_index.tolist(),
                           len(pool.pool_rows))
     options = {"passage_max_length": train.passage_max_length, "passages_path": passages_path}
-    if model.kind == "static":  # its passages are rows of the corpus's BM25 matrix, over the teacher's text
-        from spar.lexical import corpus_texts
-
-        options["corpus_texts"] = list(corpus_texts(passages_path))
-    preparer = model.batch_preparer(**options)
-    gpu_preparer = model.batch_preparer(**options, pad_to_multiple_of=8) if model.kind == "transformer" else preparer
+    preparer, gpu_preparer = model.batch_preparers(**options)
     data = LabelDataModule(passages_path, labels_dir, train, preparer, seed, use_title, gpu_preparer)
     module.passages_per_batch = train.batch_size * data.passages_per_query + train.random_negatives
     module.hparams["passages_per_batch"] = module.passages_per_batch
@@ -439,7 +438,8 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
         # The run did not end on a validation step: score the final weights too, so "best" covers them.
         trainer.validate(module, datamodule=data, verbose=False)
         score = trainer.callback_metrics.get("valid_mrr")
-        if score is not None and (best_ckpt.best_model_score is None or float(score) > float(best_ckpt.best_model_score)):
+        best_so_far = best_ckpt.best_model_score
+        if score is not None and (best_so_far is None or float(score) > float(best_so_far)):
             best_ckpt.best_model_path = str(ckpt_dir / f"{BEST_CHECKPOINT}.ckpt")
             trainer.save_checkpoint(best_ckpt.best_model_path, weights_only=True)
             best_ckpt.best_model_score = torch.as_tensor(float(score))

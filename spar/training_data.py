@@ -256,7 +256,8 @@ class ContrastiveBatchSampler(Sampler[list[TrainItem]]):
         order, pos_slot, neg_slots = self.draw(self.epoch)
         for batch in order[skip:]:
             mine = batch[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
-            yield [TrainItem(int(self.query_indices[i]), int(pos_slot[i]), tuple(int(s) for s in neg_slots[i] if s >= 0))
+            yield [TrainItem(int(self.query_indices[i]), int(pos_slot[i]),
+                             tuple(int(s) for s in neg_slots[i] if s >= 0))
                    for i in mine]
 
 
@@ -332,7 +333,8 @@ class TrainBatchDataset(torch.utils.data.Dataset):
             n_neg = labels.negative_rows.lengths(idx)
             all_pos_scores = labels.positive_scores.take(rec, slots)
             nrec, nslots = self._all_slots(idx, n_neg)
-            all_neg_rows, all_neg_scores = labels.negative_rows.take(nrec, nslots), labels.negative_scores.take(nrec, nslots)
+            all_neg_rows = labels.negative_rows.take(nrec, nslots)
+            all_neg_scores = labels.negative_scores.take(nrec, nslots)
             p_start, n_start = np.cumsum(n_pos) - n_pos, np.cumsum(n_neg) - n_neg
             for i, it in enumerate(items):
                 used_neg = set(it.negative_slots)

@@ -283,7 +283,8 @@ def hybrid_candidates(dense: Mapping[str, Sequence[tuple[str, float]]],
     for i, (r, d, s) in enumerate(per_query):
         rows[i, :len(r)], s0[i, :len(r)], s1[i, :len(r)] = r, d, s
     doc_ids = list(doc_index)
-    return AffineCandidates(query_ids, rows, s0, s1, doc_ids, {"candidates_per_query": float((rows >= 0).sum(1).mean())})
+    return AffineCandidates(query_ids, rows, s0, s1, doc_ids,
+                            {"candidates_per_query": float((rows >= 0).sum(1).mean())})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -568,8 +569,3 @@ def read_tuned(output_dir: str | Path) -> TunedWeights:
     if not isinstance(payload, dict) or "mu" not in payload:
         raise ArtifactError(f"{path}: no 'mu' (re-run `spar tune`)")
     return TunedWeights(path, payload)
-
-
-def read_mu(output_dir: str | Path, variant: str | None = None) -> float:
-    """μ of ``variant`` (default: the tuned one) from ``tune/tune.json``."""
-    return read_tuned(output_dir).mu(variant)

@@ -44,7 +44,8 @@ def test_run_chains_stages_in_order(monkeypatch):
 
 def test_run_stops_at_a_failing_stage(monkeypatch):
     called = []
-    monkeypatch.setattr(cli, "_run_stage_process", lambda stage, args, stats_file: called.append(stage) or (3 if stage == "train" else 0))
+    monkeypatch.setattr(cli, "_run_stage_process",
+                        lambda stage, args, stats_file: called.append(stage) or (3 if stage == "train" else 0))
     assert cli.main(["run", "--to", "encode"]) == 3
     assert called == ["sample", "label", "train"]
 

@@ -41,7 +41,10 @@ def base_encoder() -> BiEncoder:
 def lambda_dir(tmp_path_factory) -> Path:
     """The real untrained Λ initialisation (CLS pooling, raw dot products), saved as `spar train` would."""
     d = tmp_path_factory.mktemp("lambda") / "lambda"
-    BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False, passage_max_length=64).save(d)
+    from spar.lexical.transformer import TransformerLambda
+
+    TransformerLambda(BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
+                                                passage_max_length=64)).save(d)
     return d
 
 
@@ -51,8 +54,8 @@ def passages(sample_dir):
 
 
 def test_vectors_ids_and_manifest(base_encoder, passages, tmp_path):
-    stats = encode_passages(base_encoder, passages, tmp_path / "p", shard_size=10, options=QUIET,
-                            weights_fingerprint="minilm", encoder_name="base")
+    encode_passages(base_encoder, passages, tmp_path / "p", shard_size=10, options=QUIET,
+                    weights_fingerprint="minilm", encoder_name="base")
     emb = load_embeddings(tmp_path / "p")
     assert emb.ids == [p.id for p in passages]
     assert emb.vectors.shape == (24, 384) and emb.vectors.dtype == np.float32 and emb.dim == 384

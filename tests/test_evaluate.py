@@ -205,7 +205,8 @@ def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
 
     scifact = datasets_dir / "scifact"
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", f"data.corpus={scifact / 'corpus.jsonl'}",
-                             f"data.queries={scifact / 'queries.jsonl'}", f"data.qrels_dev={scifact / 'qrels/train.tsv'}",
+                             f"data.queries={scifact / 'queries.jsonl'}",
+                             f"data.qrels_dev={scifact / 'qrels/train.tsv'}",
                              f"data.qrels_test={scifact / 'qrels/test.tsv'}"])
     corpus = list(read_corpus(cfg.data.corpus))
     (tmp_path / "queries").mkdir()

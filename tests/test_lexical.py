@@ -163,7 +163,8 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     from spar.passages import PassagesTable
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", "sample.max_queries=3000", "train.kind=static",
-                             "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32", "train.learning_rate=0.002",
+                             "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32",
+                             "train.learning_rate=0.002",
                              "train.val_check_interval=20", "train.random_negatives=64", "train.wandb_mode=disabled"])
     pipelines.sample.run(cfg)
     pipelines.label.run(cfg)
@@ -173,7 +174,7 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
 
     # The objective on fixed batches of training queries, before and after (per-step losses are too noisy).
     store = PassagesTable(passages)
-    preparer = model.batch_preparer(corpus_texts=[" ".join(x for x in d if x) for d in store.get(np.arange(len(store)))])
+    preparer = model.batch_preparer(passages_path=passages)
     data = TrainBatchDataset(tmp_path / "labels", passages, True, preparer, random_negatives=64, seed=9)
     labels = LabelStore(tmp_path / "labels")
     sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 32, 1, seed=9)

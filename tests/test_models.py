@@ -36,7 +36,8 @@ def test_local_path_and_hub_id(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     assert resolve_model("bert-base-uncased") == "bert-base-uncased"
-    assert resolve_model("facebook/dpr-question_encoder-single-nq-base") == "facebook/dpr-question_encoder-single-nq-base"
+    dpr = "facebook/dpr-question_encoder-single-nq-base"
+    assert resolve_model(dpr) == dpr
 
 
 def _minilm_copy(tmp_path: Path, *drop: str) -> Path:

@@ -80,6 +80,7 @@ def tiny_run(tmp_path_factory):
     from spar.config import load_config
     from spar.encoders import BiEncoder
     from spar.index import SparIndex
+    from spar.lexical.transformer import TransformerLambda
     from spar.schemas import read_shards, read_table
 
     run = tmp_path_factory.mktemp("run")
@@ -97,7 +98,7 @@ def tiny_run(tmp_path_factory):
 
     base = BiEncoder.from_section(cfg.encode.base)  # what publish builds the base from
     lam = _train_lambda_a_few_steps(passages, train)
-    lam.save(run / "lambda")
+    TransformerLambda(lam).save(run / "lambda")
 
     indexed = passages[:N_INDEXED]
     base_p, lam_p = base.encode_passage(indexed), lam.encode_passage(indexed)
@@ -133,7 +134,7 @@ def test_publish_writes_a_complete_model_directory(tiny_run):
     assert config["encoders"]["base"]["pooling"] == "mean" and config["encoders"]["base"]["normalize"] is True
     assert config["encoders"]["lambda"]["pooling"] == "cls" and config["encoders"]["lambda"]["normalize"] is False
     assert Path(config["index"]["index_dir"]) == (tiny_run["run"] / "index").resolve()
-    for rel in required_files():
+    for rel in required_files(model, config):
         assert (model / rel).is_file(), rel
     assert read_manifest(model)["kind"] == "model"
     query_route = json.loads((model / "query" / "spar_combination.json").read_text())
@@ -178,7 +179,8 @@ FRESH_LOAD = textwrap.dedent("""
 
     torch.set_num_threads(1)
     model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
-    queries = json.loads(sys.argv[3]); passages = [tuple(p) if isinstance(p, list) else p for p in json.loads(sys.argv[4])]
+    queries = json.loads(sys.argv[3])
+    passages = [tuple(p) if isinstance(p, list) else p for p in json.loads(sys.argv[4])]
     st = SentenceTransformer(str(model_dir), device="cpu", trust_remote_code=True)
     np.save(out / "st_q.npy", st.encode_query(queries, convert_to_numpy=True))
     np.save(out / "st_p.npy", st.encode_document(passages, convert_to_numpy=True))
@@ -192,7 +194,9 @@ FRESH_LOAD = textwrap.dedent("""
     cfg = json.loads((model_dir / "spar_model.json").read_text())
     for route, texts, key in (("query", queries, "query_max_length"), ("document", passages, "passage_max_length")):
         for name in ("base", "lambda"):
-            sub = model_dir / route / name
+            spec = next(e for e in json.loads((model_dir / route / "spar_combination.json").read_text())["encoders"]
+                        if e["name"] == name)
+            sub = model_dir / spec["path"] if spec.get("path") else model_dir / route / name
             tok, model = AutoTokenizer.from_pretrained(sub), AutoModel.from_pretrained(sub).eval()
             s = cfg["encoders"][name]
             strs = [t if isinstance(t, str) else f"{t[0]} {tok.sep_token} {t[1]}" for t in texts]
@@ -236,11 +240,49 @@ def test_fresh_process_reload_matches_the_pipeline_vectors(tiny_run, tmp_path):
         np.testing.assert_allclose(load(name), expected_p, atol=1e-5, err_msg=name)
     for name in ("st2_q", "spar2_q"):
         np.testing.assert_allclose(load(name), spar_query_vectors(bq, lq, 2.0, "concat"), atol=1e-5, err_msg=name)
-    for route, (b, l) in {"query": (bq, lq), "document": (bp, lp)}.items():
+    for route, (b, lam_vectors) in {"query": (bq, lq), "document": (bp, lp)}.items():
         np.testing.assert_allclose(load(f"hf_{route}_base"), b, atol=1e-5)
-        np.testing.assert_allclose(load(f"hf_{route}_lambda"), l, atol=1e-5)
+        np.testing.assert_allclose(load(f"hf_{route}_lambda"), lam_vectors, atol=1e-5)
     # μ on the query side reproduces sim + μ·simΛ.
     np.testing.assert_allclose(load("st_sim"), bq @ bp.T + MU * (lq @ lp.T), atol=1e-4)
+
+
+def test_the_model_directory_stores_each_weight_once(tiny_run):
+    """The base's two sides hold the same weights: stored once (``base/``, named by both routes); the DPR Λ's
+    two encoders differ: one folder each. The directory is no larger than its distinct weights plus small files."""
+    model = tiny_run["model"]
+    weights = sorted(model.rglob("*.safetensors"))
+    digests = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in weights}
+    distinct = {d: p.stat().st_size for p, d in digests.items()}
+    assert len(distinct) == len(weights), sorted(str(p.relative_to(model)) for p in weights)
+    assert sorted(str(p.relative_to(model)) for p in weights) == [
+        "base/model.safetensors", "document/lambda/model.safetensors", "query/lambda/model.safetensors"]
+    for route in ("query", "document"):
+        specs = json.loads((model / route / "spar_combination.json").read_text())["encoders"]
+        assert [s.get("path") for s in specs] == ["base", None]
+    total = sum(p.stat().st_size for p in model.rglob("*") if p.is_file() and ".tmp" not in p.name)
+    assert total <= sum(distinct.values()) + 4_000_000, (total, sum(distinct.values()))
+
+
+def test_a_term_based_lambda_is_stored_once_and_loads_back(tiny_run, tmp_path):
+    from spar.lexical.projection import ProjectionLambda
+    from spar.publish import SparEncoder
+    from spar.st_modules import load_sentence_transformer
+
+    lam = ProjectionLambda.fit(tiny_run["passages"][:200], dim=32, seed=0)
+    enc = SparEncoder(tiny_run["base"], lam, mu=0.4)
+    enc.save_pretrained(tmp_path / "m")
+    weights = sorted(str(p.relative_to(tmp_path / "m")) for p in (tmp_path / "m").rglob("*.safetensors"))
+    assert weights == ["base/model.safetensors", "lambda/model.safetensors"]
+    passages = tiny_run["passages"][:3]
+    expected_q, expected_p = enc.encode_queries(QUERIES), enc.encode_passages(passages)
+    back = SparEncoder.from_pretrained(tmp_path / "m")
+    np.testing.assert_allclose(back.encode_queries(QUERIES), expected_q, atol=1e-5)
+    np.testing.assert_allclose(back.encode_passages(passages), expected_p, atol=1e-5)
+    st = load_sentence_transformer(str(tmp_path / "m"), device="cpu")
+    np.testing.assert_allclose(st.encode_query(QUERIES, convert_to_numpy=True), expected_q, atol=1e-5)
+    np.testing.assert_allclose(st.encode_document(passages, convert_to_numpy=True),
+                               expected_p, atol=1e-5)
 
 
 def test_sum_variant_round_trips(tmp_path, tiny_run):
@@ -262,7 +304,7 @@ def _linked_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("missing", ["query/lambda/model.safetensors", "document/base/config.json",
+@pytest.mark.parametrize("missing", ["query/lambda/model.safetensors", "base/config.json",
                                      "spar_model.json", "query/spar_combination.json"])
 def test_missing_file_is_named(tiny_run, tmp_path, missing):
     from spar.publish import SparEncoder

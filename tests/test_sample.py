@@ -120,7 +120,8 @@ def test_wiki_positions_one_based_and_from_titles_give_the_same_queries(wiki_run
     stats1, rows1 = _sample(_slice(wiki_corpus, tmp_path / "one.jsonl", transform=one_based), tmp_path / "a", **options)
     assert stats1["positions"]["field_one_based"] is True
     assert rows1 == reference
-    stats2, rows2 = _sample(_slice(wiki_corpus, tmp_path / "titles.jsonl", transform=no_field), tmp_path / "b", **options)
+    stats2, rows2 = _sample(_slice(wiki_corpus, tmp_path / "titles.jsonl", transform=no_field), tmp_path / "b",
+                            **options)
     assert stats2["positions"]["from_titles"] == stats2["passages"]
     assert rows2 == reference
 
@@ -132,7 +133,8 @@ def test_sampling_is_deterministic_and_order_independent(wiki_corpus, tmp_path):
     options = dict(strategy="uniform", uniform_rate=0.4, seed=3, dev_fraction=0.05, max_dev_queries=10_000)
     _, first = _sample(forward, tmp_path / "a", **options)
     _, again = _sample(forward, tmp_path / "b", **options)
-    assert (tmp_path / "a" / "queries-00000.arrow").read_bytes() == (tmp_path / "b" / "queries-00000.arrow").read_bytes()
+    name = "queries-00000.arrow"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     # a different corpus order (e.g. another shard layout) draws the same sentences and the same dev split
     backward = tmp_path / "backward.jsonl"
     backward.write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")

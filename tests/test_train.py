@@ -9,7 +9,6 @@ Pyserini in the label stage.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -105,9 +104,9 @@ def labelled(datasets_dir: Path, tmp_path_factory) -> Path:
 
 def _tiny_train(**overrides) -> TrainSection:
     """Short sequences: a real run, small enough for a shared CPU."""
-    base = dict(batch_size=16, hard_negatives=1, learning_rate=3e-5, warmup_ratio=0.1, max_steps=30,
-                val_check_interval=15, checkpoint_every_n_steps=10, log_every_n_steps=1, accelerator="cpu",
-                devices=1, num_workers=0, wandb_mode="disabled", eval_batch_size=64,
+    base = dict(kind="transformer", batch_size=16, hard_negatives=1, learning_rate=3e-5, warmup_ratio=0.1,
+                max_steps=30, val_check_interval=15, checkpoint_every_n_steps=10, log_every_n_steps=1,
+                accelerator="cpu", devices=1, num_workers=0, wandb_mode="disabled", eval_batch_size=64,
                 encoder={"model": "all-MiniLM-L6-v2", "pooling": "cls", "query_max_length": 24,
                          "passage_max_length": 48})
     base.update(overrides)
@@ -412,7 +411,8 @@ def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, d
     for name in ("queries", "labels"):
         shutil.copytree(labelled / name, out / name)
     cmd = [sys.executable, "-m", "pipelines.cli", "train", f"experiment.output_dir={out}",
-           f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.kind=transformer", "train.accelerator=cpu", "train.devices=2",
+           f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.kind=transformer",
+           "train.accelerator=cpu", "train.devices=2",
            "train.max_steps=4", "train.batch_size=8", "train.val_check_interval=2", "train.wandb_mode=disabled",
            "train.encoder.query_max_length=16", "train.encoder.passage_max_length=24", "train.num_workers=0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -53,6 +53,7 @@ def build_sample_experiment(root: Path) -> Path:
 
     from spar.embeddings import EncodeOptions, encode_passages, encode_queries
     from spar.encoders import BiEncoder
+    from spar.lexical.transformer import TransformerLambda
     from spar.experiment import split_queries
     from spar.index import SparIndex
     from spar.readers import read_corpus
@@ -76,8 +77,9 @@ def build_sample_experiment(root: Path) -> Path:
     lambda_dir = artifact_dir(root, "lambda")
     if not is_complete(lambda_dir):
         with ArtifactWriter(lambda_dir, kind="lambda", config={"untrained": "all-MiniLM-L6-v2 cls"}, inputs={}) as w:
-            BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
-                                      passage_max_length=cfg.encode.base.passage_max_length).save(w.path)
+            TransformerLambda(BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
+                                                        passage_max_length=cfg.encode.base.passage_max_length)
+                              ).save(w.path)
     encoders = {"base": BiEncoder.from_section(cfg.encode.base), "lambda": BiEncoder.load(lambda_dir)}
     options = EncodeOptions(batch_size=32, accelerator="cpu", show_progress=False)
     emb = artifact_dir(root, "embeddings")
@@ -101,7 +103,8 @@ def build_sample_experiment(root: Path) -> Path:
 def sample_experiment(tmp_path_factory) -> Path:
     # SPAR_TEST_SAMPLE_EXPERIMENT=<dir> keeps the encoded sample between sessions while iterating on these tests.
     cached = os.environ.get("SPAR_TEST_SAMPLE_EXPERIMENT")
-    return build_sample_experiment(Path(cached) if cached else tmp_path_factory.getbasetemp() / "spar-sample-experiment")
+    return build_sample_experiment(Path(cached) if cached
+                                   else tmp_path_factory.getbasetemp() / "spar-sample-experiment")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -155,7 +158,8 @@ def test_ties_prefer_the_value_closest_to_one():
 
 def _random_problem(n_docs=400, n_queries=25, d0=16, d1=12, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((n_queries, d0), dtype=np.float32), rng.standard_normal((n_queries, d1), dtype=np.float32),
+    return (rng.standard_normal((n_queries, d0), dtype=np.float32),
+            rng.standard_normal((n_queries, d1), dtype=np.float32),
             rng.standard_normal((n_docs, d0), dtype=np.float32), rng.standard_normal((n_docs, d1), dtype=np.float32))
 
 
@@ -241,7 +245,8 @@ def test_hybrid_fuse_follows_pyserini():
 
 def test_hybrid_candidates_rank_like_hybrid_fuse():
     rng = np.random.default_rng(3)
-    dense = {f"q{i}": [(f"d{j}", float(s)) for j, s in zip(rng.choice(60, 20, replace=False), np.sort(rng.random(20))[::-1])]
+    dense = {f"q{i}": [(f"d{j}", float(s))
+                       for j, s in zip(rng.choice(60, 20, replace=False), np.sort(rng.random(20))[::-1])]
              for i in range(8)}
     sparse = {f"q{i}": [(f"d{j}", float(s)) for j, s in zip(rng.choice(60, 20, replace=False),
                                                              np.sort(rng.random(20) * 30)[::-1])] for i in range(8)}

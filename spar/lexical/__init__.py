@@ -5,38 +5,31 @@
 - :mod:`spar.lexical.static`: a bag of term embeddings initialised from the projection and distilled from the
   teacher's scores (minutes on a CPU).
 
-:func:`build_lambda` makes the configured kind ready for training (or, for a projection, fitted);
-:func:`~spar.lexical.base.load_lambda` opens any saved Λ.
+:func:`lambda_class` is the registry's one reader; :func:`build_lambda` makes the configured kind ready for training
+(or, for a projection, fitted); :func:`load_lambda` opens any saved Λ.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from spar.errors import ConfigError
 import torch
 
-from spar.lexical.base import KINDS, LexicalModel, read_lambda_config
+from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
-__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_texts", "lambda_class",
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_passages", "lambda_class",
            "load_lambda", "read_lambda_config"]
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
-    if kind == "transformer":
-        from spar.lexical.transformer import TransformerLambda
-
-        return TransformerLambda
-    if kind == "projection":
-        from spar.lexical.projection import ProjectionLambda
-
-        return ProjectionLambda
-    if kind == "static":
-        from spar.lexical.static import StaticLambda
-
-        return StaticLambda
-    raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
+    """The class of a Λ kind (the registry :data:`~spar.lexical.base.REGISTRY`)."""
+    if kind not in REGISTRY:
+        raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
+    module, _, name = REGISTRY[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
@@ -54,44 +47,27 @@ def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "
         yield from passage_contents(fields, batch)
 
 
-def experiment_corpus_texts(cfg) -> Iterator[str]:
-    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as the BM25 teacher indexes
-    it (``label.fields`` joined by one space): the target corpus a term-based Λ refits its statistics on
-    (``encode.lambda.statistics: target``)."""
-    from spar.passages import experiment_passages
+def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
+    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as ``(title, text)``: the
+    target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
+    its own fields."""
+    from spar.passages import PassagesTable, experiment_passages
 
     source = experiment_passages(cfg)
-    fields = tuple(cfg.label.fields)
     if source.suffix == ".arrow":
-        yield from corpus_texts(source, fields)
+        for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
+            yield from zip(batch["title"], batch["text"])
         return
-    from spar.passages import indexed_text
     from spar.readers import read_corpus
 
     for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
-        yield indexed_text(getattr(passage, f) for f in fields)
+        yield passage.title, passage.text
 
 
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,
                  fields: Sequence[str] = ("title", "text"), seed: int = 42) -> LexicalModel:
     """The Λ of ``train.kind`` before training: a transformer from ``train.encoder``; a projection fitted on the
-    corpus (BM25 statistics, ``train.lexical`` dim/projection/seed); a static Λ initialised from that projection."""
-    if train.kind == "transformer":
-        from spar.lexical.transformer import TransformerLambda
-
-        return TransformerLambda.from_section(train)
-    if teacher != "bm25":
-        raise ConfigError(f"train.kind={train.kind!r} densifies the teacher's term weights, which spar computes for "
-                          f"the BM25 teacher only (label.teacher={teacher!r}); use label.teacher=bm25 or "
-                          "train.kind=transformer")
-    from spar.lexical.projection import ProjectionLambda
-    from spar.lexical.terms import BM25Weights
-
-    lex = train.lexical
-    weights = BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b)
-    projection = ProjectionLambda(weights, lex.dim, lex.projection, seed if lex.seed is None else lex.seed)
-    if train.kind == "projection":
-        return projection
-    from spar.lexical.static import StaticLambda
-
-    return StaticLambda.from_projection(projection, objective=lex.objective, temperature=lex.temperature)
+    corpus (BM25 statistics over ``fields``, ``train.lexical`` dim/projection/seed); a static Λ initialised from
+    that projection."""
+    return lambda_class(train.kind).build(train, passages_arrow, teacher=teacher, k1=k1, b=b, fields=tuple(fields),
+                                          seed=seed)

@@ -4,10 +4,11 @@ Pyserini's default analyzer (Anserini's ``DefaultEnglishAnalyzer``: Lucene's ``S
 possessive filter, lower-casing, Lucene's English stop words, Porter stemming) is what the BM25 teacher indexes and
 searches with. :class:`LuceneAnalyzer` reproduces it: a regular expression that follows the word-boundary rules of
 Unicode UAX #29 that matter for English text (letters and digits join; ``'``, ``.`` and ``:`` join letters, ``.``
-and ``,`` join digits, hyphens and other punctuation split), the same stop words and the Porter stemmer as Martin Porter's reference
-implementation has it (NLTK's ``MARTIN_EXTENSIONS`` mode; Lucene's ``PorterStemFilter`` ports the same code, which
-departs from the published algorithm in two step-2 rules; Snowball's "porter" follows the paper and differs on
-words such as *technology*). ``tests/test_lexical.py`` checks the terms against Pyserini's analyzer on real text.
+and ``,`` join digits, hyphens and other punctuation split), the same stop words and the Porter stemmer as Martin
+Porter's reference implementation has it (NLTK's ``MARTIN_EXTENSIONS`` mode; Lucene's ``PorterStemFilter`` ports the
+same code, which departs from the published algorithm in two step-2 rules; Snowball's "porter" follows the paper and
+differs on words such as *technology*). ``tests/test_lexical.py`` checks the terms against Pyserini's analyzer on real
+text.
 
 :func:`bm25_weights` is BM25's document side (Lucene's formula, without the constant ``k1 + 1`` factor).
 

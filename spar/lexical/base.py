@@ -1,31 +1,19 @@
-"""The Λ contract: what every kind of lexical model offers the pipeline, and what training calls.
+"""The Λ contract: what every kind of lexical model offers the pipeline, and the registry of kinds.
 
 Modelled on Tevatron's ``EncoderModel``: a Λ encodes queries and passages into vectors whose dot product imitates
-the sparse teacher's score, and knows the objective it is trained with. Every stage after ``train`` (encode, tune,
-index, evaluate, publish, search) sees only this contract, so the kinds are interchangeable:
+the sparse teacher's score, knows its objective, saves and loads itself. Everything outside ``spar/lexical/`` asks
+the kind (:func:`spar.lexical.lambda_class` over :data:`REGISTRY`), never its name:
 
-================  =========================================================================================
-kind              what it is
-================  =========================================================================================
-``transformer``   the paper's Λ: a DPR bi-encoder fine-tuned on the teacher's labels (a GPU job)
-``projection``    the densified teacher, training-free: teacher term weights times a seeded random matrix
-``static``        a learned bag of term embeddings, initialised from the projection and distilled from the
-                  teacher's scores (minutes on a CPU)
-================  =========================================================================================
-
-A Λ directory holds ``spar_lambda.json`` (``kind``, ``dim`` and the kind's settings) beside the kind's own files;
-:func:`spar.lexical.load_lambda` opens any of them.
-
-The contract (:class:`LexicalModel`):
-
-- ``encode_query(texts)`` / ``encode_passage(passages)`` -> ``np.ndarray`` [n, dim] float32; passages are
-  ``(title, text)`` pairs or strings. ``similarity(q, p)`` is the dot product.
-- Training (what :class:`spar.training.LambdaModule` calls): ``batch_preparer()`` builds picklable input
-  preparation for DataLoader workers; ``forward_queries(batch)`` / ``forward_passages(batch)`` give tensors;
-  ``training_loss(q, p, batch, context)`` returns the objective's terms (``"loss"`` is optimised).
-- ``save(directory)`` / ``load(directory)``; ``describe()`` for manifests and model cards.
-- ``with_statistics(texts)``: a term-based Λ used on another corpus than its own, with that corpus's statistics
-  (``encode.lambda.statistics: target``).
+- vectors: ``encode_query(texts)`` / ``encode_passage(passages)`` -> float32 [n, dim] (passages are ``(title,
+  text)`` pairs or strings); ``similarity`` is the dot product; ``batch_encoder()`` is what the encode engines drive;
+- building and training: ``build`` (the configured kind before training), ``trainable``, ``default_learning_rate``,
+  ``fingerprint_settings``, ``batch_preparers`` (picklable, for DataLoader workers), ``forward_queries`` /
+  ``forward_passages``, ``training_loss``;
+- term statistics: ``term_based``, ``with_statistics(passages)`` (``encode.lambda.statistics: target``),
+  ``term_vectors`` (the frontier's fast path);
+- persistence: ``save`` / ``load`` (``spar_lambda.json``: kind, dim, settings; ``files``), ``describe()``;
+- publishing: ``published_spec`` / ``published_module`` / ``shares_sides`` / ``published_config`` /
+  ``published_files`` / ``load_published``, and ``card_facts`` for the model card.
 """
 
 from __future__ import annotations
@@ -41,9 +29,14 @@ from torch import nn
 from spar.errors import ArtifactError, ConfigError
 
 LAMBDA_CONFIG = "spar_lambda.json"
-#: A transformer Λ written before the kinds existed has only this file.
-LEGACY_ENCODER_CONFIG = "spar_encoder.json"
-KINDS = ("transformer", "projection", "static")
+#: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use). A new
+#: kind is one new module under ``spar/lexical/`` and one line here.
+REGISTRY = {
+    "transformer": "spar.lexical.transformer:TransformerLambda",
+    "projection": "spar.lexical.projection:ProjectionLambda",
+    "static": "spar.lexical.static:StaticLambda",
+}
+KINDS = tuple(REGISTRY)
 
 PassageLike = tuple[str, str] | str
 
@@ -68,6 +61,28 @@ class LexicalModel(nn.Module):
     kind: ClassVar[str] = ""
     #: Whether ``spar train`` runs an optimiser for this kind (``projection`` is fitted, not trained).
     trainable: ClassVar[bool] = True
+    #: Whether the kind is made of the teacher's term statistics (analyzer, vocabulary, BM25 weights): it needs the
+    #: BM25 teacher, refits on a target corpus (``encode.lambda.statistics: target``), and makes a passage's text
+    #: itself from whole ``(title, text)`` pairs through the teacher's fields (not ``data.title_field``).
+    term_based: ClassVar[bool] = False
+    #: ``train.learning_rate`` when unset (None: not trained with an optimiser).
+    default_learning_rate: ClassVar[float | None] = None
+    #: What a saved Λ directory of the kind holds (the train stage's manifest schema).
+    files: ClassVar[dict[str, str]] = {}
+    #: Files each route folder of a published model holds for this kind (checked when a model directory opens).
+    published_files: ClassVar[tuple[str, ...]] = ()
+
+    # -- building --------------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, train, passages_arrow: str | Path, *, teacher: str, k1: float, b: float, fields: Sequence[str],
+              seed: int) -> "LexicalModel":
+        """The kind before training (or, for a fitted kind, ready): see :func:`spar.lexical.build_lambda`."""
+        raise NotImplementedError
+
+    @classmethod
+    def fingerprint_settings(cls, train: dict[str, Any]) -> dict[str, Any]:
+        """The part of the ``train`` section (as JSON) that changes this kind's Λ (the train stage fingerprint)."""
+        return train
 
     # -- vectors ---------------------------------------------------------------------------------------------
     @property
@@ -89,6 +104,11 @@ class LexicalModel(nn.Module):
     def batch_preparer(self, **options: Any) -> BatchPreparer:
         raise NotImplementedError
 
+    def batch_preparers(self, **options: Any) -> tuple[BatchPreparer, BatchPreparer]:
+        """The preparers of the training loop: (for CPU batches, for accelerator batches)."""
+        preparer = self.batch_preparer(**options)
+        return preparer, preparer
+
     def forward_queries(self, batch: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError
 
@@ -100,13 +120,48 @@ class LexicalModel(nn.Module):
         raise ConfigError(f"Λ kind '{self.kind}' is not trained with an optimiser")
 
     # -- corpus statistics -----------------------------------------------------------------------------------
-    def with_statistics(self, texts: Iterable[str]) -> "LexicalModel":
-        """This Λ with the teacher's corpus statistics refitted on ``texts`` (a target corpus): term-based kinds
+    def with_statistics(self, passages: Iterable[PassageLike]) -> "LexicalModel":
+        """This Λ with the teacher's corpus statistics refitted on ``passages`` (a target corpus): term-based kinds
         only (see :meth:`spar.lexical.terms.BM25Weights.refit`)."""
         raise ConfigError(f"a {self.kind} Λ has no corpus statistics to refit; use encode.lambda.statistics=carried")
 
-    def trainable_parameters(self) -> Iterable[tuple[str, nn.Parameter]]:
-        return ((n, p) for n, p in self.named_parameters() if p.requires_grad)
+    def term_vectors(self, weights: Any, matrix: Any) -> np.ndarray | None:
+        """Vectors of the rows of a term matrix made with the statistics ``weights`` (the frontier's fast path,
+        which shares one matrix between many Λs), or None when this Λ has other statistics or no term table."""
+        return None
+
+    # -- encoding and publishing ------------------------------------------------------------------------------
+    def batch_encoder(self) -> Any:
+        """What the encode stage drives over a corpus: this Λ, or (transformer) the bi-encoder its tokenised,
+        length-sorted, multi-device engines run."""
+        return self
+
+    def card_facts(self, cfg) -> dict[str, Any]:
+        """The published model card's facts about this Λ: ``train_details``, ``lambda_init``, ``lambda_pooling``,
+        ``lambda_normalize`` (from the experiment ``cfg``)."""
+        raise NotImplementedError
+
+    def published_spec(self, side: str, weight: float) -> dict[str, Any]:
+        """This Λ's entry in a published route's ``spar_combination.json`` (``side``: ``query``/``passage``)."""
+        raise NotImplementedError
+
+    def published_module(self, side: str) -> tuple[nn.Module, Any]:
+        """(module, tokenizer or None) a published route runs for ``side``."""
+        raise NotImplementedError
+
+    def shares_sides(self) -> bool:
+        """Whether both sides' published modules hold the same weights (then they are saved once)."""
+        return False
+
+    def published_config(self) -> dict[str, Any]:
+        """This Λ's entry under ``encoders`` in ``spar_model.json`` (``kind`` first)."""
+        return self.describe()
+
+    @classmethod
+    def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
+                       device: str = "cpu") -> "LexicalModel":
+        """The Λ of a published model (its two route folders and its ``spar_model.json`` entry)."""
+        raise NotImplementedError
 
     # -- persistence -----------------------------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
@@ -130,7 +185,7 @@ class LexicalModel(nn.Module):
 
 
 def read_lambda_config(directory: str | Path) -> dict[str, Any]:
-    """``spar_lambda.json`` of a Λ directory (a legacy transformer Λ has only ``spar_encoder.json``)."""
+    """``spar_lambda.json`` of a Λ directory."""
     d = Path(directory)
     path = d / LAMBDA_CONFIG
     if path.exists():
@@ -141,8 +196,6 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
         if config.get("kind") not in KINDS:
             raise ArtifactError(f"{path}: unknown Λ kind {config.get('kind')!r} (known: {', '.join(KINDS)})")
         return config
-    if (d / LEGACY_ENCODER_CONFIG).exists():
-        return {"kind": "transformer"}
     if not d.exists():
         raise ArtifactError(f"{d}: no such Λ directory")
     raise ArtifactError(f"{d}: missing file '{LAMBDA_CONFIG}' (not a Λ directory; run `spar train`)")

@@ -91,7 +91,8 @@ def lambda_card(description: dict[str, Any], facts: dict[str, Any]) -> str:
         ("experiment", f"`{facts.get('experiment')}`"), ("corpus", f"`{facts.get('corpus')}`"),
         ("passages", f"{facts['passages']:,}" if isinstance(facts.get("passages"), int) else facts.get("passages")),
         ("query sampling", facts.get("sampling")),
-        ("training queries", f"{facts['queries']:,}" if isinstance(facts.get("queries"), int) else facts.get("queries")),
+        ("training queries",
+         f"{facts['queries']:,}" if isinstance(facts.get("queries"), int) else facts.get("queries")),
         ("manifest fingerprint", f"`{facts['fingerprint']}`" if facts.get("fingerprint") else None),
     ])
     training = facts.get("training") or {}

@@ -34,7 +34,8 @@ import scipy.sparse as sp
 import torch
 
 from spar.errors import ConfigError
-from spar.lexical.base import LexicalModel, PassageLike, encode_in_batches, passage_text, read_lambda_config
+from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
+from spar.lexical.base import PassageLike, encode_in_batches, passage_text, read_lambda_config
 from spar.lexical.terms import BM25Weights
 
 Projection = Literal["gaussian", "countsketch"]
@@ -42,7 +43,8 @@ Projection = Literal["gaussian", "countsketch"]
 _ROW_BLOCK = 8192
 
 
-def random_matrix(vocab: list[str], dim: int, projection: Projection = "gaussian", seed: int = 0) -> np.ndarray | sp.csr_matrix:
+def random_matrix(vocab: list[str], dim: int, projection: Projection = "gaussian",
+                  seed: int = 0) -> np.ndarray | sp.csr_matrix:
     """The projection matrix [V, dim]: dense Gaussian N(0, 1/dim), or a sparse count-sketch.
 
     Gaussian rows are drawn in vocabulary order from ``numpy.random.default_rng(seed)``; count-sketch rows hash each
@@ -76,7 +78,7 @@ def project(matrix: sp.csr_matrix, r: np.ndarray | sp.csr_matrix) -> np.ndarray:
     return np.ascontiguousarray(out.toarray() if sp.issparse(out) else out, dtype=np.float32)
 
 
-class ProjectionLambda(LexicalModel):
+class ProjectionLambda(TermLambda):
     """The densified BM25 teacher (see the module docstring).
 
     Args:
@@ -88,6 +90,7 @@ class ProjectionLambda(LexicalModel):
 
     kind = "projection"
     trainable = False
+    files = {"spar_lambda.json": "kind, dim, projection, seed, teacher statistics", **STATISTICS_FILES}
 
     def __init__(self, weights: BM25Weights, dim: int, projection: Projection = "gaussian", seed: int = 0):
         super().__init__()
@@ -96,6 +99,20 @@ class ProjectionLambda(LexicalModel):
         if projection not in ("gaussian", "countsketch"):
             raise ConfigError(f"unknown projection {projection!r}; use 'gaussian' or 'countsketch'")
         self.weights, self._dim, self.projection, self.seed = weights, int(dim), projection, int(seed)
+
+    @classmethod
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
+              seed: int) -> "ProjectionLambda":
+        """Fitted on the corpus (its BM25 statistics over ``fields``) with ``train.lexical`` dim/projection/seed."""
+        require_bm25(train.kind, teacher)
+        lex = train.lexical
+        return cls(cls.fit_weights(passages_arrow, k1, b, fields), lex.dim, lex.projection,
+                   seed if lex.seed is None else lex.seed)
+
+    @classmethod
+    def fingerprint_settings(cls, train: dict[str, Any]) -> dict[str, Any]:
+        """Fitted, not trained: only what changes its vectors."""
+        return {"kind": cls.kind, "lexical": {k: train["lexical"][k] for k in ("dim", "projection", "seed")}}
 
     @classmethod
     def fit(cls, passages: Iterable[PassageLike], dim: int, projection: Projection = "gaussian", seed: int = 0,
@@ -114,20 +131,30 @@ class ProjectionLambda(LexicalModel):
     def dense_matrix(self) -> np.ndarray:
         """R as a dense [V, dim] float32 array (the initial term embeddings of a ``static`` Λ)."""
         r = self.matrix
-        return r.toarray().astype(np.float32) if sp.issparse(r) else r
+        return r.toarray().astype(np.float32) if isinstance(r, sp.csr_matrix) else r
+
+    def term_table(self) -> np.ndarray:
+        return self.dense_matrix()
+
+    def term_vectors(self, weights, matrix) -> np.ndarray | None:
+        return project(matrix, self.matrix) if weights is self.weights else None
+
+    def card_facts(self, cfg) -> dict[str, Any]:
+        return self._card_facts(cfg, {"kind": self.kind, "training": "none (the teacher's BM25 weights times a "
+                                                                     "seeded random matrix)"})
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:
         return encode_in_batches(list(texts), lambda t: project(self.weights.query_matrix(t), self.matrix), self.dim,
                                  batch_size)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
-        return encode_in_batches([passage_text(p) for p in passages],
+        return encode_in_batches([self.weights.passage_text(p) for p in passages],
                                  lambda t: project(self.weights.passage_matrix(t), self.matrix), self.dim, batch_size)
 
-    def with_statistics(self, texts: Iterable[str]) -> "ProjectionLambda":
+    def with_statistics(self, passages: Iterable[PassageLike]) -> "ProjectionLambda":
         """Refit the BM25 statistics on ``texts``; the random rows of the carried terms are unchanged (Gaussian rows
         are drawn in vocabulary order and new terms are appended; count-sketch rows depend on the term alone)."""
-        return ProjectionLambda(self.weights.refit(texts), self._dim, self.projection, self.seed)
+        return ProjectionLambda(self.weights.refit(passages), self._dim, self.projection, self.seed)
 
     def config_dict(self) -> dict[str, Any]:
         return {"projection": self.projection, "seed": self.seed, "teacher": self.weights.describe()}

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from spar.errors import ArtifactError
-from spar.lexical.base import (LexicalModel, PassageLike, TrainingContext, encode_in_batches, passage_text,
-                               read_lambda_config)
+from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
+from spar.lexical.base import PassageLike, TrainingContext, encode_in_batches, read_lambda_config
 from spar.lexical.terms import BM25Weights
 
 EMBEDDINGS_FILE = "term_embeddings.safetensors"
@@ -73,7 +73,7 @@ class StaticBatchPreparer:
         batch["teacher_matrix"] = torch.from_numpy((counts @ self.corpus[rows].T).toarray().astype(np.float32))
 
 
-class StaticLambda(LexicalModel):
+class StaticLambda(TermLambda):
     """A bag of term embeddings over the teacher's vocabulary and BM25 weights (see the module docstring).
 
     Args:
@@ -86,6 +86,9 @@ class StaticLambda(LexicalModel):
     """
 
     kind = "static"
+    default_learning_rate = 1e-3
+    files = {"spar_lambda.json": "kind, dim, objective, initialisation, teacher statistics",
+             "term_embeddings.safetensors": "float32 [V, dim] term embeddings", **STATISTICS_FILES}
 
     def __init__(self, weights: BM25Weights, embeddings: torch.Tensor | np.ndarray, objective: str = "kl",
                  temperature: float = 1.0, init: dict[str, Any] | None = None):
@@ -102,6 +105,18 @@ class StaticLambda(LexicalModel):
         self.init = dict(init or {})
 
     @classmethod
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
+              seed: int) -> "StaticLambda":
+        """Initialised from the projection :meth:`ProjectionLambda.build` fits."""
+        from spar.lexical.projection import ProjectionLambda
+
+        require_bm25(train.kind, teacher)
+        projection = ProjectionLambda.build(train, passages_arrow, teacher=teacher, k1=k1, b=b, fields=fields,
+                                            seed=seed)
+        return cls.from_projection(projection, objective=train.lexical.objective,
+                                   temperature=train.lexical.temperature)
+
+    @classmethod
     def from_projection(cls, projection, **options: Any) -> "StaticLambda":
         """Start from a :class:`~spar.lexical.projection.ProjectionLambda`: its statistics and random matrix."""
         init = {"from": "projection", "projection": projection.projection, "seed": projection.seed}
@@ -116,41 +131,54 @@ class StaticLambda(LexicalModel):
         table = self.embedding.weight.detach().cpu().numpy()
         return np.ascontiguousarray(matrix @ table, dtype=np.float32)
 
+    def term_table(self) -> np.ndarray:
+        return self.embedding.weight.detach().cpu().numpy()
+
+    def term_vectors(self, weights, matrix) -> np.ndarray | None:
+        return np.asarray(matrix @ self.term_table(), dtype=np.float32) if weights is self.weights else None
+
+    def card_facts(self, cfg) -> dict[str, Any]:
+        t = cfg.train
+        return self._card_facts(cfg, {"kind": self.kind, "loss": t.lexical.objective, "batch size": t.batch_size,
+                                      "hard negatives": t.hard_negatives, "learning rate": t.learning_rate or "1e-3"})
+
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:
         return encode_in_batches(list(texts), lambda t: self._embed_terms(self.weights.query_matrix(t)), self.dim,
                                  batch_size)
 
     def encode_passage(self, passages: Iterable[PassageLike], batch_size: int = 4096) -> np.ndarray:
-        return encode_in_batches([passage_text(p) for p in passages],
+        return encode_in_batches([self.weights.passage_text(p) for p in passages],
                                  lambda t: self._embed_terms(self.weights.passage_matrix(t)), self.dim, batch_size)
 
-    def with_statistics(self, texts: Iterable[str]) -> "StaticLambda":
+    def with_statistics(self, passages: Iterable[PassageLike]) -> "StaticLambda":
         """Refit the BM25 statistics on ``texts``. Learnt rows stay with their terms; the target corpus's new terms
         get their initial rows (the projection's, from the seed in ``init``: an untrained term is a projected one),
         or zero rows when the initialisation is unknown (e.g. a Λ read from a published model)."""
         from spar.lexical.projection import random_matrix
 
-        weights = self.weights.refit(texts)
+        weights = self.weights.refit(passages)
         learnt = self.embedding.weight.detach().cpu().numpy()
         new_terms = weights.vocab_size - learnt.shape[0]
         if self.init.get("from") == "projection" and new_terms:
             rows = random_matrix(weights.vocab, self.dim, self.init["projection"], int(self.init["seed"]))
             rows = rows[learnt.shape[0]:]
-            rows = rows.toarray() if sp.issparse(rows) else rows
+            rows = rows.toarray() if isinstance(rows, sp.csr_matrix) else rows
         else:
             rows = np.zeros((new_terms, self.dim), dtype=np.float32)
         table = np.concatenate([learnt, np.asarray(rows, dtype=np.float32)])
         return StaticLambda(weights, table, self.objective, self.temperature, self.init).eval()
 
     # -- training --------------------------------------------------------------------------------------------
-    def batch_preparer(self, corpus_texts: Sequence[str] | None = None, corpus: sp.csr_matrix | None = None,
+    def batch_preparer(self, passages_path: str | Path | None = None, corpus: sp.csr_matrix | None = None,
                        **_: Any) -> StaticBatchPreparer:
-        """Passages are looked up by row in the corpus's BM25 matrix (``corpus``, or computed from
-        ``corpus_texts`` once: ~12 bytes per (passage, term) pair)."""
+        """Passages are looked up by row in the corpus's BM25 matrix (``corpus``, or computed once from the
+        passages table ``passages_path`` read through the statistics' fields: ~12 bytes per (passage, term) pair)."""
         if corpus is None:
-            if corpus_texts is None:
-                raise ValueError("a static Λ's batch preparer needs the corpus (texts or BM25 matrix)")
-            corpus = self.weights.passage_matrix(list(corpus_texts))
+            if passages_path is None:
+                raise ValueError("a static Λ's batch preparer needs the corpus (passages table or BM25 matrix)")
+            from spar.lexical import corpus_texts
+
+            corpus = self.weights.passage_matrix(list(corpus_texts(passages_path, self.weights.fields)))
         return StaticBatchPreparer(self.weights, corpus)
 
     def _bag(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -185,7 +213,8 @@ class StaticLambda(LexicalModel):
         from safetensors.torch import save_file
 
         self.weights.save(directory)
-        save_file({"embeddings": self.embedding.weight.detach().cpu().contiguous()}, str(Path(directory) / EMBEDDINGS_FILE))
+        save_file({"embeddings": self.embedding.weight.detach().cpu().contiguous()},
+                  str(Path(directory) / EMBEDDINGS_FILE))
         self.write_config(directory)
 
     @classmethod

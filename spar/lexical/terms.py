@@ -27,13 +27,17 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
 import numpy as np
 import scipy.sparse as sp
 
 from spar.errors import ArtifactError
 from spar.lexical.analysis import LuceneAnalyzer, bm25_weights, idf_weights
+
+#: The passage fields the BM25 teacher indexes by default (``label.fields``).
+DEFAULT_FIELDS = ("title", "text")
+PassageLike = Union[tuple[str, str], str]
 
 TERMS_FILE = "vocab.txt"
 STATS_FILE = "term_statistics.json"
@@ -54,17 +58,32 @@ class BM25Weights:
     #: Set by :meth:`refit`: the corpus statistics come from another corpus than the vocabulary's first
     #: ``carried_terms`` terms (the terms a Λ was trained with).
     carried_terms: int | None = None
+    #: Which fields of a ``(title, text)`` passage make its text, joined by one space: the teacher's
+    #: ``label.fields`` when the statistics were fitted (their one owner from then on).
+    fields: tuple[str, ...] = DEFAULT_FIELDS
 
     def __post_init__(self) -> None:
+        self.fields = tuple(self.fields)
         self.df = np.asarray(self.df, dtype=np.int64)
         self.index = {term: i for i, term in enumerate(self.vocab)}
         self.idf = idf_weights(self.df, self.num_docs).astype(np.float32)
 
     # -- fitting and persistence ----------------------------------------------------------------------------------
+    def passage_text(self, passage: PassageLike) -> str:
+        """A passage as the teacher indexed it: a string as is, a ``(title, text)`` pair as its :attr:`fields`
+        joined by one space (empty ones skipped)."""
+        if isinstance(passage, str):
+            return passage
+        from spar.passages import indexed_text
+
+        parts = dict(zip(DEFAULT_FIELDS, passage))
+        return indexed_text(parts[f] for f in self.fields)
+
     @classmethod
     def fit(cls, texts: Iterable[str], k1: float = 0.9, b: float = 0.4,
-            analyzer: LuceneAnalyzer | None = None) -> "BM25Weights":
-        """Count document frequencies and lengths of the corpus ``texts`` (the teacher's indexed contents)."""
+            analyzer: LuceneAnalyzer | None = None, fields: Sequence[str] = DEFAULT_FIELDS) -> "BM25Weights":
+        """Count document frequencies and lengths of the corpus ``texts`` (the teacher's indexed contents, made of
+        ``fields``)."""
         analyzer = analyzer or LuceneAnalyzer()
         df: Counter[str] = Counter()
         total_length = docs = 0
@@ -77,10 +96,11 @@ class BM25Weights:
             raise ArtifactError("cannot fit BM25 statistics on an empty corpus")
         vocab = sorted(df)
         return cls(vocab, np.array([df[t] for t in vocab], dtype=np.int64), docs, total_length / docs, k1, b,
-                   analyzer)
+                   analyzer, fields=tuple(fields))
 
-    def refit(self, texts: Iterable[str]) -> "BM25Weights":
-        """These statistics refitted on another corpus (``texts``, e.g. the target corpus of a Λ trained elsewhere).
+    def refit(self, passages: Iterable[PassageLike]) -> "BM25Weights":
+        """These statistics refitted on another corpus (``passages``, e.g. the target corpus of a Λ trained
+        elsewhere; read through :attr:`fields`).
 
         Document frequencies, number of passages and average length come from ``texts``; the vocabulary keeps
         this one's terms in their order (row ``i`` of a Λ's term table stays term ``i``) and appends the new
@@ -96,13 +116,13 @@ class BM25Weights:
             >>> int(target.df[target.index["sun"]]), int(target.df[target.index["moon"]]), target.num_docs
             (1, 0, 2)
         """
-        fresh = BM25Weights.fit(texts, self.k1, self.b, self.analyzer)
+        fresh = BM25Weights.fit((self.passage_text(p) for p in passages), self.k1, self.b, self.analyzer)
         vocab = self.vocab + [t for t in fresh.vocab if t not in self.index]
         df = np.zeros(len(vocab), dtype=np.int64)
         position = {t: i for i, t in enumerate(vocab)}
         df[[position[t] for t in fresh.vocab]] = fresh.df
         return BM25Weights(vocab, df, fresh.num_docs, fresh.avg_length, self.k1, self.b, self.analyzer,
-                           carried_terms=self.vocab_size)
+                           carried_terms=self.vocab_size, fields=self.fields)
 
     @property
     def vocab_size(self) -> int:
@@ -113,6 +133,8 @@ class BM25Weights:
                  "avg_length": round(self.avg_length, 4), "vocab_size": self.vocab_size, **self.analyzer.config()}
         if self.carried_terms is not None:
             stats["carried_terms"] = self.carried_terms
+        if self.fields != DEFAULT_FIELDS:  # recorded when not the default (files stay as they were)
+            stats["fields"] = list(self.fields)
         return stats
 
     def save(self, directory: str | Path) -> None:
@@ -136,7 +158,7 @@ class BM25Weights:
                                 f"{STATS_FILE} says {stats['vocab_size']}")
         analyzer = LuceneAnalyzer(stats.get("stemmer", "porter"), stats.get("stopwords", True))
         return cls(vocab, df, int(stats["num_docs"]), float(stats["avg_length"]), float(stats["k1"]),
-                   float(stats["b"]), analyzer, stats.get("carried_terms"))
+                   float(stats["b"]), analyzer, stats.get("carried_terms"), tuple(stats.get("fields", DEFAULT_FIELDS)))
 
     # -- sparse matrices -----------------------------------------------------------------------------------------
     def term_counts(self, texts: Sequence[str]) -> tuple[sp.csr_matrix, np.ndarray]:

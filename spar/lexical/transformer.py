@@ -22,8 +22,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from spar.encoders import ENCODER_CONFIG, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
-from spar.lexical.base import LAMBDA_CONFIG, LexicalModel, PassageLike, TrainingContext
+from spar.encoders import PUBLISHED_FILES, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
+from spar.lexical.base import LexicalModel, PassageLike, TrainingContext, read_lambda_config
 from spar.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
 
 
@@ -62,6 +62,11 @@ class TransformerLambda(LexicalModel):
     """A DPR bi-encoder as Λ (see the module docstring)."""
 
     kind = "transformer"
+    default_learning_rate = 3e-5  # DPR's
+    published_files = PUBLISHED_FILES
+    files = {"query_encoder/": "Hugging Face model (safetensors)", "passage_encoder/": "idem, unless shared",
+             "spar_encoder.json": "pooling, normalisation, prefixes, max lengths",
+             "spar_lambda.json": "kind, dim, encoder settings, objective"}
 
     def __init__(self, encoder: BiEncoder, objective: ContrastiveObjective | None = None):
         super().__init__()
@@ -72,6 +77,12 @@ class TransformerLambda(LexicalModel):
     def from_pretrained(cls, model: str, objective: ContrastiveObjective | None = None, **settings: Any):
         """Initialise from a hub id, a local path or a bundled name (CLS pooling, no normalisation by default)."""
         return cls(BiEncoder.from_pretrained(model, **settings), objective)
+
+    @classmethod
+    def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
+              seed: int) -> "TransformerLambda":
+        """From ``train.encoder`` (any teacher: it learns from the labels alone)."""
+        return cls.from_section(train)
 
     @classmethod
     def from_section(cls, train) -> "TransformerLambda":
@@ -105,6 +116,10 @@ class TransformerLambda(LexicalModel):
         if passage_max_length is not None:
             settings = replace(settings, passage_max_length=passage_max_length)
         return TokenizingPreparer(self.encoder.tokenizer, settings, pad_to_multiple_of)
+
+    def batch_preparers(self, **options: Any) -> tuple[TokenizingPreparer, TokenizingPreparer]:
+        """Accelerator batches are padded to multiples of 8 (tensor cores)."""
+        return self.batch_preparer(**options), self.batch_preparer(**options, pad_to_multiple_of=8)
 
     def forward_queries(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.encoder.forward_queries(batch)
@@ -141,6 +156,33 @@ class TransformerLambda(LexicalModel):
         terms["loss"] = sum(weight.get(k, 1.0) * v for k, v in terms.items())
         return terms
 
+    # -- encoding and publishing ------------------------------------------------------------------------------
+    def batch_encoder(self) -> BiEncoder:
+        return self.encoder
+
+    def card_facts(self, cfg) -> dict[str, Any]:
+        t, lam = cfg.train, cfg.train.encoder
+        return {"train_details": {"kind": self.kind, "loss": t.loss, "batch size": t.batch_size,
+                                  "hard negatives": t.hard_negatives, "learning rate": t.learning_rate or "3e-5"},
+                "lambda_init": lam.model, "lambda_pooling": lam.pooling, "lambda_normalize": lam.normalize}
+
+    def published_spec(self, side: str, weight: float) -> dict[str, Any]:
+        return self.encoder.published_spec(side, weight)
+
+    def published_module(self, side: str) -> tuple[torch.nn.Module, Any]:
+        return self.encoder.published_module(side)
+
+    def shares_sides(self) -> bool:
+        return self.encoder.shares_sides()
+
+    def published_config(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.encoder.published_config()}
+
+    @classmethod
+    def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
+                       device: str = "cpu") -> "TransformerLambda":
+        return cls(BiEncoder.load_published(query_dir, document_dir, entry, device))
+
     # -- persistence -----------------------------------------------------------------------------------------
     def config_dict(self) -> dict[str, Any]:
         return {"encoder": asdict(self.encoder.settings), "objective": asdict(self.objective)}
@@ -151,14 +193,5 @@ class TransformerLambda(LexicalModel):
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "TransformerLambda":
-        import json
-
-        d = Path(directory)
-        objective = None
-        if (d / LAMBDA_CONFIG).exists():
-            objective = ContrastiveObjective(**json.loads((d / LAMBDA_CONFIG).read_text()).get("objective", {}))
-        elif not (d / ENCODER_CONFIG).exists():
-            from spar.errors import ArtifactError
-
-            raise ArtifactError(f"{d}: missing file '{ENCODER_CONFIG}' (not a transformer Λ directory)")
-        return cls(BiEncoder.load(d, device=device), objective).eval()
+        objective = ContrastiveObjective(**read_lambda_config(directory).get("objective", {}))
+        return cls(BiEncoder.load(directory, device=device), objective).eval()
