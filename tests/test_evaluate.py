@@ -298,8 +298,12 @@ def _experiment_with_index(sample_experiment: Path, root: Path, base_dir: str, l
 
     tune_stage.run(experiment_config(sample_experiment, root / "results"))  # skipped once tuned
     root.mkdir(parents=True)
-    for name in ("queries", "teacher_index", "lambda", "embeddings", "tune"):
+    # μ is tuned against the passage vectors an index stores: an IVF-PQ index gets its own tune/ (PQ codes).
+    shared = ("queries", "teacher_index", "lambda", "embeddings") + (("tune",) if index_type != "ivfpq" else ())
+    for name in shared:
         (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    if index_type == "ivfpq":
+        tune_stage.run(experiment_config(root, root / "results", "index.type=ivfpq", *overrides))
     emb = artifact_dir(sample_experiment, "embeddings")
     base, lam = load_embeddings(emb / base_dir / "passages"), load_embeddings(emb / lambda_dir / "passages")
     with ArtifactWriter(artifact_dir(root, "index"), kind="index", config={"type": index_type}, inputs={}) as w:
