@@ -53,5 +53,6 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         "sentences": f"{sampling['sentences']:,} ({sampling['candidate_sentences']:,} with >= {s.min_words} words)",
         "queries": f"{stats['queries_train']:,} train, {stats['queries_dev']:,} dev",
         "records": read_stats.summary(),
+        **({"warning": " ".join(stats["warnings"])} if stats["warnings"] else {}),
         "output": str(out),
     }

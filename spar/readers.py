@@ -42,7 +42,7 @@ class Passage:
 
     def contents(self, sep: str = " ") -> str:
         """Title and text joined (the text a sparse teacher indexes)."""
-        return f"{self.title}{sep}{self.text}" if self.title else self.text
+        return sep.join(part for part in (self.title, self.text) if part)  # a title-only passage has no text
 
 
 @dataclass
@@ -140,8 +140,8 @@ def read_corpus(
 ) -> Iterator[Passage]:
     """Stream passages from a corpus file (BEIR, DPR TSV, MS MARCO TSV or JSONL).
 
-    Errors (or counted skips) for: malformed JSON, missing id or text, empty text, duplicate ids, ids containing
-    whitespace, non-UTF-8 bytes, wrong TSV column count.
+    Errors (or counted skips) for: malformed JSON, missing id or text, empty text and title (a title-only passage
+    is valid), duplicate ids, ids containing whitespace, non-UTF-8 bytes, wrong TSV column count.
     """
     p = Path(path)
     stats = stats if stats is not None else ReadStats()
@@ -154,8 +154,9 @@ def read_corpus(
         if _has_whitespace(passage.id):
             _bad(_whitespace_error(p, number, "passage", passage.id), on_bad_record, stats)
             continue
-        if not passage.text.strip():
-            _bad(BadRecordError(str(p), number, f"empty text: passage {passage.id!r}"), on_bad_record, stats)
+        if not passage.text.strip() and not passage.title.strip():  # a title-only record is a valid BEIR passage
+            _bad(BadRecordError(str(p), number, f"empty text and title: passage {passage.id!r}"), on_bad_record,
+                 stats)
             continue
         if seen is not None:
             if passage.id in seen:

@@ -34,6 +34,8 @@ Example::
 
 from __future__ import annotations
 
+import logging
+
 import hashlib
 import heapq
 import random
@@ -112,6 +114,8 @@ def position_bucket(position: int) -> str:
     return f"{edges[-1]}+"
 
 
+log = logging.getLogger(__name__)
+
 @dataclass
 class SampledQuery:
     query_id: str
@@ -133,6 +137,20 @@ class SamplingStats:
     forced: int = 0  # passages where no sentence survived the draw and one was kept at random
     passages_without_sentences: int = 0
     by_position: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0]))
+
+    #: Above this share of candidate sentences cut to max_words, the splitter most likely found no sentence ends.
+    TRUNCATED_WARNING = 0.5
+
+    def splitter_warning(self, splitter: str, max_words: int) -> str | None:
+        """A one-line warning when most candidate sentences hit ``max_words`` (e.g. blingfire on lower-cased,
+        punctuation-free text yields one long "sentence" per passage), or None."""
+        if not self.candidates or self.truncated / self.candidates <= self.TRUNCATED_WARNING:
+            return None
+        other = "tokenized" if splitter == "blingfire" else "blingfire"
+        share = self.truncated / self.candidates
+        return (f"{self.truncated:,} of {self.candidates:,} candidate sentences ({share:.0%}) were cut at "
+                f"sample.max_words={max_words}: the '{splitter}' splitter finds few sentence ends in this corpus; "
+                f"try sample.sentence_splitter={other}")
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -459,8 +477,12 @@ def write_query_set(
                                  pa.array(new_splits, pa.string()))
         schemas.write_table(path, table.filter(pa.array(keep, pa.bool_())))
 
+    warning = sampler.stats.splitter_warning(sentence_splitter, max_words)
+    if warning:
+        log.warning("%s", warning)
     return {
         "passages": n_passages,
+        "warnings": [warning] if warning else [],
         "queries": counts["train"] + counts["dev"],
         "queries_train": counts["train"],
         "queries_dev": counts["dev"],

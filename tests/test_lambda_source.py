@@ -78,6 +78,11 @@ def test_missing_lambdas_and_missing_files_fail_naming_the_path(projection_dir: 
     empty = tmp_path / "empty"
     empty.mkdir()
     assert f"{empty}: missing file 'spar_lambda.json'" in error_of(lambda: resolve_lambda(str(empty), tmp_path))
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "spar_lambda.json").write_text('["projection", 384]\n')  # valid JSON, not an object (#22 item 11)
+    assert (f"{listed / 'spar_lambda.json'}: expected a JSON object with the Λ's kind and dim, got list"
+            in error_of(lambda: resolve_lambda(str(listed), tmp_path)))
     assert f"{tmp_path / 'lambda'}: Λ is missing" in error_of(lambda: resolve_lambda(None, tmp_path))
     (projection_dir / "vocab.txt").unlink()
     source = resolve_lambda(str(projection_dir), tmp_path)

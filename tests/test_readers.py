@@ -66,7 +66,7 @@ GOOD = '{"_id": "1", "title": "T", "text": "fine"}\n'
         (GOOD + '{"title": "no id", "text": "x"}\n', 2, "missing id"),
         (GOOD + '{"_id": "3", "title": "no text"}\n', 2, "missing text"),
         (GOOD + GOOD, 2, "duplicate passage id"),
-        (GOOD + '{"_id": "4", "text": "   "}\n', 2, "empty text"),
+        (GOOD + '{"_id": "4", "text": "   "}\n', 2, "empty text and title"),
         (GOOD.encode() + b'{"_id": "5", "text": "caf\xe9"}\n', 2, "not UTF-8"),
     ],
 )
@@ -121,3 +121,16 @@ def test_embedded_sample_is_consistent(sample_dir: Path):
         assert qrels
     assert (sample_dir / "README.md").read_text().count("CC BY-NC 2.0") >= 1
     assert json.loads((sample_dir / "corpus.jsonl").open().readline())["_id"]
+
+
+def test_a_title_only_passage_is_valid_and_an_empty_one_is_not(tmp_path: Path):
+    """BEIR records with a title and an empty text (CACM has 1,617) are passages; only title and text both empty is
+    an empty record."""
+    p = _write(tmp_path, "corpus.jsonl", GOOD + '{"_id": "t", "title": "Title only", "text": ""}\n'
+               '{"_id": "e", "title": " ", "text": ""}\n')
+    stats = ReadStats()
+    passages = list(read_corpus(p, on_bad_record="skip", stats=stats))
+    assert [x.id for x in passages] == ["1", "t"] and passages[1].contents() == "Title only"
+    assert stats.read == 2 and stats.total_skipped == 1
+    with pytest.raises(BadRecordError, match=r":3: empty text and title: passage 'e'"):
+        list(read_corpus(p))

@@ -131,7 +131,7 @@ def test_sample_refuses_an_empty_corpus(tmp_path):
     files = _small_inputs(tmp_path / "in")
     files["corpus"].write_text('{"_id": "1", "text": ""}\n')  # its only record is skipped as empty
     with pytest.raises(BadRecordError, match=r"corpus\.jsonl: the corpus holds no passage \(0 records read, 1 "
-                                             r"skipped \(1 empty text\)\): nothing to sample$"):
+                                             r"skipped \(1 empty text and title\)\): nothing to sample$"):
         pipelines.sample.run(_config(files, tmp_path / "run", "experiment.on_bad_record=skip"))
     assert not (tmp_path / "run" / "queries").exists()
 

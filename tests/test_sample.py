@@ -201,3 +201,23 @@ def test_sample_stage_writes_manifest_and_skips_when_complete(scifact_slice, tmp
     for split in table["split"]:
         by_split[split] += 1
     assert by_split["dev"] == stats["queries_dev"]
+
+
+def test_blingfire_on_punctuation_free_text_warns_and_names_the_other_splitter(datasets_dir, tmp_path, caplog):
+    """SMART Cranfield is lower-cased and tokenised: blingfire sees one long "sentence" per abstract, cut at
+    max_words; the run says so (log and stats) and suggests `tokenized`, which does not trigger the warning."""
+    import logging
+
+    def sample(splitter: str, out: Path) -> dict:
+        corpus = list(read_corpus(datasets_dir / "cranfield" / "corpus.jsonl", on_bad_record="skip"))[:200]
+        out.mkdir(parents=True)
+        return write_query_set(corpus, out, max_words=24, sentence_splitter=splitter, progress=False)
+
+    with caplog.at_level(logging.WARNING, logger="spar.sampling"):
+        stats = sample("blingfire", tmp_path / "blingfire")
+    sampling = stats["sampling"]
+    assert sampling["sentences_truncated"] > 0.5 * sampling["candidate_sentences"]
+    assert len(stats["warnings"]) == 1 and "try sample.sentence_splitter=tokenized" in stats["warnings"][0]
+    assert f"{sampling['sentences_truncated']:,} of {sampling['candidate_sentences']:,}" in stats["warnings"][0]
+    assert stats["warnings"][0] in caplog.text
+    assert sample("tokenized", tmp_path / "tokenized")["warnings"] == []

@@ -193,6 +193,9 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
             config = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ArtifactError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        if not isinstance(config, dict):
+            raise ArtifactError(f"{path}: expected a JSON object with the Λ's kind and dim, got "
+                                f"{type(config).__name__}")
         if config.get("kind") not in KINDS:
             raise ArtifactError(f"{path}: unknown Λ kind {config.get('kind')!r} (known: {', '.join(KINDS)})")
         return config
