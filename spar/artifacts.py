@@ -165,8 +165,33 @@ class ArtifactWriter:
         suffix = ".partial" if self.resumable else f".tmp-{os.getpid()}"
         self.path = self.final.with_name(self.final.name + suffix)
 
+    def check_replaceable(self) -> None:
+        """Refuse to write over anything but an earlier artifact of this kind (or an empty directory): spar never
+        deletes what it did not write, e.g. ``publish.output`` pointing at a run, an ancestor of one, another
+        artifact, a file, or a directory of the user's files."""
+        final = self.final
+        if not final.exists() and not final.is_symlink():
+            return
+        if final.is_symlink() or not final.is_dir():
+            raise ArtifactError(f"{final}: exists and is not a directory; spar writes its {self.kind} directory "
+                                "there: choose another path")
+        if not any(final.iterdir()):
+            return
+        manifest = final / MANIFEST
+        kind = None
+        if manifest.is_file():
+            try:
+                kind = json.loads(manifest.read_text(encoding="utf-8")).get("kind")
+            except (ValueError, AttributeError):
+                kind = None
+        if kind != self.kind:
+            what = f"a spar '{kind}' artifact" if kind else "not a spar artifact (no manifest.json of spar's)"
+            raise ArtifactError(f"{final}: not empty and {what}; spar replaces only its own {self.kind} directory "
+                                "and never deletes what it did not write: choose another (or an empty) directory")
+
     def __enter__(self) -> "ArtifactWriter":
         ensure_writable(self.final.parent)
+        self.check_replaceable()
         if self.resumable and self.path.exists():
             stamp = self.path / ".fingerprint"
             if not stamp.exists() or stamp.read_text() != self.fingerprint:
@@ -200,6 +225,12 @@ class ArtifactWriter:
         }
         (self.path / ".fingerprint").unlink(missing_ok=True)
         write_json_atomic(self.path / MANIFEST, manifest)
+        try:
+            self.check_replaceable()  # again: something may have appeared there while the stage ran
+        except ArtifactError:
+            if not self.resumable:
+                shutil.rmtree(self.path, ignore_errors=True)
+            raise
         if self.final.exists():
             shutil.rmtree(self.final)
         os.replace(self.path, self.final)

@@ -71,3 +71,23 @@ def test_unwritable_output_dir_is_named_even_as_root(tmp_path: Path):
     blocker.write_text("not a directory")
     with pytest.raises(ArtifactError, match=f"cannot write to output directory {blocker}/sub"):
         ensure_writable(blocker / "sub")
+
+
+def test_writer_replaces_only_its_own_kind_of_artifact(tmp_path: Path):
+    """The one place spar replaces a directory refuses anything it did not write (#22 items 1, 2)."""
+    out = tmp_path / "tune"
+    with ArtifactWriter(out, kind="tune", config={}, inputs={}) as w:
+        (w.path / "tune.json").write_text("{}")
+    with ArtifactWriter(out, kind="tune", config={"a": 1}, inputs={}) as w:  # its own kind: replaced
+        (w.path / "tune.json").write_text('{"a": 1}')
+    assert (out / "tune.json").read_text() == '{"a": 1}'
+    with pytest.raises(ArtifactError, match=r"tune: not empty and a spar 'tune' artifact"):
+        ArtifactWriter(out, kind="index", config={}, inputs={}).__enter__()
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "thesis.tex").write_text("x")
+    with pytest.raises(ArtifactError, match=r"user: not empty and not a spar artifact .*never deletes what it did "
+                                            r"not write"):
+        with ArtifactWriter(user, kind="model", config={}, inputs={}):
+            pass
+    assert (user / "thesis.tex").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["tune", "user"]

@@ -540,3 +540,44 @@ def test_push_uploads_every_file_to_a_local_hub(tiny_run, tmp_path):
             assert base64.b64decode(entry["value"]["content"]) == data
     assert "commit/" + "0" * 40 in proc.stdout
     assert state["card"] == (model / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Publish never deletes what spar did not write (#22 items 1, 2, 13)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _publish_to(tiny_run, output, force: bool = False):
+    import pipelines.publish
+
+    cfg = tiny_run["cfg"]
+    return pipelines.publish.run(cfg.model_copy(update={"publish": cfg.publish.model_copy(
+        update={"output": str(output)})}), force=force)
+
+
+def test_publish_refuses_the_run_its_ancestors_other_artifacts_files_and_foreign_directories(tiny_run, tmp_path):
+    from spar.errors import ArtifactError
+
+    run = tiny_run["run"]
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("my notes")
+    a_file = tmp_path / "model.txt"
+    a_file.write_text("not a directory")
+    cases = [(run, "not empty and not a spar artifact"), (run.parent, "not empty and not a spar artifact"),
+             (run / "tune", "not empty and a spar 'tune' artifact"),
+             (foreign, "not empty and not a spar artifact"), (a_file, "exists and is not a directory")]
+    for output, message in cases:
+        for force in (False, True):  # --force re-publishes spar's own model, never over anything else
+            with pytest.raises(ArtifactError, match=message) as error:
+                _publish_to(tiny_run, output, force)
+            assert "\n" not in str(error.value) and str(error.value).startswith(str(output))
+    # Nothing was deleted or left behind.
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+    assert (foreign / "notes.txt").read_text() == "my notes" and a_file.read_text() == "not a directory"
+    assert not [p for p in [*run.parent.iterdir(), *tmp_path.iterdir()] if ".tmp-" in p.name]
+    # An empty directory, and spar's own earlier model, are fine.
+    (tmp_path / "empty").mkdir()
+    assert Path(_publish_to(tiny_run, tmp_path / "empty")["output"]) == tmp_path / "empty"
+    assert Path(_publish_to(tiny_run, tmp_path / "empty", force=True)["output"]) == tmp_path / "empty"
