@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.errors import BadRecordError, ConfigError
-from spar.readers import ReadStats, read_corpus, read_qrels, read_queries
+from spar.readers import ReadStats, input_file_problem, read_corpus, read_qrels, read_queries
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,9 @@ def _readable(path: str | None, key: str) -> Path | None:
     if path is None:
         return None
     p = Path(path)
-    if not p.is_file():
-        raise BadRecordError(str(p), None, f"file not found ({key})")
+    problem = input_file_problem(p)
+    if problem:
+        raise BadRecordError(str(p), None, f"{problem} ({key})")
     try:
         with p.open("rb") as fh:
             fh.read(1)

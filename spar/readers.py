@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,11 +113,38 @@ def _whitespace_error(path: Path, number: int, kind: str, identifier: str) -> Ba
                           "hold it; rename the id)")
 
 
+def input_file_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as an input file (None when it is a regular file): a missing file, a dangling
+    symbolic link, a link loop, a directory, or a device such as ``/dev/null`` each get their own words."""
+    import errno
+    import stat
+
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links, not a file"
+        if p.is_symlink():
+            return f"a symbolic link to a missing file ({os.readlink(p)})"
+        return "file not found"
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return "not a regular file (a device, pipe or socket)"
+    return None
+
+
+def _require_file(path: Path) -> None:
+    problem = input_file_problem(path)
+    if problem:
+        raise BadRecordError(str(path), None, problem)
+
+
 def detect_corpus_format(path: str | Path) -> str:
     """Infer the corpus format from the file name and its first line."""
     p = Path(path)
-    if not p.exists():
-        raise BadRecordError(str(p), None, "file not found")
+    _require_file(p)
     with p.open("rb") as fh:
         first = fh.readline().decode("utf-8", errors="replace").strip().lstrip("\ufeff")
     if p.suffix in (".jsonl", ".json") or first.startswith("{"):
@@ -227,8 +255,7 @@ def read_queries(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadSta
     """Stream queries from BEIR ``queries.jsonl`` or an ``id<TAB>text`` TSV."""
     p = Path(path)
     stats = stats if stats is not None else ReadStats()
-    if not p.exists():
-        raise BadRecordError(str(p), None, "file not found")
+    _require_file(p)
     is_json = p.suffix in (".jsonl", ".json")
     seen: set[str] = set()
     rows: Iterator[tuple[int, Any]] = (_lines(p, on_bad_record, stats) if is_json
@@ -268,8 +295,7 @@ def read_qrels(
     """
     p = Path(path)
     stats = stats if stats is not None else ReadStats()
-    if not p.exists():
-        raise BadRecordError(str(p), None, "file not found")
+    _require_file(p)
     qrels: dict[str, dict[str, int]] = {}
     for number, line in _lines(p, on_bad_record, stats):
         parts = line.split("\t") if "\t" in line else line.split()

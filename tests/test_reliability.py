@@ -84,6 +84,30 @@ def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
         check_inputs(_config(files, tmp_path / "run"))
 
 
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.mkdir(), "a directory, not a file"),
+    (lambda p: (p.symlink_to(p.with_name("loop-b")), p.with_name("loop-b").symlink_to(p)),
+     "a loop of symbolic links, not a file"),
+    (lambda p: p.symlink_to("/dev/null"), r"not a regular file \(a device, pipe or socket\)"),
+    (lambda p: p.symlink_to(p.with_name("gone.jsonl")), r"a symbolic link to a missing file \(.*gone\.jsonl\)"),
+])
+def test_a_corpus_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path, make, words):
+    """#22 item 15: a directory, a link loop or /dev/null as the corpus was reported as "file not found"."""
+    from spar.preflight import check_inputs
+    from spar.readers import read_corpus
+
+    files = _small_inputs(tmp_path / "in")
+    corpus = tmp_path / "odd" / "corpus.jsonl"
+    corpus.parent.mkdir()
+    make(corpus)
+    cfg = _config({**files, "corpus": corpus}, tmp_path / "run")
+    with pytest.raises(BadRecordError, match=rf"^{corpus}: {words} \(data\.corpus\)$"):
+        check_inputs(cfg)
+    with pytest.raises(BadRecordError, match=rf"^{corpus}: {words}$"):
+        list(read_corpus(corpus))
+
+
 def test_preflight_refuses_a_model_path_that_does_not_exist(tmp_path):
     from spar.preflight import check_inputs
 
