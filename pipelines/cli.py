@@ -238,10 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "frontier":
             import pipelines.frontier
 
+            started = time.time()
             stats = pipelines.frontier.run(cfg, tuple(k for k in args.kinds.split(",") if k), _ints(args.dims),
                                            _ints(args.seeds), force=args.force,
                                            storages=tuple(s for s in args.storages.split(",") if s))
-            _print_stats("frontier", stats, 0.0)
+            _print_stats("frontier", stats, time.time() - started)
             return 0
         if args.command == "run":
             check_inputs(cfg)  # every input file and qrels id, before the first stage runs

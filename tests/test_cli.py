@@ -67,3 +67,19 @@ def test_import_is_light():
             "print(time.time()-t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert float(out) < 2.0
+
+
+def test_frontier_reports_the_time_it_ran(monkeypatch, tmp_path, capsys):
+    """#22 item 20: `spar frontier` printed "done in 0.0s" after a 20 s run."""
+    import time
+
+    import pipelines.frontier
+
+    def slow_frontier(cfg, *args, **kwargs):
+        time.sleep(1.2)
+        return {"points": 0}
+
+    monkeypatch.setattr(pipelines.frontier, "run", slow_frontier)
+    assert cli.main(["frontier", f"experiment.output_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "frontier: done in 1." in out and "done in 0.0s" not in out
