@@ -220,7 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_help = any(a in ("-h", "--help") for a in argv)
     parser = build_parser(with_epilogs=wants_help and bool(argv) and argv[0] in STAGES)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # Overrides may come after a flag (`spar encode CFG --force k=v`): argparse leaves those over; take them.
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 0

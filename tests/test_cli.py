@@ -83,3 +83,20 @@ def test_frontier_reports_the_time_it_ran(monkeypatch, tmp_path, capsys):
     assert cli.main(["frontier", f"experiment.output_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     assert "frontier: done in 1." in out and "done in 0.0s" not in out
+
+
+def test_overrides_may_follow_a_flag(monkeypatch):
+    """#22 item 17: `spar encode CFG --force k=v` was rejected as "unrecognized arguments"."""
+    seen = {}
+
+    def fake_load(args):
+        seen["overrides"] = list(args.overrides)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "_load", fake_load)
+    with pytest.raises(SystemExit):
+        cli.main(["encode", "configs/default.yaml", "--force", "encode.batch_size=8", "tune.metric=R@100"])
+    assert seen["overrides"][-2:] == ["encode.batch_size=8", "tune.metric=R@100"]
+    with pytest.raises(SystemExit) as info:  # anything else left over is still an error
+        cli.main(["encode", "configs/default.yaml", "--force", "--no-such-flag"])
+    assert info.value.code == 2
