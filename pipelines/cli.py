@@ -26,7 +26,7 @@ from typing import Sequence
 from pipelines import STAGES, skipped_by_config
 from spar.artifacts import RUN_COMMAND_ENV, hold_output_lock, run_lock_name
 from spar.errors import SparError
-from spar.preflight import check_inputs
+from spar.preflight import check_inputs, skipped_records
 
 #: One line per stage for ``spar --help`` (kept here so the top-level help imports no stage module).
 STAGE_HELP = {
@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_stats("frontier", stats, time.time() - started)
             return 0
         if args.command == "run":
-            check_inputs(cfg)  # every input file and qrels id, before the first stage runs
+            inputs_report = check_inputs(cfg)  # every input file and qrels id, before the first stage runs
             # Results and model cards record the command that reproduces them: this one, not the stage's.
             os.environ[RUN_COMMAND_ENV] = "spar " + shlex.join(argv)
             first = STAGES.index(args.from_stage) if args.from_stage else 0
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         return status
             from pipelines.summary import print_run_summary
 
-            print_run_summary(cfg, ran)
+            print_run_summary(cfg, ran, skipped_records(inputs_report))
         else:
             run_stages(cfg, [args.command], force=args.force)
     except SparError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
 from spar.artifacts import write_json_atomic
 from spar.evaluation import evaluate_experiment, wandb_log
+from spar.preflight import check_inputs, skipped_records
 from spar.experiment import ExperimentInputs
 
 SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
@@ -39,8 +40,10 @@ def run(cfg, force: bool = False) -> dict:
     if not force and is_complete(out, writer.fingerprint) and json_path.exists() and md_path.exists():
         return {"skipped": True, "results": str(json_path), "table": md_path.read_text()}
     ensure_writable(results_dir)
+    skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
     with writer as w:
         report = evaluate_experiment(cfg, inputs, runs_dir=w.path / "runs")
+        report.details["skipped_records"] = skipped
         payload = report.to_json()
         write_json_atomic(w.path / "results.json", payload)
         w.stats = {"systems": report.systems, "mu": report.mu, "alpha": report.alpha, "rbo": report.rbo,

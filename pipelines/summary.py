@@ -29,7 +29,7 @@ def _results_table(payload: dict):
     return table
 
 
-def print_run_summary(cfg, stages: dict[str, dict]) -> None:
+def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str, int]] | None = None) -> None:
     """Print the summary of a ``spar run`` whose stages reported ``stages`` (name -> statistics with seconds)."""
     from rich.console import Console
     from rich.table import Table
@@ -47,7 +47,13 @@ def print_run_summary(cfg, stages: dict[str, dict]) -> None:
 
     results = cfg.results_dir / f"{cfg.experiment.name}.json"
     if results.exists():
-        console.print(_results_table(json.loads(results.read_text())))
+        payload = json.loads(results.read_text())
+        console.print(_results_table(payload))
+    if skipped:
+        from spar.preflight import describe_skipped
+
+        console.print("[bold]skipped input records[/bold] (experiment.on_bad_record=skip): "
+                      + describe_skipped(skipped), highlight=False, soft_wrap=True)
     where = []
     model = artifact_dir(cfg.output_dir, "model") if not cfg.publish.output else Path(cfg.publish.output)
     for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)",

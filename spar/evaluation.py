@@ -117,6 +117,11 @@ class EvaluationReport:
             sh = self.shuffled.get(name)
             cells.append(f"{sh[primary]:.4f} ({sh['delta']:+.4f})" if sh else "")
             lines.append("| " + " | ".join(cells) + " |")
+        if self.details.get("skipped_records"):
+            from spar.preflight import describe_skipped
+
+            lines += ["", "Input records skipped (experiment.on_bad_record=skip): "
+                      + describe_skipped(self.details["skipped_records"]) + "."]
         return "\n".join(lines) + "\n"
 
 

@@ -122,7 +122,19 @@ def check_inputs(cfg) -> dict[str, Any]:
             report[key] = {"judgments": stats.read, **stats.as_dict()}
     if answers is not None:
         report["evaluate.answers"] = str(answers)
-    skipped = {k: v["skipped"] for k, v in report.items() if isinstance(v, dict) and v.get("skipped")}
+    skipped = skipped_records(report)
     if skipped:
         log.warning("inputs: records that will be skipped (on_bad_record=skip): %s", skipped)
     return report
+
+
+def skipped_records(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The records a :func:`check_inputs` report says the stages skip: input key -> reason -> count."""
+    return {k: dict(v["skipped"]) for k, v in report.items() if isinstance(v, dict) and v.get("skipped")}
+
+
+def describe_skipped(skipped: dict[str, dict[str, int]]) -> str:
+    """One line for summaries and results, e.g. ``corpus: 2 empty text and title; data.qrels_test: 1 unknown
+    passage``."""
+    return "; ".join(f"{key}: " + ", ".join(f"{n:,} {reason}" for reason, n in reasons.items())
+                     for key, reasons in skipped.items())

@@ -368,3 +368,26 @@ def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_pa
                        for q in answers)
             assert values[f"Acc@{k}"] == pytest.approx(hits / len(answers)), (name, k)
     assert report.systems["bm25"]["Acc@20"] > 0.5 and report.systems["bm25"]["Acc@1"] < 1.0
+
+
+def test_skipped_input_records_reach_the_results(sample_experiment, tmp_path):  # noqa: F811
+    """#22 item 6: records skipped with on_bad_record=skip (here a judgment naming an unknown passage) are counted in
+    results/<name>.json and .md, not only in a warning line."""
+    import shutil
+
+    from pipelines import evaluate as evaluate_stage
+
+    base_cfg = _experiment_with_index(sample_experiment, tmp_path / "run", "base", "lambda", "flat")
+    qrels = tmp_path / "qrels-test.tsv"
+    shutil.copyfile(base_cfg.data.qrels_test, qrels)
+    first_query = qrels.read_text().splitlines()[1].split("\t")[0]
+    with qrels.open("a") as fh:
+        fh.write(f"{first_query}\tno-such-passage\t1\n")
+    cfg = experiment_config(tmp_path / "run", tmp_path / "run" / "results", "experiment.on_bad_record=skip",
+                            f"data.qrels_test={qrels}", "evaluate.shuffled=false")
+    evaluate_stage.run(cfg)
+    results = json.loads((cfg.results_dir / f"{cfg.experiment.name}.json").read_text())
+    assert results["skipped_records"]["data.qrels_test"] == {"unknown passage": 1}
+    table = (cfg.results_dir / f"{cfg.experiment.name}.md").read_text()
+    assert "Input records skipped (experiment.on_bad_record=skip): " in table
+    assert "data.qrels_test: 1 unknown passage" in table
