@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
-from spar.errors import ArtifactError
+from spar.errors import ArtifactError, ConfigError
 from spar.publish import MODEL_CONFIG, SparEncoder, check_model_dir, is_model_dir
 
 
@@ -122,8 +122,20 @@ class SparSearcher:
         return cls(encoder, index, Path(passages) if passages else None, model_dir, index_dir)
 
     def search(self, queries: Sequence[str], k: int = 10, mu: float | None = None) -> list[list[Hit]]:
-        """Top-``k`` passages per query by ``sim + μ·simΛ`` (μ: ``mu``, else the model's tuned μ)."""
+        """Top-``k`` passages per query by ``sim + μ·simΛ`` (μ: ``mu``, else the model's tuned μ).
+
+        An empty (or whitespace-only) query, a query that is not valid UTF-8 text, and ``k < 1`` are refused: they
+        would return arbitrary passages or fail deep inside a tokenizer."""
         queries = list(queries)
+        if k < 1:
+            raise ConfigError(f"k must be at least 1, got {k}")
+        for i, query in enumerate(queries):
+            if not isinstance(query, str) or not query.strip():
+                raise ConfigError(f"query {i + 1} is empty: nothing to search for")
+            try:
+                query.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ConfigError(f"query {i + 1} is not valid UTF-8 text (undecodable bytes)") from None
         base_q = self.encoder.base.encode_query(queries)
         lambda_q = self.encoder.lambda_.encode_query(queries)
         scores, ids = self.index.search(base_q, lambda_q, k, mu=self.encoder.mu if mu is None else mu)

@@ -370,6 +370,22 @@ def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
     assert "no published model" in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("query, k, message", [
+    ("", 10, "query 1 is empty: nothing to search for"),
+    ("   ", 10, "query 1 is empty: nothing to search for"),
+    ("scurvy", 0, "k must be at least 1, got 0"),
+    (b"caf\xe9".decode("utf-8", "surrogateescape"), 10, "query 1 is not valid UTF-8 text"),
+])
+def test_search_refuses_empty_queries_k_0_and_undecodable_bytes(tiny_run, capsys, query, k, message):
+    """#22 items 9 and 12: these returned 10 arbitrary hits or a traceback; now one line, exit 2."""
+    from pipelines import cli
+
+    assert cli.main(["search", str(tiny_run["model"]), query, "-k", str(k)]) == 2
+    err = capsys.readouterr().err
+    assert f"spar: error: {message}" in err and err.count("\n") == 1
+
+
 def test_copy_index_makes_the_model_dir_self_contained(tiny_run, tmp_path):
     from spar.publish import SparEncoder, publish_model
     from spar.search import SparSearcher
