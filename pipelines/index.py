@@ -16,9 +16,10 @@ from pathlib import Path
 from spar.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, write_json_atomic)
 from spar.embeddings import load_embeddings, split_dir
 from spar.errors import ArtifactError
+from spar.experiment import ExperimentInputs
 from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
 
-SECTIONS = ["experiment", "data", "index"]
+SECTIONS = ["experiment", "data", "train", "encode", "index"]
 SUMMARY = "build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/"
 
 #: Options read at search time; they live in index.json and are refreshed without rebuilding.
@@ -35,6 +36,7 @@ def run(cfg, force: bool = False) -> dict:
     for d in (base_dir, lambda_dir):
         if not is_complete(d):
             raise ArtifactError(f"{d}: passage embeddings are missing (run `spar encode`)")
+    ExperimentInputs(cfg).check_lambda_embeddings()  # never index vectors of a Λ that has since changed
     build_config = {k: v for k, v in section.model_dump(mode="json").items() if k not in SEARCH_TIME}
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}

@@ -54,3 +54,15 @@ def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path
     assert results["static"]["systems"]["lambda"] != results["projection"]["systems"]["lambda"]
     hits = _spar("search", str(tmp_path / "model"), "vitamin C deficiency and scurvy", "-k", "3").stdout
     assert "  1. " in hits and "  3. " in hits, hits
+
+    # #22 item 3: Λ retrained (another seed) without `spar encode`: every consumer refuses the old Λ's vectors
+    # (evaluate used to print the old Λ's figures under the new Λ's fingerprint).
+    static = [*common, "train.kind=static", "train.max_steps=6", "train.batch_size=16", "train.val_check_interval=3",
+              "train.random_negatives=32", "train.lexical.seed=7"]
+    _spar("train", *static)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", "OPENAI_API_KEY": "unused"}
+    for stage in ("tune", "index", "evaluate"):
+        done = subprocess.run([sys.executable, "-m", "pipelines.cli", stage, *static], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 2, (stage, done.stdout[-2000:], done.stderr[-2000:])
+        assert "embeddings/lambda/passages: made with Λ" in done.stderr and "re-run `spar encode`" in done.stderr
