@@ -81,6 +81,7 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
                             f"({tuned.path}); rebuild the index or re-tune with tune.variant")
     if index_info:
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
+    _check_index_is_current(cfg, index_dir, index_info)
     base = BiEncoder.from_section(cfg.encode.base)
     lam = source.load()
     provenance = {
@@ -111,6 +112,24 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
     return {"output": str(out), "variant": variant, "mu": encoder.mu, "dim": encoder.dim,
             "load": f'SentenceTransformer("{out}", trust_remote_code=True) or SparEncoder.from_pretrained("{out}")',
             "search": f'spar search {out} "your query"'}
+
+
+def _check_index_is_current(cfg, index_dir: Path, index_info: dict) -> None:
+    """As ``evaluate`` does: never publish an index built from other passage vectors than the run's current ones
+    (Λ re-encoded but not re-indexed would pair the new query Λ with old passages)."""
+    from types import SimpleNamespace
+
+    from spar.evaluation import check_index_is_current
+    from spar.experiment import ExperimentInputs
+    from spar.index import IDS_FILE
+    from spar.schemas import read_table
+
+    inputs = ExperimentInputs(cfg)
+    if not all(is_complete(inputs.passage_dir(name)) for name in ("base", "lambda")):
+        return  # a run without passage embeddings (an index built elsewhere): nothing to compare with
+    inputs.check_lambda_embeddings()
+    ids = read_table(index_dir / IDS_FILE).column("id").to_pylist()
+    check_index_is_current(SimpleNamespace(info=index_info, ids=ids), index_dir, inputs)
 
 
 def _push(cfg, out: Path) -> dict:

@@ -66,3 +66,8 @@ def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 2, (stage, done.stdout[-2000:], done.stderr[-2000:])
         assert "embeddings/lambda/passages: made with Λ" in done.stderr and "re-run `spar encode`" in done.stderr
+    # #22 item 4: Λ re-encoded but not re-indexed: publish refuses the stale index, as evaluate does.
+    _spar("encode", *static)
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "publish", *static], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "the index is stale, re-run `spar index`" in done.stderr, done.stderr[-2000:]
