@@ -24,6 +24,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
+from spar.java import jvm_signal_handlers_kept
 from spar.encoders import BiEncoder, format_passage
 from spar.errors import ArtifactError
 
@@ -242,7 +243,8 @@ def encode_shard_lightning(encoder: BiEncoder, shard: TokenizedShard, side: Side
         with warnings.catch_warnings():
             # Batches are whole dicts with their own positions; Lightning's batch-index tracking is not needed.
             warnings.filterwarnings("ignore", message=".*infer the batch indices.*")
-            trainer.predict(EncodeModule(encoder, side), dataloaders=loader, return_predictions=False)
+            with jvm_signal_handlers_kept():  # Lightning resets an in-process JVM's fault handlers
+                trainer.predict(EncodeModule(encoder, side), dataloaders=loader, return_predictions=False)
         out = np.empty((len(shard), encoder.dim), dtype=np.float32)
         seen = np.zeros(len(shard), dtype=bool)
         for pos_file in sorted(Path(tmp).glob("rank-*.positions.npy")):

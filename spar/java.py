@@ -22,9 +22,12 @@ import importlib
 import importlib.util
 import logging
 import os
+import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 log = logging.getLogger(__name__)
 _started = False
@@ -91,3 +94,48 @@ def pyserini_module(name: str, heap: str = "4g") -> ModuleType:
     """Import a pyserini module after making sure the JVM is up (the only sanctioned way to import pyserini)."""
     start_jvm(heap)
     return importlib.import_module(name)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The JVM's signal handlers
+# ----------------------------------------------------------------------------------------------------------------
+
+#: Signals HotSpot handles itself in C: its safepoint polls and implicit null checks fault on purpose.
+JVM_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGXFSZ")
+
+
+def _sigaction_type():
+    import ctypes
+
+    class Sigaction(ctypes.Structure):  # glibc's struct sigaction, kept and handed back as it is
+        _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                    ("restorer", ctypes.c_void_p)]
+
+    return ctypes, Sigaction
+
+
+@contextmanager
+def jvm_signal_handlers_kept() -> Iterator[None]:
+    """Keep the JVM's C-level fault handlers across a block that may reset them.
+
+    Lightning's ``Trainer`` restores every signal's *Python-level* handler when it tears down; Python sees the JVM's
+    SIGSEGV handler as ``SIG_DFL``, so after ``fit``/``predict`` the next safepoint poll of an in-process JVM
+    (Pyserini) kills the process with a segmentation fault and no crash report. Wrap Lightning runs in this.
+    """
+    if not _started or not sys.platform.startswith("linux"):
+        yield
+        return
+    import signal
+
+    ctypes, Sigaction = _sigaction_type()
+    libc = ctypes.CDLL(None, use_errno=True)
+    saved = {}
+    for name in JVM_SIGNALS:
+        action = Sigaction()
+        if libc.sigaction(int(getattr(signal, name)), None, ctypes.byref(action)) == 0:
+            saved[name] = action
+    try:
+        yield
+    finally:
+        for name, action in saved.items():
+            libc.sigaction(int(getattr(signal, name)), ctypes.byref(action), None)

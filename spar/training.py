@@ -70,6 +70,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spar.java import jvm_signal_handlers_kept
 from spar.config import TrainSection
 from spar.lexical.base import LexicalModel
 from spar.training_data import LabelDataModule, LabelStore, SurrogatePool, surrogate_mrr
@@ -425,18 +426,21 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
     resume = ckpt_dir / LAST_CHECKPOINT
     ckpt_path = str(resume) if resume.exists() else None
     if ckpt_path is None and data.has_validation:
-        trainer.validate(module, datamodule=data, verbose=False)  # valid_mrr before training, logged at step 0
+        with jvm_signal_handlers_kept():  # valid_mrr before training, logged at step 0
+            trainer.validate(module, datamodule=data, verbose=False)
     module.train()  # Hugging Face models load in eval mode; train with their dropout, as DPR does
     with warnings.catch_warnings():
         # LambdaModule makes a mid-epoch resume exact itself (skipped batches, restored random state).
         warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+        with jvm_signal_handlers_kept():  # Lightning resets an in-process JVM's fault handlers at teardown
+            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted; re-run the stage to resume from the last checkpoint")
 
     if data.has_validation and module.last_validated_step != trainer.global_step:
         # The run did not end on a validation step: score the final weights too, so "best" covers them.
-        trainer.validate(module, datamodule=data, verbose=False)
+        with jvm_signal_handlers_kept():
+            trainer.validate(module, datamodule=data, verbose=False)
         score = trainer.callback_metrics.get("valid_mrr")
         best_so_far = best_ckpt.best_model_score
         if score is not None and (best_so_far is None or float(score) > float(best_so_far)):
