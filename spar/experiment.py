@@ -196,7 +196,7 @@ class ExperimentInputs:
     def check_lambda_embeddings(self, splits: Sequence[str] = ()) -> None:
         """Refuse Λ embeddings made with another Λ than the current one (retrained, or ``encode.lambda`` moved),
         by the Λ fingerprint each embedding directory records: its vectors would be scored as the new Λ's."""
-        current = self.lambda_source.fingerprint()
+        current = None
         dirs = [self.passage_dir("lambda"), *(self.query_dir("lambda", split) for split in splits)]
         for d in dirs:
             if not is_complete(d):
@@ -205,6 +205,7 @@ class ExperimentInputs:
             if "lambda_source" not in manifest.get("inputs", {}):
                 continue  # not written by `spar encode` from a Λ source (e.g. vectors encoded by hand)
             made_with = manifest.get("stats", {}).get("weights_fingerprint")
+            current = current or self.lambda_source.fingerprint()
             if made_with is not None and made_with != current:
                 raise ArtifactError(f"{d}: made with Λ {made_with}, but the current Λ is {current} (retrained or "
                                     "replaced): re-run `spar encode`")
