@@ -19,7 +19,7 @@ from spar.errors import ArtifactError
 from spar.experiment import ExperimentInputs
 from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
 
-SECTIONS = ["experiment", "data", "label", "train", "encode", "index"]
+SECTIONS = ["experiment", "data", "label", "encode", "index"]
 SUMMARY = "build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/"
 
 #: Options read at search time; they live in index.json and are refreshed without rebuilding.
