@@ -25,7 +25,7 @@ from typing import Sequence
 
 from pipelines import STAGES, skipped_by_config
 from spar.artifacts import RUN_COMMAND_ENV, hold_output_lock, run_lock_name
-from spar.errors import SparError
+from spar.errors import SparError, no_space_left
 from spar.preflight import check_inputs, skipped_records
 
 #: One line per stage for ``spar --help`` (kept here so the top-level help imports no stage module).
@@ -276,6 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_stages(cfg, [args.command], force=args.force)
     except SparError as exc:
         print(f"spar: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a full disk surfaces from any library (OSError, pyarrow, safetensors, torch)
+        full = no_space_left(exc)
+        if full is None:
+            raise
+        where = f"{full.filename}: " if getattr(full, "filename", None) else ""
+        print(f"spar: error: {where}no space left on device (the stage's temporary files were removed and finished "
+              "work is kept: free space and re-run to resume)", file=sys.stderr)
         return 2
     return 0
 

@@ -13,7 +13,8 @@ import logging
 import os
 from pathlib import Path
 
-from spar.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, write_json_atomic)
+from spar.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, refresh_checksums,
+                            write_json_atomic)
 from spar.embeddings import load_embeddings, split_dir
 from spar.errors import ArtifactError
 from spar.experiment import ExperimentInputs
@@ -91,4 +92,5 @@ def refresh_search_params(index_dir: Path, search_params: dict) -> list[str]:
         manifest["stats"].pop("mu_source", None)
         manifest["stats"]["options"] = opts
         write_json_atomic(index_dir / "manifest.json", manifest)
+        refresh_checksums(index_dir, [INDEX_MANIFEST])
     return changed

@@ -9,12 +9,13 @@ from pathlib import Path
 from spar.artifacts import artifact_dir
 
 
-def _results_table(payload: dict):
+def _results_table(payload: dict, experiment: str):
     from rich.table import Table
 
     systems = payload.get("systems", {})
     metrics = list(next(iter(systems.values()), {}))
-    table = Table(title=f"{payload.get('dataset', '')} (test): μ = {payload.get('mu')}, α = {payload.get('alpha')}",
+    table = Table(title=f"{experiment} ({payload.get('dataset', '')} test): μ = {payload.get('mu')}, "
+                        f"α = {payload.get('alpha')}",
                   title_justify="left", header_style="bold")
     table.add_column("system")
     for metric in metrics:
@@ -48,7 +49,8 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     results = cfg.results_dir / f"{cfg.experiment.name}.json"
     if results.exists():
         payload = json.loads(results.read_text())
-        console.print(_results_table(payload))
+        lam = "encode.lambda" if cfg.encode.lambda_ is not None else f"{cfg.train.kind}"
+        console.print(_results_table(payload, f"experiment {cfg.experiment.name}, Λ {lam}"))
     if skipped:
         from spar.preflight import describe_skipped
 

@@ -51,8 +51,10 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         inputs["labels"] = manifest_fingerprint(ldir)
     out = artifact_dir(cfg.output_dir, "lambda")
     writer = ArtifactWriter(out, kind="lambda", config=fingerprint_config(cfg), resumable=True, inputs=inputs)
-    if not force and is_complete(out, writer.fingerprint):
+    if not force and is_complete(out, writer.fingerprint, content=True):  # an edited vocab.txt is not "up to date"
         return {"skipped": True}
+    if not force:
+        _refuse_replacing_another_kind(cfg, out)
     label = cfg.label
     model = build_lambda(cfg.train, qdir / "passages.arrow", teacher=label.teacher, k1=label.k1, b=label.b,
                          fields=label.fields, seed=cfg.experiment.seed)
@@ -85,6 +87,22 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         "logs": result.logger_dir,
         "output": str(out),
     }
+
+
+def _refuse_replacing_another_kind(cfg: SparConfig, out: Path) -> None:
+    """Another Λ kind in the same output directory would silently replace the earlier Λ and, downstream, its index,
+    results and model: refuse unless ``--force`` (issue #22)."""
+    if not is_complete(out):
+        return
+    from spar.artifacts import read_manifest
+    from spar.errors import ArtifactError
+
+    earlier = read_manifest(out).get("stats", {}).get("lambda", {})
+    if earlier.get("kind") and earlier["kind"] != cfg.train.kind:
+        raise ArtifactError(
+            f"{out}: holds a {earlier['kind']} Λ ({earlier.get('dim')} dims); train.kind={cfg.train.kind} would "
+            "replace it and the index, results and model made from it: give this experiment its own "
+            "experiment.output_dir (and experiment.name), or re-run with --force to replace it")
 
 
 def _round(value: float | None) -> str:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from spar.errors import ArtifactError
+from spar.errors import ArtifactError, no_space_left
 
 MANIFEST = "manifest.json"
 #: Set by ``spar run`` for its stage processes: the command line that reproduces the whole run (recorded in results
@@ -99,13 +99,69 @@ def manifest_fingerprint(path: str | Path) -> str:
     return read_manifest(path)["fingerprint"]
 
 
-def is_complete(path: str | Path, fingerprint: str | None = None) -> bool:
-    """True when ``path`` holds a manifest (with this fingerprint, when one is given)."""
+def is_complete(path: str | Path, fingerprint: str | None = None, content: bool = False) -> bool:
+    """True when ``path`` holds a manifest (with this fingerprint, when one is given) and every file it records,
+    at its recorded size (``content=True``: with its recorded SHA-256), so a deleted or truncated shard makes the
+    artifact incomplete instead of "up to date"."""
     try:
         manifest = read_manifest(path)
     except ArtifactError:
         return False
-    return fingerprint is None or manifest.get("fingerprint") == fingerprint
+    if fingerprint is not None and manifest.get("fingerprint") != fingerprint:
+        return False
+    return not changed_files(path, manifest, content=content)
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_checksums(directory: str | Path, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` of an artifact's files (all but the manifest and work stamps)."""
+    d = Path(directory)
+    if names is None:
+        names = sorted(str(p.relative_to(d)) for p in d.rglob("*")
+                       if p.is_file() and p.name not in (MANIFEST, ".fingerprint"))
+    return {name: {"bytes": (d / name).stat().st_size, "sha256": file_sha256(d / name)} for name in names}
+
+
+def changed_files(path: str | Path, manifest: dict[str, Any] | None = None, content: bool = False) -> list[str]:
+    """The files an artifact's manifest records that are missing, resized or (``content=True``) rewritten since
+    its stage wrote them, each as ``"<name> (why)"``; empty when all are as written."""
+    d = Path(path)
+    manifest = read_manifest(d) if manifest is None else manifest
+    changed = []
+    for name, record in (manifest.get("checksums") or {}).items():
+        f = d / name
+        if not f.is_file():
+            changed.append(f"{name} (missing)")
+        elif f.stat().st_size != record.get("bytes"):
+            changed.append(f"{name} ({f.stat().st_size:,} bytes, written with {record.get('bytes'):,})")
+        elif content and file_sha256(f) != record.get("sha256"):
+            changed.append(f"{name} (content changed)")
+    return changed
+
+
+def check_unchanged(path: str | Path, stage: str) -> None:
+    """Fail naming the first file of an artifact that is not as its stage wrote it (content checked)."""
+    changed = changed_files(path, content=True)
+    if changed:
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise ArtifactError(f"{Path(path) / changed[0].split(' (')[0]}: {changed[0].split(' (', 1)[1][:-1]} since "
+                            f"`spar {stage}` wrote it{more}; re-run `spar {stage} --force`")
+
+
+def refresh_checksums(path: str | Path, names: Iterable[str]) -> None:
+    """Record the new size and checksum of files a stage rewrote inside its finished artifact."""
+    d = Path(path)
+    manifest = read_manifest(d)
+    if "checksums" in manifest:
+        manifest["checksums"].update(file_checksums(d, names))
+        write_json_atomic(d / MANIFEST, manifest)
 
 
 def require(path: str | Path, kind: str) -> dict[str, Any]:
@@ -134,11 +190,23 @@ def ensure_writable(directory: str | Path) -> Path:
     return d
 
 
-def write_json_atomic(path: str | Path, payload: Any) -> None:
+@contextlib.contextmanager
+def atomic_file(path: str | Path):
+    """``with atomic_file(p) as tmp:`` write ``tmp`` (``.<name>.tmp-<pid>`` beside ``p``); it replaces ``p`` on
+    success and is removed on failure, so a full disk or a crash never leaves half a file under either name."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, p)
+    try:
+        yield tmp
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
 
 
 @dataclass
@@ -207,6 +275,11 @@ class ArtifactWriter:
         if exc_type is not None:
             if not self.resumable:
                 shutil.rmtree(self.path, ignore_errors=True)
+            if exc is not None and not isinstance(exc, ArtifactError) and no_space_left(exc):
+                kept = (f"finished parts are kept in {self.path}: free space and re-run to resume" if self.resumable
+                        else "its temporary directory was removed: free space and re-run")
+                raise ArtifactError(f"{self.final}: no space left on device while writing the {self.kind} "
+                                    f"artifact ({kept})") from exc
             return
         manifest = {
             "kind": self.kind,
@@ -224,6 +297,7 @@ class ArtifactWriter:
             "stats": self.stats,
         }
         (self.path / ".fingerprint").unlink(missing_ok=True)
+        manifest["checksums"] = file_checksums(self.path)
         write_json_atomic(self.path / MANIFEST, manifest)
         try:
             self.check_replaceable()  # again: something may have appeared there while the stage ran
@@ -250,6 +324,8 @@ def check_files(path: str | Path, names: Iterable[str]) -> None:
 LOCK_FILE = ".spar.lock"
 #: ``<lock path>|<pid>`` of the process holding the lock, inherited by the stage processes it starts (which share it).
 LOCK_ENV = "SPAR_OUTPUT_LOCK"
+#: How long a lock file may stay empty or unreadable before it counts as stale (its writer crashed).
+_UNREADABLE_LOCK_SECONDS = 2.0
 _TEMPORARY = re.compile(r"\.tmp-(\d+)(?:-|$)")
 
 
@@ -293,14 +369,21 @@ def acquire_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | 
     d = ensure_writable(directory)
     lock = d / name
     host = socket.gethostname()
-    for _ in range(20):
+    deadline = time.time() + 2 * _UNREADABLE_LOCK_SECONDS
+    while time.time() < deadline:
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             owner = _read_lock(lock)
-            if owner is None:  # being written by its owner right now (or garbage): look again shortly
+            if owner is None:
+                # Being written by its owner right now, or left empty/garbled by a crash (full disk, power loss):
+                # an owner writes its lock within milliseconds, so one unreadable for seconds is taken over.
                 time.sleep(0.05)
-                if _read_lock(lock) is None and lock.exists() and time.time() - lock.stat().st_mtime > 5:
+                try:
+                    age = time.time() - lock.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+                if _read_lock(lock) is None and age > _UNREADABLE_LOCK_SECONDS:
                     lock.unlink(missing_ok=True)
                 continue
             if owner.get("host") == host and owner["pid"] == os.getpid():

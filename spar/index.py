@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
@@ -359,9 +358,10 @@ class SparIndex:
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{INDEX_FILE}.tmp-{os.getpid()}"
-        _faiss().write_index(self.index, str(tmp))
-        os.replace(tmp, d / INDEX_FILE)
+        from spar.artifacts import atomic_file
+
+        with atomic_file(d / INDEX_FILE) as tmp:
+            _faiss().write_index(self.index, str(tmp))
         write_table(d / IDS_FILE, pa.table({"row": pa.array(range(len(self.ids)), pa.int64()),
                                             "id": pa.array(self.ids, pa.string())}, schema=EMBEDDING_IDS))
         (d / INDEX_MANIFEST).write_text(json.dumps(self.info, indent=2) + "\n")

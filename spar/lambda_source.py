@@ -177,6 +177,17 @@ def _kind_and_dim(d: Path) -> tuple[str, int]:
     return config["kind"], int(config["dim"])
 
 
+def _check_as_written(location: Path) -> None:
+    """A Λ (or published model) directory holding spar's manifest must hold its files as spar wrote them: a
+    reordered ``vocab.txt`` or truncated weights would otherwise be read as a different, silently wrong Λ."""
+    from spar.artifacts import MANIFEST, check_unchanged
+    from spar.models import check_weight_files
+
+    check_weight_files(location)
+    if (location / MANIFEST).exists():
+        check_unchanged(location, "publish" if (location / "spar_model.json").exists() else "train")
+
+
 def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str | Path) -> LambdaSource:
     """Find the Λ ``spec`` (``encode.lambda``: a path/hub id, or a mapping with ``path``, ``kind``, ``dim``,
     ``statistics``) names, check the expected kind and dimension, and return it unopened."""
@@ -191,6 +202,7 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
         raise ArtifactError(f"{where}: Λ is a {kind} Λ, but encode.lambda.kind expects {fields['kind']}")
     if fields.get("dim") and int(fields["dim"]) != dim:
         raise ArtifactError(f"{where}: Λ has {dim} dimensions, but encode.lambda.dim expects {fields['dim']}")
+    _check_as_written(location)
     statistics = fields.get("statistics") or "carried"
     from spar.lexical import lambda_class
 

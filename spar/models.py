@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.util
 from importlib import resources
 from pathlib import Path
@@ -47,10 +48,42 @@ def missing_tokenizer(directory: str | Path) -> str | None:
     return f"{d}: no tokenizer vocabulary (none of {', '.join(TOKENIZER_VOCAB_FILES[:2])}, ...)"
 
 
+def safetensors_problem(path: str | Path) -> str | None:
+    """Why a ``.safetensors`` file cannot be loaded (truncated, not safetensors), read from its header alone; None
+    when its size matches what the header describes."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{p}: truncated safetensors file ({size} bytes)"
+            length = int.from_bytes(head, "little")
+            if length > size - 8:
+                return f"{p}: truncated or not a safetensors file (header of {length:,} bytes in a {size:,}-byte file)"
+            header = json.loads(fh.read(length))
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        return f"{p}: not a readable safetensors file ({type(exc).__name__})"
+    if size != 8 + length + end:
+        return (f"{p}: truncated safetensors file ({size:,} bytes; its header describes {8 + length + end:,}): "
+                "copy or download it again")
+    return None
+
+
+def check_weight_files(directory: str | Path) -> None:
+    """Fail with one line naming the first damaged ``.safetensors`` file under ``directory``."""
+    for f in sorted(Path(directory).rglob("*.safetensors")):
+        why = safetensors_problem(f)
+        if why:
+            raise ModelNotFoundError(why)
+
+
 def check_model_directory(path: Path) -> Path:
     """A local Hugging Face model directory must hold a config, safetensors weights and a tokenizer."""
     if not (path / "config.json").exists():
         if (path / "modules.json").exists():  # a sentence-transformers directory: its modules name their files
+            check_weight_files(path)
             return path
         raise ModelNotFoundError(f"{path}: not a model directory (no config.json)")
     has_safetensors = any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").exists()
@@ -59,6 +92,7 @@ def check_model_directory(path: Path) -> Path:
             raise ModelNotFoundError(f"{path}: only pytorch_model.bin weights; spar loads safetensors only "
                                      "(convert them with safetensors' convert script or save_pretrained)")
         raise ModelNotFoundError(f"{path}: no model weights (model.safetensors)")
+    check_weight_files(path)
     why = missing_tokenizer(path)
     if why:
         raise ModelNotFoundError(why)

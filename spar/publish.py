@@ -314,8 +314,9 @@ def check_model_dir(path: str | Path) -> dict[str, Any]:
     for rel in required_files(d, config):
         if not (d / rel).exists():
             raise ArtifactError(f"{d}: missing file '{rel}' (the model directory is incomplete; re-run `spar publish`)")
-    from spar.models import missing_tokenizer
+    from spar.models import check_weight_files, missing_tokenizer
 
+    check_weight_files(d)
     for name in ENCODER_NAMES:
         for folder in encoder_dirs(d, name):
             if missing_tokenizer(folder):

@@ -55,13 +55,10 @@ EMBEDDING_IDS = pa.schema([
 
 def write_table(path: str | Path, table: pa.Table) -> None:
     """Write an Arrow IPC file (memory-mappable) atomically: a temporary file renamed into place."""
-    import os
+    from spar.artifacts import atomic_file
 
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    with atomic_file(path) as tmp, pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    os.replace(tmp, p)
 
 
 def read_table(path: str | Path) -> pa.Table:

@@ -96,6 +96,10 @@ def run_index_collection(collection: str, input_dir: Path, index_dir: Path, thre
     autoclass("io.anserini.index.IndexCollection").main(args)
 
 
+#: Below this much free space, a Lucene index that cannot be read was cut short by a full disk.
+LOW_DISK_BYTES = 64 << 20
+
+
 def index_document_count(index_dir: Path) -> int:
     from jnius import autoclass
 
@@ -109,7 +113,16 @@ def index_document_count(index_dir: Path) -> int:
 
 
 def _verify_index(index_dir: Path, expected: int) -> None:
-    found = index_document_count(index_dir)
+    try:
+        found = index_document_count(index_dir)
+    except Exception as exc:  # jnius.JavaException: Anserini logs its IOException and returns without an index
+        import errno
+        import shutil
+
+        if shutil.disk_usage(index_dir).free < LOW_DISK_BYTES:
+            raise OSError(errno.ENOSPC, "No space left on device", str(index_dir)) from None
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ArtifactError(f"{index_dir}: Anserini wrote no readable index ({first}; see its log above)") from None
     if found != expected:
         raise ArtifactError(f"{index_dir}: Anserini indexed {found:,} of {expected:,} passages (see its log above)")
 

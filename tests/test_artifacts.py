@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.artifacts import (ArtifactWriter, check_files, ensure_writable, is_complete, read_manifest, require,
-                            stage_fingerprint)
+from spar.artifacts import (ArtifactWriter, check_files, check_unchanged, ensure_writable, is_complete, read_manifest,
+                            require, stage_fingerprint)
 from spar.errors import ArtifactError
 
 
@@ -91,3 +91,100 @@ def test_writer_replaces_only_its_own_kind_of_artifact(tmp_path: Path):
         with ArtifactWriter(user, kind="model", config={}, inputs={}):
             pass
     assert (user / "thesis.tex").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["tune", "user"]
+
+
+def test_manifest_records_sizes_and_checksums_of_every_file(tmp_path: Path):
+    """#22 items 5 and 8: a deleted or truncated file makes the artifact incomplete; rewritten content (a reordered
+    vocab.txt, same size) is found by the content check, naming the file."""
+    import hashlib
+
+    out = tmp_path / "lambda"
+    with ArtifactWriter(out, kind="lambda", config={}, inputs={}) as w:
+        (w.path / "vocab.txt").write_text("alpha\nbeta\n")
+        (w.path / "sub").mkdir()
+        (w.path / "sub" / "weights.bin").write_bytes(b"0123")
+    checksums = read_manifest(out)["checksums"]
+    assert checksums["vocab.txt"] == {"bytes": 11, "sha256": hashlib.sha256(b"alpha\nbeta\n").hexdigest()}
+    assert set(checksums) == {"vocab.txt", "sub/weights.bin"}
+    assert is_complete(out) and is_complete(out, content=True)
+    check_unchanged(out, "train")
+
+    (out / "vocab.txt").write_text("beta\nalpha\n")  # reordered: same size
+    assert is_complete(out) and not is_complete(out, content=True)
+    with pytest.raises(ArtifactError, match=r"lambda/vocab.txt: content changed since `spar train` wrote it; re-run "
+                                            r"`spar train --force`$"):
+        check_unchanged(out, "train")
+    (out / "sub" / "weights.bin").write_bytes(b"01")
+    assert not is_complete(out)
+    (out / "sub" / "weights.bin").unlink()
+    assert not is_complete(out)
+    with pytest.raises(ArtifactError, match=r"lambda/sub/weights.bin: missing since `spar train` wrote it and 1 more"):
+        check_unchanged(out, "train")
+
+
+def _disk_full(path: Path):
+    import errno
+
+    return OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+@pytest.mark.parametrize("resumable", [False, True])
+def test_a_full_disk_is_one_line_naming_the_artifact_and_leaves_no_temporary(tmp_path: Path, resumable: bool):
+    """#22 item 14: a full disk during publish or label gave a traceback; now one line saying "no space left",
+    with the half-written file removed (a resumable stage keeps its finished parts to resume)."""
+    from spar.artifacts import atomic_file
+
+    out = tmp_path / "labels"
+    with pytest.raises(ArtifactError) as error:
+        with ArtifactWriter(out, kind="labels", config={}, inputs={}, resumable=resumable) as w:
+            (w.path / "labels-00000.arrow").write_bytes(b"finished")
+            with atomic_file(w.path / "labels-00001.arrow") as tmp:
+                tmp.write_bytes(b"half")
+                raise _disk_full(tmp)
+    message = str(error.value)
+    assert message.startswith(f"{out}: no space left on device while writing the labels artifact") and "\n" not in message
+    assert not out.exists()
+    if resumable:
+        assert sorted(p.name for p in (tmp_path / "labels.partial").iterdir()) == [".fingerprint", "labels-00000.arrow"]
+        assert "finished parts are kept in" in message
+    else:
+        assert list(tmp_path.iterdir()) == [] and "temporary directory was removed" in message
+
+
+def test_the_cli_reports_a_full_disk_in_one_line(tmp_path: Path, monkeypatch, capsys):
+    """Outside an artifact writer too (a library writing its own files), a full disk is one line, exit 2."""
+    import pipelines.sample
+    from pipelines.cli import main
+
+    def full(cfg, force=False):
+        raise RuntimeError("the writer failed") from _disk_full(tmp_path / "queries.tmp-1" / "part.arrow")
+
+    monkeypatch.setattr(pipelines.sample, "run", full)
+    assert main(["sample", f"experiment.output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"spar: error: {tmp_path}/queries.tmp-1/part.arrow: no space left on device") and \
+        err.count("\n") == 1
+
+
+def test_a_really_full_file_system(tmp_path: Path):
+    """The real thing where this machine lets us mount a small tmpfs (CI runs as root): an artifact written into a full
+    file system fails in one line and leaves nothing there."""
+    import subprocess
+    import sys
+
+    full = tmp_path / "full"
+    full.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root); the injected-failure tests above cover the path")
+    try:
+        repo = Path(__file__).resolve().parents[1]
+        code = ("import sys; from spar.artifacts import ArtifactWriter\n"
+                "with ArtifactWriter(sys.argv[1], kind='model', config={}, inputs={}) as w:\n"
+                "    (w.path / 'model.safetensors').write_bytes(b'0' * (1 << 20))\n")
+        done = subprocess.run([sys.executable, "-c", code, str(full / "model")], cwd=repo, capture_output=True,
+                              text=True)
+        assert done.returncode == 1 and f"ArtifactError: {full / 'model'}: no space left on device" in done.stderr
+        assert list(full.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

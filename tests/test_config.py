@@ -83,3 +83,40 @@ def test_valid_steps_intervals_and_names_load():
     cfg = load_config(None, ["train.max_steps=-1", "train.val_check_interval=10", "experiment.name=scifact-2.0_b"])
     assert cfg.train.val_check_interval == 10 and cfg.experiment.name == "scifact-2.0_b"
     assert load_config(None, ["train.max_steps=1", "train.val_check_interval=0.25"]).train.max_steps == 1
+
+
+def test_every_path_in_a_config_is_relative_to_the_yaml(tmp_path: Path, monkeypatch):
+    """#22 item 16: output_dir, results_dir and encode.lambda.path resolved against the current directory while data
+    paths resolved against the YAML, so a copied config wrote into the checkout's committed results/. One rule now:
+    relative to the YAML; command-line overrides relative to the current directory."""
+    project = tmp_path / "project"
+    (project / "configs").mkdir(parents=True)
+    (project / "data").mkdir()
+    (project / "data" / "corpus.jsonl").write_text('{"_id": "1", "title": "", "text": "x"}\n')
+    (project / "configs" / "mine.yaml").write_text(
+        "experiment: {name: mine, output_dir: ../runs/mine, results_dir: ../results}\n"
+        "data: {corpus: ../data/corpus.jsonl, qrels_test: ../data/qrels.tsv}\n"
+        "encode: {lambda: ../runs/wiki/lambda, base: {model: all-MiniLM-L6-v2}}\n"
+        "publish: {output: ../published}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(project / "configs" / "mine.yaml")
+    assert cfg.output_dir == project / "runs" / "mine" and cfg.results_dir == project / "results"
+    assert Path(cfg.data.corpus) == project / "data" / "corpus.jsonl"
+    assert Path(cfg.data.qrels_test) == project / "data" / "qrels.tsv"  # not there yet: still beside the YAML
+    assert Path(cfg.encode.lambda_.path) == project / "runs" / "wiki" / "lambda"
+    assert Path(cfg.publish.output) == project / "published"
+    assert cfg.encode.base.model == "all-MiniLM-L6-v2"  # a model name stays a name
+    overridden = load_config(project / "configs" / "mine.yaml", ["experiment.output_dir=out", "publish.output=m"])
+    assert overridden.output_dir == Path("out") and overridden.publish.output == "m"  # the shell's directory
+
+
+def test_a_config_without_output_dir_writes_runs_name_in_the_current_directory(tmp_path: Path):
+    """The embedded default sets no output_dir: installed in site-packages, it must not write beside itself."""
+    installed = tmp_path / "site-packages" / "share" / "spar" / "configs" / "default.yaml"
+    installed.parent.mkdir(parents=True)
+    installed.write_text("experiment: {name: scifact-sample}\ndata: {corpus: corpus.jsonl}\n")
+    cfg = load_config(installed)
+    assert cfg.output_dir == Path("runs/scifact-sample") and cfg.results_dir == Path("runs/scifact-sample/results")
+    assert load_config(None).output_dir == Path("runs/scifact-sample")

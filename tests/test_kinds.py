@@ -35,7 +35,18 @@ def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path
     results = {}
     for kind, extra in (("projection", []), ("static", ["train.max_steps=6", "train.batch_size=16",
                                                         "train.val_check_interval=3", "train.random_negatives=32"])):
-        _spar("run", *common, f"train.kind={kind}", *extra)
+        if kind == "static":
+            # #22 item 18: another kind in the same output directory silently replaced the earlier Λ, index and
+            # model; now refused without --force, naming what is there.
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true"}
+            refused = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", *common, f"train.kind={kind}",
+                                      *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+            assert refused.returncode == 2, refused.stderr[-2000:]
+            assert "holds a projection Λ (64 dims); train.kind=static would replace it" in refused.stderr
+            assert load_lambda(tmp_path / "lambda").kind == "projection"
+            _spar("train", "--force", *common, f"train.kind={kind}", *extra)
+        summary = _spar("run", *common, f"train.kind={kind}", *extra).stdout
+        assert f"experiment kinds, Λ {kind}" in summary  # the summary names the experiment, not the dataset
         lam = load_lambda(tmp_path / "lambda")
         assert lam.kind == kind and lam.dim == 64
         assert read_manifest(tmp_path / "lambda")["stats"]["lambda"]["kind"] == kind

@@ -156,6 +156,27 @@ def test_killed_run_resumes_at_first_missing_shard_with_identical_bytes(labelled
     assert pipelines.label.run(cfg) == {"skipped": True}
 
 
+def test_deleted_or_truncated_shards_are_not_up_to_date(labelled):
+    """#22 item 5: after deleting a damaged shard (or all of them), `spar label` said "up to date" with an empty
+    labels/: the manifest records each file's size and checksum, and a missing or resized one re-runs the stage."""
+    import pipelines.label
+
+    cfg, out, _ = labelled
+    labels = out / "labels"
+    reference = {f.name: f.read_bytes() for f in labels.glob("labels-*.arrow")}
+    assert set(read_manifest(labels)["checksums"]) >= set(reference)
+    for shard in labels.glob("labels-*.arrow"):
+        shard.unlink()
+    result = pipelines.label.run(cfg)
+    assert result.get("skipped") is not True and result["shards"] == f"{len(reference)} written, 0 reused"
+    assert {f.name: f.read_bytes() for f in labels.glob("labels-*.arrow")} == reference
+    first = sorted(labels.glob("labels-*.arrow"))[0]
+    first.write_bytes(first.read_bytes()[:100])  # truncated
+    assert pipelines.label.run(cfg).get("skipped") is not True
+    assert first.read_bytes() == reference[first.name]
+    assert pipelines.label.run(cfg) == {"skipped": True}
+
+
 def test_parts_on_several_machines_merge_into_the_single_run(labelled, corpus, tmp_path):
     import pipelines.label
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spar.errors import ArtifactError
+from spar.errors import ArtifactError, SparError
 from spar.lambda_source import resolve_lambda
 from spar.lexical.projection import ProjectionLambda
 from spar.lexical.static import StaticLambda
@@ -93,6 +93,36 @@ def test_missing_lambdas_and_missing_files_fail_naming_the_path(projection_dir: 
     assert "term_embeddings.safetensors" in error_of(resolve_lambda(str(static), tmp_path).load)
     offline = error_of(lambda: resolve_lambda("nobody-here/no-such-spar-model", tmp_path))
     assert offline.startswith("nobody-here/no-such-spar-model: encode.lambda is not a local path")
+
+
+def test_a_lambda_changed_after_it_was_written_is_refused(tmp_path: Path):
+    """#22 items 8 and 10: manifests list each Λ file with its checksum, so a reordered vocab.txt (same size, other
+    term ids) is refused instead of being read as a different Λ; truncated weights are named in one line, with or
+    without a manifest (a Λ copied by hand)."""
+    from spar.artifacts import ArtifactWriter
+
+    run_lambda = tmp_path / "run" / "lambda"
+    with ArtifactWriter(run_lambda, kind="lambda", config={}, inputs={}) as w:
+        StaticLambda.from_projection(ProjectionLambda.fit(WIKI, dim=8)).save(w.path)
+    assert resolve_lambda(None, tmp_path / "run").kind == "static"
+    vocab = run_lambda / "vocab.txt"
+    terms = vocab.read_text().splitlines()
+    vocab.write_text("\n".join([terms[1], terms[0], *terms[2:]]) + "\n")
+    with pytest.raises(ArtifactError, match=rf"^{vocab}: content changed since `spar train` wrote it; re-run "
+                                            r"`spar train --force`$"):
+        resolve_lambda(None, tmp_path / "run")
+
+    copied = tmp_path / "copied"  # no manifest: the weights' own header tells their size
+    StaticLambda.from_projection(ProjectionLambda.fit(WIKI, dim=8)).save(copied)
+    weights = copied / "term_embeddings.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])
+    with pytest.raises(SparError, match=rf"^{weights}: truncated safetensors file \(\d+ bytes; its header "
+                                        r"describes \d+\): copy or download it again$"):
+        resolve_lambda(str(copied), tmp_path)
+    from spar.lexical import load_lambda
+
+    with pytest.raises(SparError, match="truncated safetensors file"):
+        load_lambda(copied)
 
 
 def test_the_cli_reports_a_mismatched_lambda_in_one_line(projection_dir: Path, tmp_path: Path):

@@ -116,6 +116,29 @@ def test_preflight_refuses_a_model_path_that_does_not_exist(tmp_path):
         check_inputs(_config(files, tmp_path / "run", "train.encoder.model=/no/such/model"))
 
 
+def test_a_truncated_model_is_refused_in_one_line_before_any_stage(tmp_path):
+    """#22 item 10: a truncated model.safetensors (base or Λ init) gave a traceback once a stage loaded it; preflight
+    (and every load) now names the file in one line, and the CLI exits 2."""
+    from spar.models import resolve_model
+    from spar.preflight import check_inputs
+
+    model = tmp_path / "minilm"
+    shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
+    weights = model / "model.safetensors"
+    with weights.open("r+b") as fh:
+        fh.truncate(weights.stat().st_size // 2)
+    files = _small_inputs(tmp_path / "in")
+    with pytest.raises(SparError, match=rf"^encode\.base\.model: {weights}: truncated safetensors file "):
+        check_inputs(_config(files, tmp_path / "run", f"encode.base.model={model}"))
+    done = subprocess.run([*SPAR, "run", f"data.corpus={files['corpus']}", f"data.queries={files['queries']}",
+                           f"data.qrels_dev={files['dev']}", f"data.qrels_test={files['test']}",
+                           f"experiment.output_dir={tmp_path / 'run'}", f"train.encoder.model={model}"],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"train.encoder.model: {weights}: truncated safetensors file" in done.stderr
+    assert not (tmp_path / "run" / "queries").exists()  # refused before the first stage
+
+
 def test_skip_mode_drops_judgments_of_unknown_passages_from_evaluation(tmp_path):
     """`--on-bad-record skip` applies to qrels: a judgment of a passage outside the corpus does not count as a miss."""
     import pipelines.sample
@@ -237,6 +260,18 @@ def test_lock_refuses_a_second_run_and_takes_over_a_stale_one(tmp_path):
             lock.read_text())
         with output_lock(tmp_path) as nested:  # the same process again (in-process stages): shared
             assert nested is None
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("content", ["", "{\"pi"])
+def test_an_empty_or_garbled_lock_file_does_not_block_later_runs(tmp_path, content):
+    """#22 item 15: a lock file left empty (its writer died, or the disk was full) blocked every later run until
+    deleted by hand; one that stays unreadable for seconds is stale and taken over."""
+    from spar.artifacts import LOCK_FILE, output_lock
+
+    (tmp_path / LOCK_FILE).write_text(content)  # just written: not yet stale
+    with output_lock(tmp_path) as lock:
+        assert lock is not None and json.loads(lock.read_text())["pid"] == os.getpid()
     assert not (tmp_path / LOCK_FILE).exists()
 
 

@@ -34,7 +34,10 @@ def lambda_class(kind: str) -> type[LexicalModel]:
 
 def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
     """Open any Λ directory written by ``spar train`` (or :meth:`LexicalModel.save`)."""
+    from spar.models import check_weight_files
+
     config = read_lambda_config(directory)
+    check_weight_files(directory)
     return lambda_class(config["kind"]).load(directory, device=device)
 
 
