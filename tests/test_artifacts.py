@@ -142,7 +142,8 @@ def test_a_full_disk_is_one_line_naming_the_artifact_and_leaves_no_temporary(tmp
                 tmp.write_bytes(b"half")
                 raise _disk_full(tmp)
     message = str(error.value)
-    assert message.startswith(f"{out}: no space left on device while writing the labels artifact") and "\n" not in message
+    assert message.startswith(f"{out}: no space left on device while writing the labels artifact")
+    assert "\n" not in message
     assert not out.exists()
     if resumable:
         assert sorted(p.name for p in (tmp_path / "labels.partial").iterdir()) == [".fingerprint", "labels-00000.arrow"]
