@@ -1,8 +1,9 @@
 """One thin driver per stage (Tevatron-style): parse typed config, wire library objects, print statistics.
 
-Each stage module defines ``SECTIONS`` (the config sections it reads, for ``--help``), ``SUMMARY`` (one line)
-and ``run(cfg: SparConfig, force: bool = False) -> dict`` which returns printable statistics. Every stage is
-resumable: it returns at once when its output's manifest matches the current config and inputs.
+Each stage module declares ``STAGE``, a :class:`spar.stage.Stage`: its name, one-line summary, the config sections
+it reads (for ``--help``), a ``plan`` (what it writes and what that depends on) and its ``work``; the one runner,
+:func:`spar.stage.run_unit`, skips an output whose manifest matches the current config and inputs, starts over on
+``--force`` and writes atomically. ``run = STAGE.run`` is kept for callers.
 """
 
 #: Stages in pipeline order; ``spar run`` chains them.

@@ -41,8 +41,9 @@ STAGE_HELP = {
 }
 
 
-def _stage_module(name: str):
-    return importlib.import_module(f"pipelines.{name}")
+def _stage(name: str):
+    """The :class:`~spar.stage.Stage` a stage module declares."""
+    return importlib.import_module(f"pipelines.{name}").STAGE
 
 
 def _options_epilog(sections: Sequence[str]) -> str:
@@ -83,8 +84,8 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
     for name in STAGES:
         summary, epilog = STAGE_HELP[name], None
         if with_epilogs:
-            module = _stage_module(name)
-            summary, epilog = module.SUMMARY, _options_epilog(module.SECTIONS)
+            stage = _stage(name)
+            summary, epilog = stage.summary, _options_epilog(stage.sections)
         sp = sub.add_parser(name, help=summary, description=summary, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         _add_common(sp)
@@ -182,7 +183,7 @@ def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dic
     results = {}
     for name in stages:
         start = time.time()
-        stats = _stage_module(name).run(cfg, force=force) or {}
+        stats = _stage(name).run(cfg, force=force) or {}
         _print_stats(name, stats, time.time() - start)
         results[name] = stats
     return results

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from spar.artifacts import artifact_dir, fingerprint_dict, file_fingerprint
-from spar.embeddings import EncodeOptions, encode_passages, encode_queries, split_dir
+from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
+from spar.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
 from spar.passages import experiment_passages
-
-SECTIONS = ["experiment", "data", "encode"]
-SUMMARY = "encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/"
+from spar.run_context import RunContext
+from spar.stage import Stage, Unit
 
 log = logging.getLogger(__name__)
 
@@ -68,37 +67,53 @@ def passage_titles(cfg, encoder) -> bool:
     return cfg.data.title_field or bool(getattr(encoder, "term_based", False))
 
 
-def run(cfg, force: bool = False) -> dict:
+def plan(cfg, force: bool = False) -> list[Unit]:
+    """One unit per encoder and split: passages, then the dev/test queries."""
     enc = cfg.encode
-    root = artifact_dir(cfg.output_dir, "embeddings")
+    run = RunContext(cfg)
     source = experiment_passages(cfg)
     queries = query_sets(cfg)
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
-    rows, all_skipped = [], True
+    units = []
     for name in enc.encoders:
         encoder, weights, extra = load_encoder(cfg, name)
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
-                      options=options, force=force)
-        stats = encode_passages(encoder, source, split_dir(root, name, "passages"),
-                                corpus_format=cfg.data.corpus_format,
-                                on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
-                                inputs=extra, **common)
-        rows.append((name, "passages", stats))
+                      options=options)
+        units.append(passages_unit(encoder, source, run.embeddings(name, "passages"),
+                                   corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
+                                   use_titles=passage_titles(cfg, encoder), inputs=extra, **common))
         for split, pairs in queries.items():
             qinputs = {**extra, "queries_file": file_fingerprint(cfg.data.queries)}
-            rows.append((name, split, encode_queries(encoder, pairs, split_dir(root, name, split), inputs=qinputs,
-                                                     **common)))
-        del encoder
-    all_skipped = all(s.get("skipped") for _, _, s in rows)
-    result: dict = {"skipped": True} if all_skipped else {}
-    result["source"] = str(source)
-    for name, split, s in rows:
+            units.append(queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common))
+    return units
+
+
+def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
+    return write_split(w, unit)
+
+
+def on_skip(cfg, manifest: dict) -> dict:
+    return split_counts(manifest)
+
+
+def summary(cfg, results: dict[str, dict], units: list[Unit]) -> dict:
+    """One line per encoder and split."""
+    result: dict = {"skipped": True} if all(s.get("skipped") for s in results.values()) else {}
+    result["source"] = str(experiment_passages(cfg))
+    for unit in units:
+        s, name = results[str(unit.output)], f"{unit.payload.encoder_name}/{unit.output.name}"
         if s.get("skipped"):
-            result[f"{name}/{split}"] = f"{s['count']:,} x {s['dim']} (up to date)"
+            result[name] = f"{s['count']:,} x {s['dim']} (up to date)"
             continue
         truncated = f", {s['truncated']:,} truncated at {s['max_length']} tokens" if s["truncated"] else ""
         speed = f", {s['items_per_second']:,.1f}/s" if s.get("items_per_second") else ""
         resumed = f", {s['resumed_shards']} shards resumed" if s.get("resumed_shards") else ""
-        result[f"{name}/{split}"] = f"{s['count']:,} x {s['dim']} {s['dtype']}{truncated}{speed}{resumed}"
+        result[name] = f"{s['count']:,} x {s['dim']} {s['dtype']}{truncated}{speed}{resumed}"
     return result
+
+
+STAGE = Stage(name="encode", sections=("experiment", "data", "encode"), plan=plan, work=work, on_skip=on_skip,
+              finish=summary,
+              summary="encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/")
+run = STAGE.run

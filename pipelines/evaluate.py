@@ -10,19 +10,16 @@ from __future__ import annotations
 
 from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
 from spar.artifacts import write_json_atomic
-from spar.evaluation import evaluate_experiment, wandb_log
-from spar.preflight import check_inputs, skipped_records
+from spar.evaluation import evaluate_experiment
 from spar.experiment import ExperimentInputs
+from spar.preflight import check_inputs, skipped_records
+from spar.run_context import RunContext
+from spar.stage import Stage, Unit, settings
 
-SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "evaluate"]
-SUMMARY = "evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, evaluation/"
 
-
-def run(cfg, force: bool = False) -> dict:
+def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
-    out = artifact_dir(cfg.output_dir, "evaluation")
-    results_dir = cfg.results_dir
-    json_path, md_path = results_dir / f"{cfg.experiment.name}.json", results_dir / f"{cfg.experiment.name}.md"
+    json_path, md_path = RunContext(cfg).results
     fingerprints = inputs.input_fingerprints(["test"])
     for name in ("tune", "index", "teacher_index"):
         d = artifact_dir(cfg.output_dir, name)
@@ -32,29 +29,43 @@ def run(cfg, force: bool = False) -> dict:
     for name, path in {"queries": d.queries, "qrels_test": d.qrels_test, "answers": cfg.evaluate.answers}.items():
         if path:
             fingerprints[name] = file_fingerprint(path)
-    config = {"evaluate": cfg.evaluate.model_dump(mode="json", exclude={"wandb_mode"}),
+    config = {"evaluate": settings(cfg.evaluate),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
               "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": d.dev_holdout_fraction,
               "seed": cfg.experiment.seed, "results": str(json_path)}
-    writer = ArtifactWriter(out, kind="evaluation", config=config, inputs=fingerprints)
-    if not force and is_complete(out, writer.fingerprint) and json_path.exists() and md_path.exists():
-        return {"skipped": True, "results": str(json_path), "table": md_path.read_text()}
-    ensure_writable(results_dir)
+    return Unit(artifact_dir(cfg.output_dir, "evaluation"), kind="evaluation", config=config, inputs=fingerprints,
+                current=lambda: json_path.exists() and md_path.exists(), payload=inputs)
+
+
+def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
+    json_path, md_path = RunContext(cfg).results
+    ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
-    with writer as w:
-        report = evaluate_experiment(cfg, inputs, runs_dir=w.path / "runs")
-        report.details["skipped_records"] = skipped
-        payload = report.to_json()
-        write_json_atomic(w.path / "results.json", payload)
-        w.stats = {"systems": report.systems, "mu": report.mu, "alpha": report.alpha, "rbo": report.rbo,
-                   "shuffled": report.shuffled}
-        w.schema = {"runs/<system>.trec": "qid Q0 docid rank score tag", "results.json": "as results/<name>.json"}
+    report = evaluate_experiment(cfg, unit.payload, runs_dir=w.path / "runs")
+    report.details["skipped_records"] = skipped
+    payload = report.to_json()
+    write_json_atomic(w.path / "results.json", payload)
+    w.stats = {"systems": report.systems, "mu": report.mu, "alpha": report.alpha, "rbo": report.rbo,
+               "shuffled": report.shuffled}
+    w.schema = {"runs/<system>.trec": "qid Q0 docid rank score tag", "results.json": "as results/<name>.json"}
     table = report.markdown()
     write_json_atomic(json_path, payload)
     md_path.write_text(table + f"\n`{report.command}`\n", encoding="utf-8")
     columns = ["system", *report.metrics, "rbo", "shuffled_delta"]
     rows = [[name, *[values.get(m) for m in report.metrics], report.rbo.get(name),
              report.shuffled.get(name, {}).get("delta")] for name, values in report.systems.items()]
-    wandb_log(cfg, "evaluate", {f"{s}/{m}": v for s, values in report.systems.items() for m, v in values.items()},
-              tables={"results": (columns, rows)})
-    return {"results": str(json_path), "runs": str(out / "runs"), "table": table}
+    figures = {f"{s}/{m}": v for s, values in report.systems.items() for m, v in values.items()}
+    RunContext(cfg).wandb_log("evaluate", figures, tables={"results": (columns, rows)},
+                              mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project)
+    return {"results": str(json_path), "runs": str(unit.output / "runs"), "table": table}
+
+
+def on_skip(cfg, manifest: dict) -> dict:
+    json_path, md_path = RunContext(cfg).results
+    return {"results": str(json_path), "table": md_path.read_text()}
+
+
+STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "evaluate"),
+              summary="evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, "
+              "evaluation/", plan=plan, work=work, on_skip=on_skip)
+run = STAGE.run

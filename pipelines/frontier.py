@@ -25,12 +25,14 @@ def settings_fingerprint(cfg, kind: str) -> str:
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
     from spar.artifacts import fingerprint_dict, manifest_fingerprint
     from spar.lexical import lambda_class
+    from spar.run_context import RunContext
+    from spar.stage import settings
 
-    shared = {"label": cfg.label.model_dump(mode="json"), "tune": cfg.tune.model_dump(mode="json"),
-              "data": cfg.data.model_dump(mode="json"), "projection": cfg.train.lexical.projection,
-              "base": manifest_fingerprint(artifact_dir(cfg.output_dir, "embeddings") / "base" / "passages")}
-    if lambda_class(kind).trainable:
-        shared["train"] = cfg.train.model_dump(mode="json", exclude={"wandb_mode", "wandb_project", "num_workers"})
+    shared = {"label": settings(cfg.label), "tune": settings(cfg.tune), "data": settings(cfg.data),
+              "projection": cfg.train.lexical.projection,
+              "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
+    if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
+        shared["train"] = settings(cfg.train)
         shared["labels"] = manifest_fingerprint(artifact_dir(cfg.output_dir, "labels"))
     return fingerprint_dict(shared)
 
@@ -39,7 +41,7 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
         storages=("float32",)) -> dict:
     import json
 
-    from spar.evaluation import command_line
+    from spar.run_context import RunContext
     from spar.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
     from spar.lexical import KINDS
     from spar.storage import check_storage
@@ -64,7 +66,7 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
     report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds or (0, 1, 2), storages, out, progress=print,
                           known=known, on_point=save_progress)
     report.details["settings"] = settings
-    report.details["command"] = command_line(cfg, "frontier")
+    report.details["command"] = RunContext(cfg).command_line("frontier")
     write_json_atomic(out / "frontier.json", report.to_json())
     table = report.markdown()
     (out / "frontier.md").write_text(table + f"\n`{report.details['command']}`\n", encoding="utf-8")

@@ -15,59 +15,58 @@ from pathlib import Path
 
 from spar.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, refresh_checksums,
                             write_json_atomic)
-from spar.embeddings import load_embeddings, split_dir
+from spar.embeddings import load_embeddings
 from spar.errors import ArtifactError
 from spar.experiment import ExperimentInputs
 from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
+from spar.run_context import RunContext
+from spar.stage import Stage, Unit, settings
 
-SECTIONS = ["experiment", "data", "label", "encode", "index"]
-SUMMARY = "build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/"
-
-#: Options read at search time; they live in index.json and are refreshed without rebuilding.
+#: Options read at search time (marked runtime-only on IndexSection): they live in index.json and are refreshed
+#: without rebuilding.
 SEARCH_TIME = ("hnsw_ef_search", "nprobe")
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg, force: bool = False) -> dict:
-    out = cfg.output_dir
-    section = cfg.index
-    emb_root = artifact_dir(out, "embeddings")
-    base_dir, lambda_dir = split_dir(emb_root, "base", "passages"), split_dir(emb_root, "lambda", "passages")
+def plan(cfg, force: bool = False) -> Unit:
+    run = RunContext(cfg)
+    base_dir, lambda_dir = run.embeddings("base"), run.embeddings("lambda")
     for d in (base_dir, lambda_dir):
         if not is_complete(d):
             raise ArtifactError(f"{d}: passage embeddings are missing (run `spar encode`)")
     ExperimentInputs(cfg).check_lambda_embeddings()  # never index vectors of a Λ that has since changed
-    build_config = {k: v for k, v in section.model_dump(mode="json").items() if k not in SEARCH_TIME}
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
-    target = artifact_dir(out, "index")
-    writer = ArtifactWriter(target, kind="index", config=build_config, inputs=inputs)
-    search_params = {k: getattr(section, k) for k in SEARCH_TIME}
-    if not force and is_complete(target, writer.fingerprint) and (target / INDEX_FILE).exists():
-        changed = refresh_search_params(target, search_params)
-        result: dict = {"skipped": True}
-        if changed:
-            result["updated"] = ", ".join(changed) + " (no re-indexing: search-time settings)"
-        return result
+    return Unit(artifact_dir(cfg.output_dir, "index"), kind="index", config=settings(cfg.index), inputs=inputs,
+                payload=(base_dir, lambda_dir))
 
+
+def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
+    section = cfg.index
+    base_dir, lambda_dir = unit.payload
     base, lam = load_embeddings(base_dir), load_embeddings(lambda_dir)
     options = IndexOptions.from_section(section, seed=cfg.experiment.seed)
-    with writer as w:
-        index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options)
-        index.save(w.path)
-        size = os.path.getsize(w.path / INDEX_FILE)
-        w.schema = {"index.faiss": f"FAISS {section.type} (inner product), passages stored as {index.storage}",
-                    "ids.arrow": "schemas.EMBEDDING_IDS",
-                    INDEX_MANIFEST: "variant, type, storage, codec, code bytes, encoder fingerprints and dims, count, "
-                                    "options"}
-        w.stats = {**index.info, "bytes": size,
-                   "bytes_per_passage": round(size / max(1, len(index)), 1)}
+    index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options)
+    index.save(w.path)
+    size = os.path.getsize(w.path / INDEX_FILE)
+    w.schema = {"index.faiss": f"FAISS {section.type} (inner product), passages stored as {index.storage}",
+                "ids.arrow": "schemas.EMBEDDING_IDS",
+                INDEX_MANIFEST: "variant, type, storage, codec, code bytes, encoder fingerprints and dims, count, "
+                                "options"}
+    w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / max(1, len(index)), 1)}
     return {"variant": section.variant, "type": section.type, "storage": index.storage,
             "passages": f"{len(index):,}",
             "dim": f"{index.info['dim']} (base {index.info['base_dim']} + Λ {index.info['lambda_dim']})"
             if section.variant == "concat" else str(index.info["dim"]),
             "size": f"{size / 2**20:,.1f} MiB ({size / max(1, len(index)):,.0f} B/passage)"}
+
+
+def on_skip(cfg, manifest: dict) -> dict:
+    """An up-to-date index still takes new search-time settings (no re-indexing)."""
+    changed = refresh_search_params(artifact_dir(cfg.output_dir, "index"),
+                                    {k: getattr(cfg.index, k) for k in SEARCH_TIME})
+    return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
 
 
 def refresh_search_params(index_dir: Path, search_params: dict) -> list[str]:
@@ -77,9 +76,6 @@ def refresh_search_params(index_dir: Path, search_params: dict) -> list[str]:
         raise ArtifactError(f"{index_dir}: missing file '{INDEX_MANIFEST}' (re-run `spar index --force`)")
     info = json.loads(info_path.read_text())
     changed = []
-    if "mu" in info:  # written before the index stopped storing μ (tune/tune.json is its one record)
-        del info["mu"]
-        changed.append("dropped the stale default mu")
     opts = info.setdefault("options", {})
     for key, value in search_params.items():
         if opts.get(key) != value:
@@ -88,9 +84,13 @@ def refresh_search_params(index_dir: Path, search_params: dict) -> list[str]:
     if changed:
         write_json_atomic(info_path, info)
         manifest = read_manifest(index_dir)
-        manifest["stats"].pop("mu", None)
-        manifest["stats"].pop("mu_source", None)
         manifest["stats"]["options"] = opts
         write_json_atomic(index_dir / "manifest.json", manifest)
         refresh_checksums(index_dir, [INDEX_MANIFEST])
     return changed
+
+
+STAGE = Stage(name="index", sections=("experiment", "data", "label", "encode", "index"), plan=plan, work=work,
+              on_skip=on_skip,
+              summary="build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/")
+run = STAGE.run

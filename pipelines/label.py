@@ -14,22 +14,16 @@ them there), the next ``spar label label.num_shards=N label.shard_index=<any>`` 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from spar import schemas
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, manifest_fingerprint,
-                            read_manifest, remove_stale_temporaries, require)
+from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint,
+                            remove_stale_temporaries, require)
 from spar.config import LabelSection, SparConfig
 from spar.java import start_jvm
-from spar.labelling import LabelSettings, label_queries, merge_label_parts, part_dir_name
+from spar.labelling import label_queries, merge_parts_when_ready, part_dir_name
 from spar.models import model_fingerprint
-
-SECTIONS = ["experiment", "data", "label"]
-SUMMARY = "label sampled queries with the sparse teacher (BM25 or impact index) into positives/negatives"
-
-#: Options that never change the labels (excluded from the fingerprint, so changing them does not invalidate them).
-_RUNTIME_ONLY = {"threads", "java_heap", "num_shards", "shard_index", "impact_device"}
+from spar.stage import Stage, Unit, run_unit, settings
 
 
 def _teacher_config(section: LabelSection) -> dict:
@@ -41,7 +35,7 @@ def _teacher_config(section: LabelSection) -> dict:
 
 
 def _job_config(section: LabelSection) -> dict:
-    config = {k: v for k, v in section.model_dump(mode="json").items() if k not in _RUNTIME_ONLY}
+    config = settings(section)  # runtime-only options (threads, heap, parts, device) never change the labels
     if section.teacher == "bm25":
         config = {k: v for k, v in config.items() if not k.startswith("impact_")}
     else:
@@ -73,12 +67,10 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     stats = require(qdir, "queries").get("stats", {})
     passages = qdir / "passages.arrow"
     passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
-    out = artifact_dir(cfg.output_dir, "teacher_index")
-    writer = ArtifactWriter(out, kind="teacher_index", config=_teacher_config(section),
-                            inputs={"passages": passages_fp})
-    if not force and is_complete(out, writer.fingerprint):
-        return out
-    with writer as w:
+    unit = Unit(artifact_dir(cfg.output_dir, "teacher_index"), kind="teacher_index",
+                config=_teacher_config(section), inputs={"passages": passages_fp})
+
+    def work(w: ArtifactWriter) -> dict:
         if section.teacher == "bm25":
             build_bm25_index(passages, w.path, section.threads, section.fields, heap=section.java_heap)
         else:
@@ -86,7 +78,10 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
                                section.fields, section.impact_max_length, section.impact_batch_size,
                                heap=section.java_heap)
         w.stats.update(passages=stats.get("passages"), teacher=section.teacher)
-    return out
+        return {}
+
+    run_unit(unit, work, force)
+    return unit.output
 
 
 def _teacher(cfg: SparConfig, index_dir: Path):
@@ -99,7 +94,9 @@ def _teacher(cfg: SparConfig, index_dir: Path):
                          s.impact_batch_size, heap=s.java_heap)
 
 
-def run(cfg: SparConfig, force: bool = False) -> dict:
+def plan(cfg: SparConfig, force: bool = False) -> Unit:
+    """The labels (one machine), or this machine's part of them (``label.num_shards`` > 1); builds the teacher
+    index first, since the labels depend on it."""
     s = cfg.label
     qdir = artifact_dir(cfg.output_dir, "queries")
     require(qdir, "queries")
@@ -108,50 +105,39 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
     start_jvm(s.java_heap)
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
-    job = _job_config(s)
     labels_dir = artifact_dir(cfg.output_dir, "labels")
-    final = ArtifactWriter(labels_dir, kind="labels", config=job, inputs=inputs, resumable=s.num_shards == 1)
-    if not force and is_complete(labels_dir, final.fingerprint):
-        return {"skipped": True}
-    settings = LabelSettings.from_section(s)
-    teacher = _teacher(cfg, index_dir)
-    part_dir = labels_dir.with_name(part_dir_name(s.shard_index, s.num_shards))
-    if force:  # start over instead of resuming finished shards
-        for partial in (final.path, part_dir.with_name(part_dir.name + ".partial")):
-            shutil.rmtree(partial, ignore_errors=True)
-
+    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1,
+                 payload=index_dir)
     if s.num_shards == 1:
-        with final as w:
-            stats = label_queries(teacher, qdir, w.path, settings)
-            w.stats.update(stats, teacher=s.teacher)
-            w.schema = {"labels-*.arrow": schemas.LABELS.names}
-        return _summary(stats, labels_dir)
+        return final
+    job = final.writer().fingerprint
+    return Unit(labels_dir.with_name(part_dir_name(s.shard_index, s.num_shards)), kind="labels-part",
+                config={**final.config, "num_shards": s.num_shards, "shard_index": s.shard_index}, inputs=inputs,
+                resumable=True, payload=(index_dir, final, job))
 
-    part = ArtifactWriter(part_dir, kind="labels-part", config={**job, "num_shards": s.num_shards,
-                          "shard_index": s.shard_index}, inputs=inputs, resumable=True)
-    stats = {}
-    if force or not is_complete(part_dir, part.fingerprint):
-        with part as w:
-            stats = label_queries(teacher, qdir, w.path, settings, num_shards=s.num_shards, shard_index=s.shard_index)
-            w.stats.update(stats, teacher=s.teacher, job=final.fingerprint, num_shards=s.num_shards,
-                           shard_index=s.shard_index)
-            w.schema = {"labels-*.arrow": schemas.LABELS.names}
-    parts = [labels_dir.with_name(part_dir_name(i, s.num_shards)) for i in range(s.num_shards)]
-    ready = [p for p in parts if is_complete(p) and read_manifest(p)["stats"].get("job") == final.fingerprint]
-    if len(ready) < s.num_shards:
-        waiting = [p.name for p in parts if p not in ready]
-        return {**_summary(stats, part_dir), "merged": f"no: waiting for {', '.join(waiting)}"}
-    with final as w:
-        merged = merge_label_parts(parts, w.path)
-        w.stats.update(merged, teacher=s.teacher)
-        w.schema = {"labels-*.arrow": schemas.LABELS.names}
-    return {**_summary(stats, part_dir), "merged": f"yes: {merged['parts']} parts -> {labels_dir}",
-            "labelled (all parts)": f"{merged['labelled']:,}", "dropped (all parts)": f"{merged['dropped']:,}"}
+
+def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
+    s = cfg.label
+    part = unit.kind == "labels-part"
+    index_dir = unit.payload[0] if part else unit.payload
+    sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
+    stats = label_queries(_teacher(cfg, index_dir), artifact_dir(cfg.output_dir, "queries"), w.path,
+                          s, **sharding)
+    w.stats.update(stats, teacher=s.teacher, **({"job": unit.payload[2], **sharding} if part else {}))
+    w.schema = {"labels-*.arrow": schemas.LABELS.names}
+    return _summary(stats, unit.output)
+
+
+def merge(cfg: SparConfig, stats: dict, unit: Unit) -> dict:
+    """After this machine's part: merge the parts into labels/ once all are there."""
+    if unit.kind != "labels-part":
+        return stats
+    _, final, job = unit.payload
+    merged = merge_parts_when_ready(final, job, cfg.label.num_shards, teacher=cfg.label.teacher)
+    return {**({} if stats.get("skipped") else stats), "output": str(unit.output), **merged}
 
 
 def _summary(stats: dict, out: Path) -> dict:
-    if not stats:
-        return {"output": str(out)}
     return {
         "queries labelled": f"{stats['labelled']:,} of {stats['queries']:,}",
         "dropped (too few hits)": f"{stats['dropped']:,} ({stats['dropped_dev']:,} dev)",
@@ -159,3 +145,8 @@ def _summary(stats: dict, out: Path) -> dict:
         "throughput": f"{stats['queries_per_second']} queries/s over {stats['seconds']} s",
         "output": str(out),
     }
+
+
+STAGE = Stage(name="label", sections=("experiment", "data", "label"), plan=plan, work=work, finish=merge,
+              summary="label sampled queries with the sparse teacher (BM25 or impact index) into positives/negatives")
+run = STAGE.run

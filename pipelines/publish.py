@@ -14,11 +14,9 @@ from pathlib import Path
 from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
                             write_json_atomic)
 from spar.errors import ArtifactError
-from spar.evaluation import command_line
-from spar.tuning import TunedWeights, read_tuned
-
-SECTIONS = ["experiment", "data", "sample", "label", "train", "encode", "publish"]
-SUMMARY = "export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> model/"
+from spar.stage import Stage, Unit, settings
+from spar.run_context import RunContext
+from spar.tuning import read_tuned
 
 #: Marker of the last successful upload (dot file: never uploaded itself).
 PUSH_MARKER = ".hub_push.json"
@@ -28,52 +26,38 @@ def model_output(cfg) -> Path:
     return Path(cfg.publish.output) if cfg.publish.output else artifact_dir(cfg.output_dir, "model")
 
 
-def _manifest_or_empty(path: Path) -> dict:
-    return read_manifest(path) if is_complete(path) else {}
-
-
-def run(cfg, force: bool = False) -> dict:
-    from spar.models import model_fingerprint
-
-    out = model_output(cfg)
+def plan(cfg, force: bool = False) -> Unit:
     from spar.lambda_source import experiment_lambda
+    from spar.models import model_fingerprint
 
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
     index_dir = artifact_dir(cfg.output_dir, "index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     if not (index_dir / "index.faiss").exists():
         raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
-    results_md = cfg.results_dir / f"{cfg.experiment.name}.md"
-    base = cfg.encode.base
+    results_md = RunContext(cfg).results[1]
     inputs = {
         "lambda": source.fingerprint(),
         "tune": file_fingerprint(tuned.path),
         "index": file_fingerprint(index_dir / "index.json") if (index_dir / "index.json").exists() else
         file_fingerprint(index_dir / "index.faiss"),
-        "base_model": model_fingerprint(base.model),
+        "base_model": model_fingerprint(cfg.encode.base.model),
     }
     if results_md.exists():
         inputs["results"] = file_fingerprint(results_md)
-    # Upload settings do not change the directory's contents, so they are not part of its fingerprint.
-    publish_config = cfg.publish.model_dump(mode="json", exclude={"push_to_hub", "private"})
-    config = {"publish": publish_config, "base": base.model_dump(mode="json")}
-    writer = ArtifactWriter(out, kind="model", config=config, inputs=inputs)
-    skipped = not force and is_complete(out, writer.fingerprint)
-    stats: dict = {"skipped": True} if skipped else {}
-    if not skipped:
-        stats = _write(cfg, writer, source, tuned, index_dir, results_md)
-    if cfg.publish.push_to_hub:
-        stats.update(_push(cfg, out))
-    return stats
+    # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint.
+    config = {"publish": settings(cfg.publish), "base": settings(cfg.encode.base)}
+    return Unit(model_output(cfg), kind="model", config=config, inputs=inputs,
+                payload=(source, tuned, index_dir, results_md))
 
 
-def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: Path, results_md: Path) -> dict:
+def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     from spar.config import dump_config
     from spar.encoders import BiEncoder
-    from spar.model_card import gather_card_facts
+    from spar.model_card import gather_card_facts, model_provenance
     from spar.publish import SparEncoder, publish_model
 
-    tune = tuned.payload
+    source, tuned, index_dir, results_md = unit.payload
     index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
     variant = tuned.variant
     if index_info.get("variant") and index_info["variant"] != variant:
@@ -83,35 +67,33 @@ def _write(cfg, writer: ArtifactWriter, source, tuned: TunedWeights, index_dir: 
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     _check_index_is_current(cfg, index_dir, index_info)
     base = BiEncoder.from_section(cfg.encode.base)
-    lam = source.load()
-    provenance = {
-        "experiment": cfg.experiment.name,
-        "base_model": cfg.encode.base.model,
-        "lambda_init": cfg.train.encoder.model if source.origin == "run" else None,
-        "lambda_source": source.describe(),
-        "teacher": cfg.label.teacher,
-        "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant", "storage")},
-        "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
-    }
-    encoder = SparEncoder(base, lam, tuned.mu(variant), variant, metadata={"provenance": provenance})
+    provenance = model_provenance(cfg, source, tuned.payload, index_info)
+    encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
-    facts = gather_card_facts(cfg, encoder, tune, manifests,
+    facts = gather_card_facts(cfg, encoder, tuned.payload, manifests,
                               results_md.read_text(encoding="utf-8") if results_md.exists() else None,
-                              command_line(cfg, "run"),
-                              source.describe())
+                              RunContext(cfg).command_line("run"), source.describe())
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
-    with writer as w:
-        publish_model(encoder, w.path, facts, dump_config(cfg), index_dir=index_dir,
-                      passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
-        w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
-                   "index": "copied" if cfg.publish.copy_index else str(index_dir.resolve())}
-        w.schema = {"spar_model.json": "format, variant, mu, dims, encoders, index, provenance",
-                    "modules.json": "sentence-transformers Router (query/document routes)"}
-    out = writer.final
+    publish_model(encoder, w.path, facts, dump_config(cfg), index_dir=index_dir,
+                  passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
+    w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
+               "index": "copied" if cfg.publish.copy_index else str(index_dir.resolve())}
+    w.schema = {"spar_model.json": "format, variant, mu, dims, encoders, index, provenance",
+                "modules.json": "sentence-transformers Router (query/document routes)"}
+    out = unit.output
     return {"output": str(out), "variant": variant, "mu": encoder.mu, "dim": encoder.dim,
             "load": f'SentenceTransformer("{out}", trust_remote_code=True) or SparEncoder.from_pretrained("{out}")',
             "search": f'spar search {out} "your query"'}
+
+
+def _manifest_or_empty(path: Path) -> dict:
+    return read_manifest(path) if is_complete(path) else {}
+
+
+def finish(cfg, stats: dict, unit: Unit) -> dict:
+    """Upload the (new or up-to-date) model directory when ``publish.push_to_hub`` is set."""
+    return {**stats, **_push(cfg, model_output(cfg))} if cfg.publish.push_to_hub else stats
 
 
 def _check_index_is_current(cfg, index_dir: Path, index_info: dict) -> None:
@@ -146,3 +128,9 @@ def _push(cfg, out: Path) -> dict:
     write_json_atomic(marker, {"repo_id": cfg.publish.push_to_hub, "fingerprint": manifest["fingerprint"],
                                "commit": url})
     return {"hub": url}
+
+
+STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "publish"),
+              summary="export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> "
+              "model/", plan=plan, work=work, finish=finish)
+run = STAGE.run

@@ -9,44 +9,45 @@ Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` 
 from __future__ import annotations
 
 from spar import schemas
-from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, fingerprint_dict, is_complete
+from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, fingerprint_dict
 from spar.config import SparConfig
 from spar.readers import ReadStats, read_corpus
 from spar.sampling import write_query_set
-
-SECTIONS = ["experiment", "data", "sample"]
-SUMMARY = "split corpus passages into sentences and sample training queries (+ a dev split)"
+from spar.stage import Stage, Unit, settings
 
 
-def run(cfg: SparConfig, force: bool = False) -> dict:
-    out = artifact_dir(cfg.output_dir, "queries")
-    corpus_fp = file_fingerprint(cfg.data.corpus)
+def _passages_source(cfg: SparConfig) -> dict:
+    return {"corpus": file_fingerprint(cfg.data.corpus), "format": cfg.data.corpus_format}
+
+
+def plan(cfg: SparConfig, force: bool = False) -> Unit:
     # experiment.on_bad_record is not part of the fingerprint: for one corpus file a successful run writes the same
     # output either way (a record 'skip' drops is one that 'fail' stops on), so switching it re-runs nothing; the
     # records skipped are counted in the manifest's stats ('read').
-    passages_source = {"corpus": corpus_fp, "format": cfg.data.corpus_format}
-    config = {"sample": cfg.sample.model_dump(mode="json"), "seed": cfg.experiment.seed, **passages_source}
-    writer = ArtifactWriter(out, kind="queries", config=config, inputs={"corpus": corpus_fp})
-    if not force and is_complete(out, writer.fingerprint):
-        return {"skipped": True}
+    source = _passages_source(cfg)
+    config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
+    return Unit(artifact_dir(cfg.output_dir, "queries"), kind="queries", config=config,
+                inputs={"corpus": source["corpus"]})
+
+
+def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.sample
     read_stats = ReadStats()
-    with writer as w:
-        stats = write_query_set(
-            read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats),
-            w.path,
-            strategy=s.strategy, seed=cfg.experiment.seed, exponential_base=s.exponential_base,
-            uniform_rate=s.uniform_rate, min_words=s.min_words, max_words=s.max_words,
-            position_field=s.position_field, dev_fraction=s.dev_fraction, max_dev_queries=s.max_dev_queries,
-            max_queries=s.max_queries, shard_size=s.shard_size, sentence_splitter=s.sentence_splitter,
-            corpus_name=str(cfg.data.corpus),
-            on_bad_record=cfg.experiment.on_bad_record, read_stats=read_stats,
-        )
-        # Identifies passages.arrow for the teacher index (it does not change with the sampling options).
-        stats["passages_fingerprint"] = fingerprint_dict(passages_source)
-        stats["read"] = read_stats.as_dict()
-        w.stats.update(stats)
-        w.schema = {"passages.arrow": schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
+    stats = write_query_set(
+        read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats),
+        w.path,
+        strategy=s.strategy, seed=cfg.experiment.seed, exponential_base=s.exponential_base,
+        uniform_rate=s.uniform_rate, min_words=s.min_words, max_words=s.max_words,
+        position_field=s.position_field, dev_fraction=s.dev_fraction, max_dev_queries=s.max_dev_queries,
+        max_queries=s.max_queries, shard_size=s.shard_size, sentence_splitter=s.sentence_splitter,
+        corpus_name=str(cfg.data.corpus),
+        on_bad_record=cfg.experiment.on_bad_record, read_stats=read_stats,
+    )
+    # Identifies passages.arrow for the teacher index (it does not change with the sampling options).
+    stats["passages_fingerprint"] = fingerprint_dict(_passages_source(cfg))
+    stats["read"] = read_stats.as_dict()
+    w.stats.update(stats)
+    w.schema = {"passages.arrow": schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
     sampling = stats["sampling"]
     return {
         "passages": stats["passages"],
@@ -54,5 +55,10 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         "queries": f"{stats['queries_train']:,} train, {stats['queries_dev']:,} dev",
         "records": read_stats.summary(),
         **({"warning": " ".join(stats["warnings"])} if stats["warnings"] else {}),
-        "output": str(out),
+        "output": str(unit.output),
     }
+
+
+STAGE = Stage(name="sample", summary="split corpus passages into sentences and sample training queries (+ a dev split)",
+              sections=("experiment", "data", "sample"), plan=plan, work=work)
+run = STAGE.run

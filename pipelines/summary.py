@@ -46,7 +46,9 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     timing.add_row("total", "", f"{sum(s.get('seconds', 0.0) for s in stages.values()):.1f} s")
     console.print(timing)
 
-    results = cfg.results_dir / f"{cfg.experiment.name}.json"
+    from spar.run_context import RunContext
+
+    results = RunContext(cfg).results[0]
     if results.exists():
         payload = json.loads(results.read_text())
         lam = "encode.lambda" if cfg.encode.lambda_ is not None else f"{cfg.train.kind}"

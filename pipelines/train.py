@@ -12,72 +12,59 @@ Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` (not 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
 from spar.config import SparConfig
 from spar.lexical import build_lambda, lambda_class
+from spar.stage import Stage, Unit, settings
 from spar.training import is_primary_process, summarize, train_lambda
-
-SECTIONS = ["experiment", "data", "sample", "label", "train"]
-SUMMARY = "train the lexical model Λ with Lightning on the teacher's labels (W&B-monitored, resumable) -> lambda/"
-
-#: Options that change how a run is executed or logged, never the trained Λ (kept out of the fingerprint, so
-#: changing them neither invalidates lambda/ nor discards a resumable lambda.partial/).
-RUNTIME_OPTIONS = ("num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
-                   "keep_checkpoint", "checkpoint_every_n_steps")
 
 
 def fingerprint_config(cfg: SparConfig) -> dict:
-    train = cfg.train.model_dump(mode="json")
-    for key in RUNTIME_OPTIONS:
-        train.pop(key, None)
+    """What the trained Λ depends on: every train option but the runtime-only ones, the seed, the fields."""
     kind = lambda_class(cfg.train.kind)
-    config = {"train": kind.fingerprint_settings(train), "seed": cfg.experiment.seed,
+    config = {"train": kind.fingerprint_settings(settings(cfg.train)), "seed": cfg.experiment.seed,
               "title_field": cfg.data.title_field}
     if kind.term_based:  # term-based kinds carry the teacher's statistics
         config["teacher"] = {"k1": cfg.label.k1, "b": cfg.label.b, "fields": list(cfg.label.fields)}
     return config
 
 
-def run(cfg: SparConfig, force: bool = False) -> dict:
+def plan(cfg: SparConfig, force: bool = False) -> Unit:
     qdir = artifact_dir(cfg.output_dir, "queries")
-    ldir = artifact_dir(cfg.output_dir, "labels")
     require(qdir, "queries")
     inputs = {"queries": manifest_fingerprint(qdir)}
     if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
+        ldir = artifact_dir(cfg.output_dir, "labels")
         require(ldir, "labels")
         inputs["labels"] = manifest_fingerprint(ldir)
-    out = artifact_dir(cfg.output_dir, "lambda")
-    writer = ArtifactWriter(out, kind="lambda", config=fingerprint_config(cfg), resumable=True, inputs=inputs)
-    if not force and is_complete(out, writer.fingerprint, content=True):  # an edited vocab.txt is not "up to date"
-        return {"skipped": True}
-    if not force:
-        _refuse_replacing_another_kind(cfg, out)
+    # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in
+    # the same work directory, and rank 0 exports and finalises.
+    return Unit(artifact_dir(cfg.output_dir, "lambda"), kind="lambda", config=fingerprint_config(cfg),
+                inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process())
+
+
+def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
+    qdir, ldir = artifact_dir(cfg.output_dir, "queries"), artifact_dir(cfg.output_dir, "labels")
     label = cfg.label
     model = build_lambda(cfg.train, qdir / "passages.arrow", teacher=label.teacher, k1=label.k1, b=label.b,
                          fields=label.fields, seed=cfg.experiment.seed)
     if not model.trainable:
-        return _fit_only(cfg, model, writer, force)
+        return _fit_only(cfg, model, w)
     options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
                    logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=cfg.experiment.name)
-    if not is_primary_process():
-        # Extra DDP ranks train alongside rank 0 in the same work directory; rank 0 exports and finalises.
-        train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, writer.path, **options)
+    result = train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
+    if not unit.primary:
         return {"rank": "worker"}
-    if force and writer.path.exists():
-        shutil.rmtree(writer.path)  # --force: start over instead of resuming
-    with writer as w:
-        result = train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
-        w.stats.update(result.stats())
-        w.stats["lambda"] = model.describe()
-        training = {"steps": result.steps, "epochs": result.epochs, "seconds": round(result.seconds),
-                    "devices": result.world_size, "valid MRR (first → best)":
-                    f"{_round(result.initial_valid_mrr)} → {_round(result.best_valid_mrr)} (step {result.best_step})"}
-        write_card(cfg, model, w.path, writer.fingerprint, training)
-        w.schema = {**model.files, **CARD_SCHEMA,
-                    "checkpoints/last.ckpt": "Lightning checkpoint (weights, optimiser, loops)"}
+    w.stats.update(result.stats())
+    w.stats["lambda"] = model.describe()
+    training = {"steps": result.steps, "epochs": result.epochs, "seconds": round(result.seconds),
+                "devices": result.world_size, "valid MRR (first → best)":
+                f"{_round(result.initial_valid_mrr)} → {_round(result.best_valid_mrr)} (step {result.best_step})"}
+    write_card(cfg, model, w.path, w.fingerprint, training)
+    w.schema = {**model.files, **CARD_SCHEMA,
+                "checkpoints/last.ckpt": "Lightning checkpoint (weights, optimiser, loops)"}
     return {
         "summary": summarize(result),
         "steps": result.steps,
@@ -85,13 +72,14 @@ def run(cfg: SparConfig, force: bool = False) -> dict:
         "passages/s": result.passages_per_s,
         "valid_mrr": f"{result.initial_valid_mrr} -> {result.best_valid_mrr} (best at step {result.best_step})",
         "logs": result.logger_dir,
-        "output": str(out),
+        "output": str(unit.output),
     }
 
 
-def _refuse_replacing_another_kind(cfg: SparConfig, out: Path) -> None:
+def refuse_replacing_another_kind(cfg: SparConfig, unit: Unit) -> None:
     """Another Λ kind in the same output directory would silently replace the earlier Λ and, downstream, its index,
     results and model: refuse unless ``--force`` (issue #22)."""
+    out = unit.output
     if not is_complete(out):
         return
     from spar.artifacts import read_manifest
@@ -117,23 +105,27 @@ CARD_SCHEMA = {"README.md": "model card: kind, dim, teacher, training data, stat
 def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: dict | None = None) -> None:
     """The Λ's model card ``README.md`` (:mod:`spar.lexical.card`), from the run's config and query manifest."""
     from spar.artifacts import read_manifest
-    from spar.evaluation import command_line
+    from spar.run_context import RunContext
     from spar.lexical.card import lambda_card, lambda_card_facts
 
     queries = read_manifest(artifact_dir(cfg.output_dir, "queries")).get("stats", {})
-    facts = lambda_card_facts(cfg, queries, fingerprint, training, command_line(cfg, "train"))
+    facts = lambda_card_facts(cfg, queries, fingerprint, training, RunContext(cfg).command_line("train"))
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 
 
-def _fit_only(cfg: SparConfig, model, writer: ArtifactWriter, force: bool) -> dict:
+def _fit_only(cfg: SparConfig, model, w: ArtifactWriter) -> dict:
     """A training-free Λ (projection): its corpus statistics are fitted already; save it as the stage's output."""
-    if force and writer.path.exists():
-        shutil.rmtree(writer.path)
-    with writer as w:
-        model.save(w.path)
-        write_card(cfg, model, w.path, writer.fingerprint, {"training": "none (fitted: corpus statistics)"})
-        w.stats = {"lambda": model.describe(), "steps": 0}
-        w.schema = {**model.files, **CARD_SCHEMA}
+    model.save(w.path)
+    write_card(cfg, model, w.path, w.fingerprint, {"training": "none (fitted: corpus statistics)"})
+    w.stats = {"lambda": model.describe(), "steps": 0}
+    w.schema = {**model.files, **CARD_SCHEMA}
     teacher = model.describe()["teacher"]
     return {"kind": model.kind, "dim": model.dim, "terms": f"{teacher['vocab_size']:,}",
-            "passages": f"{teacher['num_docs']:,}", "output": str(writer.final)}
+            "passages": f"{teacher['num_docs']:,}", "output": str(w.final)}
+
+
+STAGE = Stage(name="train", sections=("experiment", "data", "sample", "label", "train"), plan=plan, work=work,
+              guard=refuse_replacing_another_kind,
+              summary="train the lexical model Λ with Lightning on the teacher's labels (W&B-monitored, resumable) "
+              "-> lambda/")
+run = STAGE.run

@@ -7,14 +7,12 @@ W&B (``evaluate.wandb_mode``). Logic: :func:`spar.tuning.tune_experiment`.
 
 from __future__ import annotations
 
-from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, is_complete, write_json_atomic
-from spar.evaluation import wandb_log
+from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write_json_atomic
 from spar.experiment import ExperimentInputs
 from spar.index import IndexOptions
+from spar.run_context import RunContext
+from spar.stage import Stage, Unit, settings
 from spar.tuning import plot_curve, tune_experiment
-
-SECTIONS = ["experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"]
-SUMMARY = "tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/"
 
 
 def _data_inputs(cfg) -> dict[str, str]:
@@ -24,44 +22,52 @@ def _data_inputs(cfg) -> dict[str, str]:
     return {name: file_fingerprint(path) for name, path in files.items() if path}
 
 
-def run(cfg, force: bool = False) -> dict:
+def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
-    out = artifact_dir(cfg.output_dir, "tune")
     fingerprints = {**inputs.input_fingerprints(["dev"]), **_data_inputs(cfg)}
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
-    config = {"tune": cfg.tune.model_dump(mode="json"), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
+    config = {"tune": settings(cfg.tune), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec}
-    writer = ArtifactWriter(out, kind="tune", config=config, inputs=fingerprints)
-    if not force and is_complete(out, writer.fingerprint):
-        return {"skipped": True}
-    report = tune_experiment(cfg, inputs)
+    return Unit(artifact_dir(cfg.output_dir, "tune"), kind="tune", config=config, inputs=fingerprints,
+                payload=inputs)
+
+
+def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
+    report = tune_experiment(cfg, unit.payload)
     tuned = report.payload
-    with writer as w:
-        write_json_atomic(w.path / "tune.json", tuned)
-        dev = tuned["dev_scores"]
-        plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",
-                   f"{cfg.experiment.name}: SPAR on dev ({tuned['dev_queries']} queries)",
-                   {"base": dev["base"], "Λ": dev["lambda"], "BM25": dev["bm25"]})
-        plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, cfg.tune.metric, "α",
-                   f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
-        w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage")}
-        w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants"}
+    write_json_atomic(w.path / "tune.json", tuned)
+    dev = tuned["dev_scores"]
+    plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",
+               f"{cfg.experiment.name}: SPAR on dev ({tuned['dev_queries']} queries)",
+               {"base": dev["base"], "Λ": dev["lambda"], "BM25": dev["bm25"]})
+    plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, cfg.tune.metric, "α",
+               f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
+    w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage")}
+    w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants"}
     curve_rows = [[variant, float(mu), float(score)] for variant, search in report.mu_searches.items()
                   for mu, score in sorted(search.scores.items())]
     alpha_rows = [[float(a), float(s)] for a, s in sorted(report.alpha_search.scores.items())]
-    wandb_log(cfg, "tune", {"mu": tuned["mu"], "alpha": tuned["alpha"], "confirmed": tuned["confirmed"],
-                            **{f"dev/{k}": v for k, v in tuned["dev_scores"].items()}},
-              tables={"mu_curve": (["variant", "mu", cfg.tune.metric], curve_rows),
-                      "alpha_curve": (["alpha", cfg.tune.metric], alpha_rows)},
-              images={"mu_curve_png": out / "mu_curve.png", "alpha_curve_png": out / "alpha_curve.png"})
+    summary = {"mu": tuned["mu"], "alpha": tuned["alpha"], "confirmed": tuned["confirmed"],
+               **{f"dev/{k}": v for k, v in tuned["dev_scores"].items()}}
+    RunContext(cfg).wandb_log(
+        "tune", summary, mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project,
+        tables={"mu_curve": (["variant", "mu", cfg.tune.metric], curve_rows),
+                "alpha_curve": (["alpha", cfg.tune.metric], alpha_rows)},
+        images={"mu_curve_png": w.path / "mu_curve.png", "alpha_curve_png": w.path / "alpha_curve.png"})
     stats = {"variant": tuned["variant"], "mu": tuned["mu"], "passages stored as": tuned["storage"],
              f"dev {tuned['metric']}": tuned["dev_scores"]["spar"],
              "confirmed": tuned["confirmed"], "alpha": tuned["alpha"], "extensions": tuned["extensions"],
-             "dev scores": tuned["dev_scores"], "output": str(out)}
+             "dev scores": tuned["dev_scores"], "output": str(unit.output)}
     for variant, info in tuned["variants"].items():
         if variant != tuned["variant"]:
             stats[f"mu ({variant})"] = info["mu"]
     return stats
+
+
+STAGE = Stage(name="tune", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
+              summary="tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/",
+              plan=plan, work=work)
+run = STAGE.run

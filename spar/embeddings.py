@@ -56,12 +56,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from spar.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, is_complete, read_manifest
+from spar.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, read_manifest
 from spar.encoders import BiEncoder
 from spar.encode_engines import Side, encode_shard_lightning, encode_shard_loop, resolve_devices, tokenize_shard
 from spar.errors import ArtifactError
 from spar.readers import OnBad
 from spar.schemas import EMBEDDING_IDS, read_table, write_table
+from spar.stage import Unit, run_unit
 
 from spar.console import adopt_library_loggers  # noqa: E402
 
@@ -272,28 +273,49 @@ def _shard_source(items: Iterable[tuple[str, Any]], shard_size: int) -> Iterator
         yield chunk
 
 
-def _encode_split(
-    encoder: BiEncoder,
-    shards: Iterable[list[tuple[str, Any]]],
-    out_dir: Path,
-    side: Side,
-    weights_fingerprint: str,
-    inputs: dict[str, str],
-    encoder_name: str,
-    shard_size: int,
-    dtype: str,
-    options: EncodeOptions,
-    force: bool,
-    on_shard: Callable[[int, dict[str, Any]], None] | None,
-    expected_items: int | None = None,
-) -> dict[str, Any]:
+@dataclass
+class SplitJob:
+    """What :func:`write_split` needs to encode one split (the payload of its :class:`~spar.stage.Unit`)."""
+
+    encoder: Any
+    shards: Iterable[list[tuple[str, Any]]]
+    side: Side
+    weights_fingerprint: str
+    encoder_name: str
+    shard_size: int
+    dtype: str
+    options: EncodeOptions
+    on_shard: Callable[[int, dict[str, Any]], None] | None = None
+    expected_items: int | None = None
+    model_fingerprint: str = ""
+
+
+def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, side: Side, weights_fingerprint: str,
+               inputs: dict[str, str], encoder_name: str, shard_size: int, dtype: str, options: EncodeOptions,
+               on_shard: Callable[[int, dict[str, Any]], None] | None = None, expected_items: int | None = None,
+               reusable: bool = True) -> Unit:
+    """The artifact of one encoded split (resumable per shard). ``reusable=False`` (a one-pass iterator nothing
+    vouches for) is never up to date and never resumed."""
     model_fp = encoder_fingerprint(weights_fingerprint, encoder)
     config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
               "dtype": dtype}
-    writer = ArtifactWriter(out_dir, kind=KIND, config=config, inputs=inputs, resumable=True)
-    if not force and is_complete(out_dir, writer.fingerprint):
-        manifest = read_manifest(out_dir)
-        return {"skipped": True, **{k: manifest["stats"][k] for k in ("count", "dim")}}
+    job = SplitJob(encoder, shards, side, weights_fingerprint, encoder_name, shard_size, dtype, options, on_shard,
+                   expected_items, model_fp)
+    return Unit(out_dir, kind=KIND, config=config, inputs=inputs, resumable=reusable, payload=job,
+                current=None if reusable else (lambda: False))
+
+
+def split_counts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What an up-to-date split reports (its count and dimension)."""
+    return {k: manifest["stats"][k] for k in ("count", "dim")}
+
+
+def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
+    """Encode ``unit``'s split (:func:`split_unit`) into the writer's directory, shard by shard: finished shards
+    of a killed run (same fingerprint) are kept."""
+    job: SplitJob = unit.payload
+    encoder, side, options, dtype, out_dir = job.encoder, job.side, job.options, job.dtype, unit.output
+    encoder_name, shard_size, model_fp = job.encoder_name, job.shard_size, job.model_fingerprint
     device, n_devices = resolve_devices(options.accelerator, options.devices)
     engine = options.engine
     if engine == "auto":
@@ -301,70 +323,69 @@ def _encode_split(
     if engine == "loop" and n_devices > 1:
         log.warning("engine='loop' uses one device; %d are available (use engine='lightning')", n_devices)
     encoder.to(device).eval()
-    progress = _progress(options.show_progress, expected_items, f"encode {encoder_name}/{out_dir.name}")
+    progress = _progress(options.show_progress, job.expected_items, f"encode {encoder_name}/{out_dir.name}")
     per_batch_progress = engine == "loop" and isinstance(encoder, BiEncoder)  # the loop engine reports each batch
     shard_stats: list[dict[str, Any]] = []
     count = encoded = 0
     seconds = 0.0
-    with writer as w:
-        for index, items in enumerate(shards):
-            part = w.path / PART_PATTERN.format(index)
-            sidecar = w.path / f"part-{index:05d}.json"
-            ids_part = w.path / f"ids-{index:05d}.arrow"
-            if not force and part.exists() and sidecar.exists() and ids_part.exists():
-                stats = json.loads(sidecar.read_text())
-                stats["resumed"] = True
+    for index, items in enumerate(job.shards):
+        part = w.path / PART_PATTERN.format(index)
+        sidecar = w.path / f"part-{index:05d}.json"
+        ids_part = w.path / f"ids-{index:05d}.arrow"
+        if part.exists() and sidecar.exists() and ids_part.exists():
+            stats = json.loads(sidecar.read_text())
+            stats["resumed"] = True
+        else:
+            start = time.perf_counter()
+            if not isinstance(encoder, BiEncoder):
+                # Term-based Λ kinds encode by sparse products on the CPU: no tokenizer, no device loop.
+                vectors, truncated_items = _encode_lexical(encoder, [x for _, x in items], side), 0
             else:
-                start = time.perf_counter()
-                if not isinstance(encoder, BiEncoder):
-                    # Term-based Λ kinds encode by sparse products on the CPU: no tokenizer, no device loop.
-                    vectors, truncated_items = _encode_lexical(encoder, [x for _, x in items], side), 0
+                tokenized = tokenize_shard(encoder, [x for _, x in items], side, options.batch_size)
+                truncated_items = tokenized.truncated
+                if engine == "lightning":
+                    vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices,
+                                                     options.precision, options.strategy, work_dir=w.path)
                 else:
-                    tokenized = tokenize_shard(encoder, [x for _, x in items], side, options.batch_size)
-                    truncated_items = tokenized.truncated
-                    if engine == "lightning":
-                        vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices,
-                                                         options.precision, options.strategy, work_dir=w.path)
-                    else:
-                        vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision,
-                                                    on_batch=progress.update)
-                elapsed = time.perf_counter() - start
-                write_table(ids_part, pa.table({"row": pa.array(range(count, count + len(items)), pa.int64()),
-                                                "id": pa.array([i for i, _ in items], pa.string())},
-                                               schema=EMBEDDING_IDS))
-                _save_npy_atomic(part, vectors.astype(dtype, copy=False))
-                stats = {"shard": index, "count": len(items), "truncated": truncated_items,
-                         "seconds": round(elapsed, 3)}
-                sidecar.write_text(json.dumps(stats))  # last: its presence marks the shard complete
-                encoded += len(items)
-                seconds += elapsed
-                stats["resumed"] = False
-            count += stats["count"]
-            shard_stats.append(stats)
-            if stats["resumed"] or not per_batch_progress:
-                progress.update(stats["count"])
-            if on_shard is not None:
-                on_shard(index, stats)
-        progress.close()
-        _merge_ids(w.path, len(shard_stats))
-        for stale in itertools.chain(w.path.glob("part-*.npy"), w.path.glob("part-*.json")):
-            if int(stale.name[5:10]) >= len(shard_stats):  # from an older, longer input
-                stale.unlink()
-        w.files = [IDS_FILE] + [PART_PATTERN.format(i) for i in range(len(shard_stats))]
-        for i in range(len(shard_stats)):
-            (w.path / f"part-{i:05d}.json").unlink()
-        truncated = sum(s["truncated"] for s in shard_stats)
-        w.schema = {"ids": str(EMBEDDING_IDS), "vectors": f"{dtype} [count, dim] in part-NNNNN.npy, row order"}
-        w.stats = {
-            "encoder": encoder_name, "side": side, "model_fingerprint": model_fp,
-            "weights_fingerprint": weights_fingerprint, **_vector_settings(encoder, side),
-            "dim": encoder.dim, "count": count, "dtype": dtype,
-            "shards": len(shard_stats), "shard_size": shard_size,
-            "truncated": truncated, "truncated_fraction": round(truncated / count, 6) if count else 0.0,
-            "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in shard_stats),
-            "items_per_second": round(encoded / seconds, 2) if seconds else None,
-            "engine": engine, "device": device, "devices": n_devices,
-        }
+                    vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision,
+                                                on_batch=progress.update)
+            elapsed = time.perf_counter() - start
+            write_table(ids_part, pa.table({"row": pa.array(range(count, count + len(items)), pa.int64()),
+                                            "id": pa.array([i for i, _ in items], pa.string())},
+                                           schema=EMBEDDING_IDS))
+            _save_npy_atomic(part, vectors.astype(dtype, copy=False))
+            stats = {"shard": index, "count": len(items), "truncated": truncated_items,
+                     "seconds": round(elapsed, 3)}
+            sidecar.write_text(json.dumps(stats))  # last: its presence marks the shard complete
+            encoded += len(items)
+            seconds += elapsed
+            stats["resumed"] = False
+        count += stats["count"]
+        shard_stats.append(stats)
+        if stats["resumed"] or not per_batch_progress:
+            progress.update(stats["count"])
+        if job.on_shard is not None:
+            job.on_shard(index, stats)
+    progress.close()
+    _merge_ids(w.path, len(shard_stats))
+    for stale in itertools.chain(w.path.glob("part-*.npy"), w.path.glob("part-*.json")):
+        if int(stale.name[5:10]) >= len(shard_stats):  # from an older, longer input
+            stale.unlink()
+    w.files = [IDS_FILE] + [PART_PATTERN.format(i) for i in range(len(shard_stats))]
+    for i in range(len(shard_stats)):
+        (w.path / f"part-{i:05d}.json").unlink()
+    truncated = sum(s["truncated"] for s in shard_stats)
+    w.schema = {"ids": str(EMBEDDING_IDS), "vectors": f"{dtype} [count, dim] in part-NNNNN.npy, row order"}
+    w.stats = {
+        "encoder": encoder_name, "side": side, "model_fingerprint": model_fp,
+        "weights_fingerprint": job.weights_fingerprint, **_vector_settings(encoder, side),
+        "dim": encoder.dim, "count": count, "dtype": dtype,
+        "shards": len(shard_stats), "shard_size": shard_size,
+        "truncated": truncated, "truncated_fraction": round(truncated / count, 6) if count else 0.0,
+        "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in shard_stats),
+        "items_per_second": round(encoded / seconds, 2) if seconds else None,
+        "engine": engine, "device": device, "devices": n_devices,
+    }
     if truncated:
         log.info("%s: %d of %d items were longer than %d tokens and truncated", out_dir, truncated, count,
                  w.stats["max_length"])
@@ -462,17 +483,27 @@ def encode_passages(
     ``use_titles=False`` encodes the text alone (``data.title_field``). ``on_shard(index, stats)`` is called after
     every shard (progress hooks, tests).
     """
+    unit = passages_unit(encoder, passages, out_dir, weights_fingerprint=weights_fingerprint,
+                         encoder_name=encoder_name, shard_size=shard_size, dtype=dtype, options=options, inputs=inputs,
+                         corpus_format=corpus_format, on_bad_record=on_bad_record, use_titles=use_titles,
+                         on_shard=on_shard)
+    return run_unit(unit, lambda w: write_split(w, unit), force, on_skip=split_counts)
+
+
+def passages_unit(encoder, passages: str | Path | Iterable, out_dir: str | Path, *,
+                  weights_fingerprint: str | None = None, encoder_name: str = "encoder", shard_size: int = 100_000,
+                  dtype: str = "float32", options: EncodeOptions | None = None, inputs: dict[str, str] | None = None,
+                  corpus_format: str = "auto", on_bad_record: OnBad = "fail", use_titles: bool = True,
+                  on_shard: Callable[[int, dict[str, Any]], None] | None = None) -> Unit:
+    """The artifact :func:`encode_passages` writes (same arguments), for a stage to run (:mod:`spar.stage`)."""
     shards, source_inputs, total = _passage_shards(passages, shard_size, corpus_format, on_bad_record, use_titles)
-    if not source_inputs and not inputs:
-        # A one-pass iterator cannot be fingerprinted up front: never reuse output or shards it cannot vouch for.
-        force = True
+    # A one-pass iterator cannot be fingerprinted up front: never reuse output or shards it cannot vouch for.
+    reusable = bool(source_inputs or inputs)
     if not use_titles:
         source_inputs["titles"] = "dropped"
-    return _encode_split(
-        encoder, shards, Path(out_dir), "passage", weights_fingerprint or parameters_fingerprint(encoder),
-        {**source_inputs, **(inputs or {})}, encoder_name, shard_size, dtype, options or EncodeOptions(), force,
-        on_shard, total,
-    )
+    return split_unit(encoder, shards, Path(out_dir), "passage", weights_fingerprint or parameters_fingerprint(encoder),
+                      {**source_inputs, **(inputs or {})}, encoder_name, shard_size, dtype, options or EncodeOptions(),
+                      on_shard, total, reusable)
 
 
 def encode_queries(
@@ -489,13 +520,21 @@ def encode_queries(
     force: bool = False,
 ) -> dict[str, Any]:
     """Encode queries (``{id: text}`` or ``[(id, text)]``, order kept) with the query encoder into ``out_dir``."""
+    unit = queries_unit(encoder, queries, out_dir, weights_fingerprint=weights_fingerprint, encoder_name=encoder_name,
+                        shard_size=shard_size, dtype=dtype, options=options, inputs=inputs)
+    return run_unit(unit, lambda w: write_split(w, unit), force, on_skip=split_counts)
+
+
+def queries_unit(encoder, queries: Mapping[str, str] | Sequence[tuple[str, str]], out_dir: str | Path, *,
+                 weights_fingerprint: str | None = None, encoder_name: str = "encoder", shard_size: int = 100_000,
+                 dtype: str = "float32", options: EncodeOptions | None = None,
+                 inputs: dict[str, str] | None = None) -> Unit:
+    """The artifact :func:`encode_queries` writes (same arguments), for a stage to run (:mod:`spar.stage`)."""
     pairs = list(queries.items()) if isinstance(queries, Mapping) else list(queries)
     content = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()[:16]
-    return _encode_split(
-        encoder, _shard_source(pairs, shard_size), Path(out_dir), "query",
-        weights_fingerprint or parameters_fingerprint(encoder), {"queries": content, **(inputs or {})},
-        encoder_name, shard_size, dtype, options or EncodeOptions(), force, None, len(pairs),
-    )
+    return split_unit(encoder, _shard_source(pairs, shard_size), Path(out_dir), "query",
+                      weights_fingerprint or parameters_fingerprint(encoder), {"queries": content, **(inputs or {})},
+                      encoder_name, shard_size, dtype, options or EncodeOptions(), None, len(pairs))
 
 
 def _encode_lexical(encoder, items: Sequence[Any], side: Side) -> np.ndarray:
@@ -524,8 +563,3 @@ def parameters_fingerprint(encoder) -> str:
             h.update(name.encode())
             h.update(flat[::step][:64].float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def split_dir(embeddings_root: str | Path, encoder_name: str, split: str) -> Path:
-    """``embeddings/<encoder>/<split>``: encoder in {base, lambda}, split in {passages, queries-dev, queries-test}."""
-    return Path(embeddings_root) / encoder_name / split

@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import random
-import shlex
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -45,6 +42,7 @@ from spar.artifacts import artifact_dir, is_complete, read_manifest
 from spar.errors import ArtifactError, BadRecordError
 from spar.experiment import ExperimentInputs, SplitQueries, dense_search, split_queries
 from spar.metrics import evaluate_run, mean_rbo, ranked_run
+from spar.run_context import RunContext
 from spar.tuning import hybrid_fuse, read_tuned, resolve_candidates
 
 log = logging.getLogger(__name__)
@@ -123,26 +121,6 @@ class EvaluationReport:
             lines += ["", "Input records skipped (experiment.on_bad_record=skip): "
                       + describe_skipped(self.details["skipped_records"]) + "."]
         return "\n".join(lines) + "\n"
-
-
-def dataset_name(cfg) -> str:
-    """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``)."""
-    corpus = Path(cfg.data.corpus)
-    return corpus.parent.name if corpus.stem == "corpus" else corpus.stem
-
-
-def command_line(cfg, stage: str) -> str:
-    """The ``spar`` command that produced a result: the ``spar run`` that started this stage, else this process's own
-    when it is the CLI, else an equivalent."""
-    from spar.artifacts import RUN_COMMAND_ENV
-
-    if os.environ.get(RUN_COMMAND_ENV):
-        return os.environ[RUN_COMMAND_ENV]
-    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("")
-    if (argv0.name in ("spar", "cli.py")) and len(sys.argv) > 1:  # `spar ...`, `python -m pipelines.cli ...`
-        return "spar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    source = f" --config {shlex.quote(cfg.source)}" if cfg.source else ""
-    return f"spar {stage}{source}"
 
 
 def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
@@ -254,8 +232,9 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim")},
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
     }
-    return EvaluationReport(dataset_name(cfg), metrics, systems, spar_mu, alpha, rbo, shuffled, runs, details,
-                            command_line(cfg, "evaluate"))
+    context = RunContext(cfg)
+    return EvaluationReport(context.dataset, metrics, systems, spar_mu, alpha, rbo, shuffled, runs, details,
+                            context.command_line("evaluate"))
 
 
 def check_index_is_current(spar_index, index_dir: Path, inputs: ExperimentInputs) -> None:
@@ -314,38 +293,3 @@ def passage_texts(cfg, wanted: set[str]) -> dict[str, str]:
         if p.id in wanted:
             texts[p.id] = p.text
     return texts
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# W&B
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def wandb_log(cfg, job_type: str, summary: Mapping[str, Any], tables: Mapping[str, tuple[list[str], list[list]]]
-              | None = None, images: Mapping[str, Path] | None = None, mode: str | None = None) -> str | None:
-    """Log a stage's results to W&B (``evaluate.wandb_mode``: offline by default, ``disabled`` skips).
-
-    Returns the run directory (offline) or None.
-    """
-    mode = mode or cfg.evaluate.wandb_mode
-    if mode == "disabled":
-        return None
-    import wandb
-
-    from spar.config import dump_config
-
-    wandb_dir = Path(cfg.experiment.output_dir)  # wandb adds wandb/: every stage's runs in <output_dir>/wandb/
-    wandb_dir.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=cfg.train.wandb_project, name=f"{cfg.experiment.name}-{job_type}", job_type=job_type,
-                     group=cfg.experiment.name, mode=mode, dir=str(wandb_dir), reinit="finish_previous",
-                     config={"spar": dump_config(cfg)})
-    try:
-        for name, (columns, rows) in (tables or {}).items():
-            run.log({name: wandb.Table(columns=columns, data=rows)})
-        for name, path in (images or {}).items():
-            run.log({name: wandb.Image(str(path))})
-        for key, value in summary.items():
-            run.summary[key] = value
-        return str(run.dir)
-    finally:
-        run.finish()

@@ -32,6 +32,7 @@ import numpy as np
 from spar.artifacts import artifact_dir, is_complete, read_manifest
 from spar.errors import ArtifactError, BadRecordError
 from spar.metrics import ranked_run
+from spar.run_context import RunContext
 from spar.readers import evaluation_qrels, read_queries
 
 log = logging.getLogger(__name__)
@@ -111,15 +112,15 @@ class ExperimentInputs:
     def __init__(self, cfg):
         self.cfg = cfg
         self.out = cfg.output_dir
-        self.embeddings_root = artifact_dir(self.out, "embeddings")
+        self.run = RunContext(cfg)
         self._encoders: dict[str, Any] = {}
 
     # -- passages ----------------------------------------------------------------------------------------------
     def passage_dir(self, encoder: str) -> Path:
-        return self.embeddings_root / encoder / "passages"
+        return self.run.embeddings(encoder, "passages")
 
     def query_dir(self, encoder: str, split: str) -> Path:
-        return self.embeddings_root / encoder / f"queries-{split}"
+        return self.run.embeddings(encoder, f"queries-{split}")
 
     @cached_property
     def passages(self) -> dict[str, Any]:

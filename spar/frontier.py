@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -32,6 +32,7 @@ import numpy as np
 from spar.artifacts import artifact_dir, is_complete
 from spar.errors import ArtifactError
 from spar.index import IndexType
+from spar.run_context import RunContext
 from spar.storage import STORAGES, code_bytes, hnsw_can_store
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ class FrontierInputs:
 
         self.cfg = cfg
         out = cfg.output_dir
-        base_dir = artifact_dir(out, "embeddings") / "base" / "passages"
+        base_dir = RunContext(cfg).embeddings("base")
         if not is_complete(base_dir):
             raise ArtifactError(f"{base_dir}: base passage embeddings are missing (run `spar encode "
                                 "encode.encoders=[base]` first)")
@@ -327,7 +328,8 @@ def score_points(inputs: FrontierInputs, model, seed: int | None, train_seconds:
     rbo = round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)
     points = []
     for storage in storages:
-        options = replace(IndexOptions.from_section(inputs.cfg.index, seed=inputs.cfg.experiment.seed), storage=storage)
+        options = IndexOptions.from_section(inputs.cfg.index, seed=inputs.cfg.experiment.seed).model_copy(
+            update={"storage": storage})
         served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", "flat", options)
         tuned = tune_mu(inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev.ids, inputs.doc_ids,
                         dev.qrels, metric, "concat", confirm=False)
@@ -371,7 +373,6 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
     """Every (kind, dim, storage, seed) point on ``cfg``'s run (see the module docstring). ``known`` points
     (from an earlier run with the same settings) are kept instead of being recomputed; ``on_point(points)`` is
     called after each new point (to save progress: a static point costs minutes)."""
-    from spar.evaluation import dataset_name
     from spar.lexical.projection import ProjectionLambda
 
     inputs = FrontierInputs(cfg)
@@ -412,7 +413,7 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
             stats = read_manifest(lam_dir).get("stats", {})
             add(score_points(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
                              int(stats.get("steps", 0)), storages, timed=True))
-    return FrontierReport(dataset_name(cfg), points, inputs.reference_figures,
+    return FrontierReport(RunContext(cfg).dataset, points, inputs.reference_figures,
                           {"dims": sorted({p.dim for p in points}), "seeds": sorted({p.seed for p in points
                                                                                       if p.seed is not None}),
                            "kinds": sorted({p.kind for p in points}),

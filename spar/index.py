@@ -46,6 +46,7 @@ from typing import Any, Iterator, Literal, Sequence
 import numpy as np
 import pyarrow as pa
 
+from spar.config import IndexSection
 from spar.errors import ArtifactError
 from spar.storage import FAST_SCAN, code_bytes
 
@@ -111,30 +112,21 @@ def spar_query_vectors(base_q: np.ndarray, lambda_q: np.ndarray, mu: float, vari
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class IndexOptions:
-    """FAISS parameters (defaults match :class:`spar.config.IndexSection`)."""
+class IndexOptions(IndexSection):
+    """The ``index`` config section (one owner of every FAISS option and default) plus what the experiment adds:
+    the seed that trains codecs (``experiment.seed``) and FAISS threads."""
 
-    hnsw_m: int = 32
-    hnsw_ef_construction: int = 200
-    hnsw_ef_search: int = 256
-    ivf_nlist: int | None = None
-    pq_m: int = 16
-    pq_nbits: int = 8
-    nprobe: int = 32
-    train_size: int | None = None
     seed: int = 42
     threads: int | None = None
-    storage: str = "float32"
 
     @classmethod
-    def from_section(cls, section: Any, seed: int | None = None) -> "IndexOptions":
+    def from_section(cls, section: IndexSection, seed: int | None = None) -> "IndexOptions":
         """From :class:`spar.config.IndexSection` (``seed``: the experiment's, which seeds codec training)."""
-        names = cls.__dataclass_fields__
-        options = cls(**{k: v for k, v in section.model_dump().items() if k in names})
-        if seed is not None:
-            options.seed = seed
-        return options
+        return cls(**section.model_dump(), **({"seed": seed} if seed is not None else {}))
+
+    def faiss_options(self) -> dict[str, Any]:
+        """The options that shape a FAISS index (not which vectors it holds: ``variant``, nor its ``type``)."""
+        return self.model_dump(exclude={"variant", "type"})
 
     def served_storage(self, index_type: str) -> str:
         """The storage an index of ``index_type`` really holds (``ivfpq`` always stores PQ codes)."""
@@ -341,7 +333,7 @@ class SparIndex:
         ids = [str(i) for i in range(n)] if ids is None else list(ids)
         if len(ids) != n:
             raise ArtifactError(f"{len(ids)} ids for {n} passage vectors")
-        index = build_spar_index(base_p, lambda_p, variant, index_type, **options.__dict__)
+        index = build_spar_index(base_p, lambda_p, variant, index_type, **options.faiss_options())
         storage = options.served_storage(index_type)
         info = {
             "variant": variant, "type": index_type, "count": n, "dim": int(index.d),
@@ -349,7 +341,7 @@ class SparIndex:
             "code_bytes": code_bytes(storage, int(index.d), options.pq_m, pq_bits_for(n, options.pq_nbits)),
             "base_dim": int(base_p.shape[1]), "lambda_dim": int(lambda_p.shape[1]),
             "base_fingerprint": base_fp, "lambda_fingerprint": lambda_fp,
-            "options": {k: v for k, v in options.__dict__.items() if k != "threads"},
+            "options": {k: v for k, v in options.faiss_options().items() if k != "threads"},
         }
         return cls(index, ids, info)
 

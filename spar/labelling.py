@@ -18,9 +18,10 @@ by itself once every part directory is present in the output directory (shared f
 Example (skipped in the doctest run: it needs a run's teacher index and queries, and starts the JVM)::
 
     >>> from spar.teachers import BM25Searcher
-    >>> from spar.labelling import LabelSettings, label_queries
+    >>> from spar.config import LabelSection
+    >>> from spar.labelling import label_queries
     >>> teacher = BM25Searcher("runs/x/teacher_index")                                       # doctest: +SKIP
-    >>> stats = label_queries(teacher, "runs/x/queries", "runs/x/labels.partial", LabelSettings(k=50))  # doctest: +SKIP
+    >>> stats = label_queries(teacher, "runs/x/queries", "runs/x/labels.partial", LabelSection(k=50))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
 
 import pyarrow as pa
 
 from spar import schemas
+from spar.config import LabelSection
 from spar.errors import ArtifactError, ConfigError
 
 Hits = dict[str, list[tuple[str, float]]]
@@ -62,22 +63,9 @@ class Teacher(Protocol):
     def search(self, queries: Sequence[tuple[str, str]], k: int) -> Hits: ...
 
 
-@dataclass(frozen=True)
-class LabelSettings:
-    k: int = 50
-    n_positives: int = 10
-    n_negatives: int = 5
-    negative_window: tuple[int, int] | None = None
-    batch_size: int = 1000
-    shard_size: int = 20_000
-
-    @classmethod
-    def from_section(cls, section) -> "LabelSettings":
-        window = tuple(section.negative_window) if section.negative_window is not None else None
-        return cls(section.k, section.n_positives, section.n_negatives, window, section.batch_size, section.shard_size)
-
-    def positives_for(self, split: str) -> int:
-        return 1 if split == "dev" else self.n_positives
+def positives_for(section: LabelSection, split: str) -> int:
+    """Positives kept per query: ``label.n_positives`` for training queries, the top hit alone for dev queries."""
+    return 1 if split == "dev" else section.n_positives
 
 
 def select(hits: Sequence[tuple[str, float]], n_positives: int, n_negatives: int,
@@ -118,13 +106,13 @@ def shards_of_part(total_shards: int, num_shards: int, shard_index: int) -> list
 
 
 def build_label_table(queries: Sequence[tuple[str, str, str]], hits: Hits, rows: dict[str, int],
-                      settings: LabelSettings) -> tuple[pa.Table, int]:
+                      settings: LabelSection) -> tuple[pa.Table, int]:
     """One shard's table from (query id, text, split) and the teacher's hits; returns (table, dropped)."""
     cols: dict[str, list] = {name: [] for name in schemas.LABELS.names}
     dropped = 0
     for qid, text, split in queries:
         ranked = hits.get(qid, [])
-        chosen = select(ranked, settings.positives_for(split), settings.n_negatives, settings.negative_window)
+        chosen = select(ranked, positives_for(settings, split), settings.n_negatives, settings.negative_window)
         if chosen is None:
             dropped += 1
             continue
@@ -153,7 +141,7 @@ def label_queries(
     teacher: Teacher,
     queries_dir: str | Path,
     out_dir: str | Path,
-    settings: LabelSettings,
+    settings: LabelSection,
     *,
     passage_rows: dict[str, int] | None = None,
     num_shards: int = 1,
@@ -290,3 +278,30 @@ def merge_label_parts(part_dirs: Sequence[str | Path], out_dir: str | Path) -> d
               for key in ("queries", "labelled", "dropped", "dropped_dev")}
     summed.update({"total_shards": total, "parts": len(manifests)})
     return summed
+
+
+def merge_parts_when_ready(final, job: str, num_shards: int, teacher: str) -> dict[str, Any]:
+    """Merge the ``num_shards`` parts of one labelling job (``job``: the final labels' fingerprint, which each
+    part's manifest records) into ``final`` (a :class:`~spar.stage.Unit` for ``labels/``) once every part is
+    complete in the output directory; else say which parts are missing. Returns printable statistics."""
+    from spar.artifacts import is_complete, read_manifest
+    from spar.schemas import LABELS
+    from spar.stage import run_unit
+
+    labels_dir = final.output
+    parts = [labels_dir.with_name(part_dir_name(i, num_shards)) for i in range(num_shards)]
+    ready = [p for p in parts if is_complete(p) and read_manifest(p)["stats"].get("job") == job]
+    if len(ready) < num_shards:
+        return {"merged": f"no: waiting for {', '.join(p.name for p in parts if p not in ready)}"}
+
+    def merge(w) -> dict[str, Any]:
+        merged = merge_label_parts(parts, w.path)
+        w.stats.update(merged, teacher=teacher)
+        w.schema = {"labels-*.arrow": LABELS.names}
+        return merged
+
+    merged = run_unit(final, merge)
+    if merged.get("skipped"):
+        merged = read_manifest(labels_dir)["stats"]
+    return {"merged": f"yes: {merged['parts']} parts -> {labels_dir}",
+            "labelled (all parts)": f"{merged['labelled']:,}", "dropped (all parts)": f"{merged['dropped']:,}"}

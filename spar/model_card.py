@@ -272,3 +272,17 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
         evaluation_markdown=results_md, command=command, config_yaml=dump_config(cfg),
         repo_id=cfg.publish.push_to_hub,
     )
+
+
+def model_provenance(cfg, source, tune: dict[str, Any], index_info: dict[str, Any]) -> dict[str, Any]:
+    """What a published model records about how it was made (``spar_model.json``'s ``provenance``): the experiment,
+    the base model, where Λ came from, the teacher, μ's tuning and the index's encoder fingerprints."""
+    return {
+        "experiment": cfg.experiment.name,
+        "base_model": cfg.encode.base.model,
+        "lambda_init": cfg.train.encoder.model if source.origin == "run" else None,
+        "lambda_source": source.describe(),
+        "teacher": cfg.label.teacher,
+        "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant", "storage")},
+        "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
+    }

@@ -312,13 +312,12 @@ def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lam
 
     Returns the metric and the ranking, so callers can compare it with the re-scored sweep.
     """
-    from dataclasses import asdict
 
     from spar.index import build_spar_index, spar_query_vectors
 
     depth = depth or measure_depth(metric)
     index = build_spar_index(np.asarray(base_p, dtype=np.float32), np.asarray(lambda_p, dtype=np.float32),
-                             variant, index_type, **(asdict(options) if options is not None else {}))
+                             variant, index_type, **(options.faiss_options() if options is not None else {}))
     q = spar_query_vectors(base_q, lambda_q, mu, variant)
     scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), min(depth, len(doc_ids)))
     ranked = ranked_run(query_ids, rows, scores, doc_ids)

@@ -157,10 +157,12 @@ def test_the_cli_reports_a_full_disk_in_one_line(tmp_path: Path, monkeypatch, ca
     import pipelines.sample
     from pipelines.cli import main
 
+    import dataclasses
+
     def full(cfg, force=False):
         raise RuntimeError("the writer failed") from _disk_full(tmp_path / "queries.tmp-1" / "part.arrow")
 
-    monkeypatch.setattr(pipelines.sample, "run", full)
+    monkeypatch.setattr(pipelines.sample, "STAGE", dataclasses.replace(pipelines.sample.STAGE, plan=full))
     assert main(["sample", f"experiment.output_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"spar: error: {tmp_path}/queries.tmp-1/part.arrow: no space left on device") and \

@@ -109,18 +109,19 @@ def test_dropped_queries_are_counted_and_have_too_few_hits(labelled, lucene):
 
 
 def test_k_beyond_corpus_size_drops_or_fails_clearly(labelled, tmp_path):
-    from spar.labelling import LabelSettings, label_queries
+    from spar.config import LabelSection
+    from spar.labelling import label_queries
     from spar.teachers import BM25Searcher
 
     _, out, _ = labelled
     teacher = BM25Searcher(out / "teacher_index")
     assert teacher.num_docs == N_DOCS
-    stats = label_queries(teacher, out / "queries", tmp_path / "deep", LabelSettings(k=2 * N_DOCS, n_positives=10,
+    stats = label_queries(teacher, out / "queries", tmp_path / "deep", LabelSection(k=2 * N_DOCS, n_positives=10,
                           n_negatives=250, shard_size=1000), progress=False)
     assert stats["dropped"] > 0 and stats["labelled"] + stats["dropped"] == stats["queries"]
     with pytest.raises(ConfigError, match="holds 300 passages"):
         label_queries(teacher, out / "queries", tmp_path / "impossible",
-                      LabelSettings(k=2 * N_DOCS, n_positives=10, n_negatives=N_DOCS), progress=False)
+                      LabelSection(k=2 * N_DOCS, n_positives=10, n_negatives=N_DOCS), progress=False)
 
 
 def test_shards_read_back_with_pandas(labelled):

@@ -277,7 +277,9 @@ def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_
     assert skipped("scifact-wiki.yaml") == skipped("cranfield-wiki.yaml") == ["sample", "label", "train"]
     assert skipped("scifact.yaml") == []
     wiki = load_config(REPO / "configs" / "experiments" / "scifact-wiki.yaml").encode.lambda_
-    assert (wiki.path, wiki.kind, wiki.dim, wiki.statistics) == ("runs/wiki-vital/lambda", "static", 384, "carried")
+    # relative to the YAML (configs/experiments/), so the same directory from wherever spar runs
+    assert (wiki.path, wiki.kind, wiki.dim, wiki.statistics) == (str(REPO / "runs" / "wiki-vital" / "lambda"),
+                                                                 "static", 384, "carried")
 
 
 def test_the_lambda_card_names_the_teacher_the_labels_came_from():

@@ -81,7 +81,7 @@ def sections_read(stage: str) -> set[str]:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_sections_list_exactly_the_sections_the_stage_reads(stage):
-    declared = set(importlib.import_module(f"pipelines.{stage}").SECTIONS)
+    declared = set(importlib.import_module(f"pipelines.{stage}").STAGE.sections)
     read = sections_read(stage)
     assert read, f"pipelines/{stage}.py: no cfg.<section> access found (the walk is broken)"
     assert read <= declared, f"pipelines/{stage}.py SECTIONS lacks {sorted(read - declared)}"
@@ -89,7 +89,7 @@ def test_sections_list_exactly_the_sections_the_stage_reads(stage):
     extra = declared - read - {"experiment", "data"}
     assert not extra, f"pipelines/{stage}.py SECTIONS lists {sorted(extra)}, which it never reads"
     order = [name for name in SparConfig.model_fields if name in declared]
-    assert list(importlib.import_module(f"pipelines.{stage}").SECTIONS) == order, "SECTIONS in config order"
+    assert list(importlib.import_module(f"pipelines.{stage}").STAGE.sections) == order, "SECTIONS in config order"
 
 
 def test_the_walk_follows_library_calls():
