@@ -34,15 +34,9 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.sample
     read_stats = ReadStats()
     stats = write_query_set(
-        read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats),
-        w.path,
-        strategy=s.strategy, seed=cfg.experiment.seed, exponential_base=s.exponential_base,
-        uniform_rate=s.uniform_rate, min_words=s.min_words, max_words=s.max_words,
-        position_field=s.position_field, dev_fraction=s.dev_fraction, max_dev_queries=s.max_dev_queries,
-        max_queries=s.max_queries, shard_size=s.shard_size, sentence_splitter=s.sentence_splitter,
-        corpus_name=str(cfg.data.corpus),
-        on_bad_record=cfg.experiment.on_bad_record, read_stats=read_stats,
-    )
+        read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats), w.path, s,
+        seed=cfg.experiment.seed, corpus_name=str(cfg.data.corpus), on_bad_record=cfg.experiment.on_bad_record,
+        read_stats=read_stats)
     # Identifies passages.arrow for the teacher index (it does not change with the sampling options).
     stats["passages_fingerprint"] = fingerprint_dict(_passages_source(cfg))
     stats["read"] = read_stats.as_dict()

@@ -49,6 +49,7 @@ import blingfire
 import pyarrow as pa
 
 from spar import schemas
+from spar.config import SampleSection
 from spar.errors import BadRecordError
 from spar.passages import PassagesTable
 from spar.readers import Passage, ReadStats
@@ -365,19 +366,9 @@ def shard_name(index: int) -> str:
 def write_query_set(
     passages: Iterable[Passage],
     out_dir: Path,
+    options: SampleSection | None = None,
     *,
-    strategy: Strategy = "all",
     seed: int = 42,
-    exponential_base: float = 1.2,
-    uniform_rate: float = 0.5,
-    min_words: int = 4,
-    max_words: int = 64,
-    position_field: str = "article_passage",
-    dev_fraction: float = 0.01,
-    max_dev_queries: int = 2000,
-    max_queries: int | None = None,
-    shard_size: int = 100_000,
-    sentence_splitter: Splitter = "blingfire",
     corpus_name: str = "corpus",
     on_bad_record: str = "fail",
     read_stats: ReadStats | None = None,
@@ -385,11 +376,18 @@ def write_query_set(
 ) -> dict[str, Any]:
     """Write ``passages.arrow`` and ``queries-NNNNN.arrow`` shards into ``out_dir``; return the manifest stats.
 
-    Two passes: the corpus is streamed into ``passages.arrow`` (needed anyway, and 'wiki' must see every position
-    to tell 0- from 1-based), then sentences are drawn from the memory-mapped passages. ``max_queries`` stops once
-    that many training queries exist (smoke runs on big corpora). Dev queries beyond ``max_dev_queries`` are turned
-    back into training queries in a last pass over the shards that hold them.
+    ``options``: the ``sample`` config section (default: its defaults), e.g. ``SampleSection(strategy="wiki")``;
+    ``seed``: the experiment's. Two passes: the corpus is streamed into ``passages.arrow`` (needed anyway, and
+    'wiki' must see every position to tell 0- from 1-based), then sentences are drawn from the memory-mapped
+    passages. ``max_queries`` stops once that many training queries exist (smoke runs on big corpora). Dev queries
+    beyond ``max_dev_queries`` are turned back into training queries in a last pass over the shards that hold them.
     """
+    o = options or SampleSection()
+    strategy, exponential_base, uniform_rate, min_words, max_words = (o.strategy, o.exponential_base, o.uniform_rate,
+                                                                       o.min_words, o.max_words)
+    position_field, dev_fraction, max_dev_queries, max_queries = (o.position_field, o.dev_fraction,
+                                                                  o.max_dev_queries, o.max_queries)
+    shard_size, sentence_splitter = o.shard_size, o.sentence_splitter
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)

@@ -10,7 +10,7 @@ import pytest
 
 from spar import schemas
 from spar.artifacts import read_manifest
-from spar.config import load_config
+from spar.config import SampleSection, load_config
 from spar.errors import BadRecordError
 from spar.readers import ReadStats, read_corpus
 from spar.sampling import split_sentences, write_query_set
@@ -28,9 +28,10 @@ def _slice(src: Path, dst: Path, n: int | None = None, transform=None) -> Path:
     return dst
 
 
-def _sample(corpus: Path, out: Path, **options) -> tuple[dict, list[dict]]:
+def _sample(corpus: Path, out: Path, seed: int | None = None, **options) -> tuple[dict, list[dict]]:
     out.mkdir(parents=True, exist_ok=True)
-    stats = write_query_set(read_corpus(corpus), out, progress=False, corpus_name=str(corpus), **options)
+    stats = write_query_set(read_corpus(corpus), out, SampleSection(**options), progress=False, corpus_name=str(corpus),
+                            **({"seed": seed} if seed is not None else {}))
     rows = schemas.read_shards(out, "queries").to_pylist() if stats["shards"] else []
     return stats, rows
 
@@ -177,8 +178,8 @@ def test_bad_position_fails_with_file_or_is_counted(wiki_corpus, tmp_path):
     read_stats = ReadStats()
     out = tmp_path / "b"
     out.mkdir()
-    stats = write_query_set(read_corpus(corpus), out, strategy="wiki", on_bad_record="skip", read_stats=read_stats,
-                            progress=False)
+    stats = write_query_set(read_corpus(corpus), out, SampleSection(strategy="wiki"), on_bad_record="skip",
+                            read_stats=read_stats, progress=False)
     assert stats["passages"] == 199 and read_stats.total_skipped == 1
 
 
@@ -211,7 +212,7 @@ def test_blingfire_on_punctuation_free_text_warns_and_names_the_other_splitter(d
     def sample(splitter: str, out: Path) -> dict:
         corpus = list(read_corpus(datasets_dir / "cranfield" / "corpus.jsonl", on_bad_record="skip"))[:200]
         out.mkdir(parents=True)
-        return write_query_set(corpus, out, max_words=24, sentence_splitter=splitter, progress=False)
+        return write_query_set(corpus, out, SampleSection(max_words=24, sentence_splitter=splitter), progress=False)
 
     with caplog.at_level(logging.WARNING, logger="spar.sampling"):
         stats = sample("blingfire", tmp_path / "blingfire")
