@@ -31,36 +31,17 @@ import os
 import re
 import sys
 import sysconfig
-import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.config import JsonDict
 
+from spar.config_fields import PATH, PATH_OR_ID, RUNTIME, resolve_paths, section_type
 from spar.errors import ConfigError
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
 DEFAULT_CONFIG_NAME = "default.yaml"
-
-
-#: ``json_schema_extra`` of a config option that names a file or directory: relative values written in a YAML
-#: resolve against the YAML's directory (see :func:`load_config`).
-PATH: JsonDict = {"config_path": "path"}
-#: Idem for an option that also takes a model name or hub id: a relative value is a path when it starts with ``.``
-#: or ``~`` or exists beside the YAML, else a name.
-PATH_OR_ID: JsonDict = {"config_path": "path-or-id"}
-#: ``json_schema_extra`` of an option that changes how a stage runs or logs, never what it writes (threads,
-#: devices, W&B mode, upload target): left out of fingerprints (:func:`spar.stage.settings`), so changing it
-#: neither re-runs a stage nor discards resumable work.
-RUNTIME: JsonDict = {"runtime_only": True}
-
-
-def is_runtime_only(field: Any) -> bool:
-    """Whether a section's field (a pydantic ``FieldInfo``) is marked :data:`RUNTIME`."""
-    extra = field.json_schema_extra
-    return isinstance(extra, dict) and bool(extra.get("runtime_only"))
 
 
 class Section(BaseModel):
@@ -538,20 +519,12 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
-def _section_type(annotation: Any) -> type[BaseModel] | None:
-    """The section class of a field (``Section`` or ``Section | None``), else None."""
-    for candidate in (annotation, *typing.get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
-
-
 def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     keys = []
     for name, field in model.model_fields.items():
         dotted = f"{prefix}{field.alias or name}"
         keys.append(dotted)
-        ann = _section_type(field.annotation)
+        ann = section_type(field.annotation)
         if ann is not None:
             keys.extend(_all_keys(ann, dotted + "."))
     return keys
@@ -578,8 +551,8 @@ def _explain(error: ValidationError, source: str) -> str:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> SparConfig:
     """Read an experiment YAML (``None``: the embedded default), apply overrides, validate.
 
-    One rule for paths: a relative path written in the YAML (every option marked :data:`PATH` or
-    :data:`PATH_OR_ID`: data files, output and results directories, ``encode.lambda.path``, models,
+    One rule for paths: a relative path written in the YAML (every option marked :data:`~spar.config_fields.PATH` or
+    :data:`~spar.config_fields.PATH_OR_ID`: data files, output and results directories, ``encode.lambda.path``, models,
     ``publish.output``) resolves against the YAML's directory, so a copied config reads and writes beside itself
     wherever it is run from; a relative path given as a command-line override resolves against the current
     directory, like any shell argument. Without ``experiment.output_dir`` a run writes ``runs/<name>`` in the
@@ -596,7 +569,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{cfg_path}: top level must be a mapping of sections")
-    _resolve_paths(tree, SparConfig, cfg_path.parent)
+    resolve_paths(tree, SparConfig, cfg_path.parent)
     for key, value in parse_overrides(overrides or []):
         _set_dotted(tree, key, value)
     try:
@@ -605,29 +578,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(_explain(exc, str(cfg_path))) from None
     cfg.source = str(cfg_path)
     return cfg
-
-
-def _resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
-    """Make the relative path options of a YAML ``tree`` (a section of ``model``) relative to ``base``."""
-    if not isinstance(tree, dict):
-        return
-    for name, field in model.model_fields.items():
-        key = field.alias or name
-        value = tree.get(key)
-        section = _section_type(field.annotation)
-        if section is not None:
-            if isinstance(value, str) and "path" in section.model_fields:  # `encode.lambda: <path>` shorthand
-                value = tree[key] = {"path": value}
-            _resolve_paths(value, section, base)
-            continue
-        rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
-            else None
-        if rule is None or not isinstance(value, str) or not value or Path(value).is_absolute():
-            continue
-        if value.startswith("~"):
-            tree[key] = str(Path(value).expanduser())
-        elif rule == "path" or value.startswith(".") or (base / value).exists():
-            tree[key] = os.path.normpath(base.resolve() / value)
 
 
 def dump_config(cfg: SparConfig) -> str:
@@ -640,7 +590,7 @@ def describe_options(section: type[BaseModel], prefix: str) -> list[tuple[str, s
     rows = []
     for name, field in section.model_fields.items():
         name = field.alias or name
-        ann = _section_type(field.annotation)
+        ann = section_type(field.annotation)
         if ann is not None:
             if field.description and not field.is_required() and field.get_default() is None:
                 rows.append((f"{prefix}{name}", "None", field.description))

@@ -5,7 +5,7 @@ A stage (``pipelines/<name>.py``) declares a :class:`Stage`: its name, summary, 
 ``work`` (fills the artifact's temporary directory, returns printable statistics). :func:`run_unit` does the rest
 for every artifact of every stage: up to date means skipped, ``--force`` starts over, the output is written
 atomically with its manifest. Options that never change an output (threads, W&B mode, devices, ...) are marked on
-their config field (:data:`spar.config.RUNTIME`) and left out of fingerprints by :func:`settings`.
+their config field (:data:`spar.config_fields.RUNTIME`) and left out of fingerprints by :func:`settings`.
 
 Example::
 
@@ -125,8 +125,8 @@ def _work_on(work: Callable[[Any, ArtifactWriter, Unit], dict], cfg: Any, unit: 
 
 def settings(section: BaseModel, exclude: Sequence[str] = ()) -> dict[str, Any]:
     """A config section as its outputs depend on it: every option but those marked runtime-only on their field
-    (:data:`spar.config.RUNTIME`) and ``exclude``; nested sections likewise."""
-    from spar.config import is_runtime_only
+    (:data:`spar.config_fields.RUNTIME`) and ``exclude``; nested sections likewise."""
+    from spar.config_fields import is_runtime_only
 
     dump = section.model_dump(mode="json")
     values: dict[str, Any] = {}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipelines import STAGES
-from spar.config import SparConfig, is_runtime_only, load_config
+from spar.config import SparConfig, load_config
+from spar.config_fields import is_runtime_only
 from spar.errors import ArtifactError
 from spar.stage import Stage, Unit, run_unit, settings
 
