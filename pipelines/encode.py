@@ -9,6 +9,8 @@ split is its own resumable artifact; see :mod:`spar.embeddings`.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Iterator
 
 from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
 from spar.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
@@ -67,26 +69,25 @@ def passage_titles(cfg, encoder) -> bool:
     return cfg.data.title_field or bool(getattr(encoder, "term_based", False))
 
 
-def plan(cfg, force: bool = False) -> list[Unit]:
-    """One unit per encoder and split: passages, then the dev/test queries."""
+def plan(cfg, force: bool = False) -> Iterator[Unit]:
+    """One unit per encoder and split: passages, then the dev/test queries; one encoder in memory at a time."""
     enc = cfg.encode
     run = RunContext(cfg)
     source = experiment_passages(cfg)
     queries = query_sets(cfg)
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
-    units = []
     for name in enc.encoders:
         encoder, weights, extra = load_encoder(cfg, name)
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
                       options=options)
-        units.append(passages_unit(encoder, source, run.embeddings(name, "passages"),
-                                   corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
-                                   use_titles=passage_titles(cfg, encoder), inputs=extra, **common))
+        yield passages_unit(encoder, source, run.embeddings(name, "passages"), corpus_format=cfg.data.corpus_format,
+                            on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
+                            inputs=extra, **common)
         for split, pairs in queries.items():
             qinputs = {**extra, "queries_file": file_fingerprint(cfg.data.queries)}
-            units.append(queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common))
-    return units
+            yield queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
+        del encoder
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
@@ -97,12 +98,12 @@ def on_skip(cfg, manifest: dict) -> dict:
     return split_counts(manifest)
 
 
-def summary(cfg, results: dict[str, dict], units: list[Unit]) -> dict:
-    """One line per encoder and split."""
+def summary(cfg, results: dict[str, dict], unit: None) -> dict:
+    """One line per encoder and split (``embeddings/<encoder>/<split>``)."""
     result: dict = {"skipped": True} if all(s.get("skipped") for s in results.values()) else {}
     result["source"] = str(experiment_passages(cfg))
-    for unit in units:
-        s, name = results[str(unit.output)], f"{unit.payload.encoder_name}/{unit.output.name}"
+    for output, s in results.items():
+        name = f"{Path(output).parent.name}/{Path(output).name}"
         if s.get("skipped"):
             result[name] = f"{s['count']:,} x {s['dim']} (up to date)"
             continue

@@ -26,7 +26,7 @@ import functools
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
@@ -91,14 +91,15 @@ class Stage:
     label's teacher index, through :func:`run_unit`); ``work(cfg, writer, unit)`` writes it;
     ``on_skip(cfg, manifest)`` adds statistics when it is up to date; ``guard(cfg, unit)`` may refuse to replace
     what is there unless ``--force``; ``finish(cfg, stats, plan)`` runs either way, after the artifact (publish's
-    upload, label's merge of a multi-machine job's parts). ``plan`` may return several units (encode: one per
-    encoder and split), each run on its own; then ``finish`` receives ``{unit output: stats}``."""
+    upload, label's merge of a multi-machine job's parts). ``plan`` may return an iterable of units (encode: one
+    per encoder and split, one encoder loaded at a time), each run on its own; then ``finish`` receives
+    ``{unit output: stats}`` and no unit."""
 
     name: str
     summary: str
     #: Config sections the stage reads (its ``--help`` lists their options).
     sections: Sequence[str]
-    plan: Callable[[Any, bool], "Unit | list[Unit]"]
+    plan: Callable[[Any, bool], "Unit | Iterable[Unit]"]
     work: Callable[[Any, ArtifactWriter, Unit], dict]
     on_skip: Callable[[Any, dict], dict] | None = None
     guard: Callable[[Any, Unit], None] | None = None
@@ -107,32 +108,36 @@ class Stage:
     def run(self, cfg: Any, force: bool = False) -> dict:
         """Run the stage on ``cfg`` (see :func:`run_unit`); returns its printable statistics."""
         plan = self.plan(cfg, force)
-        units = plan if isinstance(plan, list) else [plan]
+        if isinstance(plan, Unit):
+            stats = self._run(cfg, plan, force)
+            return self.finish(cfg, stats, plan) if self.finish else stats
         results = {}
-        skipped, guarded, work = self.on_skip, self.guard, self.work
-        for unit in units:
-            on_skip = (lambda manifest: skipped(cfg, manifest)) if skipped is not None else None
-            guard = functools.partial(guarded, cfg, unit) if guarded is not None else None
-            results[str(unit.output)] = run_unit(unit, functools.partial(_work_on, work, cfg, unit), force, on_skip,
-                                                 guard)
-        stats = results if isinstance(plan, list) else results[str(units[0].output)]
-        return self.finish(cfg, stats, plan) if self.finish else stats
+        for unit in plan:  # made one at a time: a unit is dropped once written (encode frees each encoder)
+            results[str(unit.output)] = self._run(cfg, unit, force)
+            del unit
+        return self.finish(cfg, results, None) if self.finish else results
+
+    def _run(self, cfg: Any, unit: Unit, force: bool) -> dict:
+        skipped, guarded = self.on_skip, self.guard
+        on_skip = (lambda manifest: skipped(cfg, manifest)) if skipped is not None else None
+        guard = functools.partial(guarded, cfg, unit) if guarded is not None else None
+        return run_unit(unit, functools.partial(_work_on, self.work, cfg, unit), force, on_skip, guard)
 
 
 def _work_on(work: Callable[[Any, ArtifactWriter, Unit], dict], cfg: Any, unit: Unit, writer: ArtifactWriter) -> dict:
     return work(cfg, writer, unit)
 
 
-def settings(section: BaseModel, exclude: Sequence[str] = ()) -> dict[str, Any]:
+def settings(section: BaseModel) -> dict[str, Any]:
     """A config section as its outputs depend on it: every option but those marked runtime-only on their field
-    (:data:`spar.config_fields.RUNTIME`) and ``exclude``; nested sections likewise."""
+    (:data:`spar.config_fields.RUNTIME`); nested sections likewise."""
     from spar.config_fields import is_runtime_only
 
     dump = section.model_dump(mode="json")
     values: dict[str, Any] = {}
     for name, info in type(section).model_fields.items():
         key = info.alias or name
-        if is_runtime_only(info) or key in exclude:
+        if is_runtime_only(info):
             continue
         value = getattr(section, name)
         values[key] = settings(value) if isinstance(value, BaseModel) else dump[key]
