@@ -106,24 +106,22 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
     labels_dir = artifact_dir(cfg.output_dir, "labels")
-    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1,
-                 payload=index_dir)
+    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1)
     if s.num_shards == 1:
         return final
-    job = final.writer().fingerprint
+    # A part's payload is the final labels' unit: its fingerprint names the job the parts belong to.
     return Unit(labels_dir.with_name(part_dir_name(s.shard_index, s.num_shards)), kind="labels-part",
                 config={**final.config, "num_shards": s.num_shards, "shard_index": s.shard_index}, inputs=inputs,
-                resumable=True, payload=(index_dir, final, job))
+                resumable=True, payload=final)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.label
     part = unit.kind == "labels-part"
-    index_dir = unit.payload[0] if part else unit.payload
     sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
-    stats = label_queries(_teacher(cfg, index_dir), artifact_dir(cfg.output_dir, "queries"), w.path,
-                          s, **sharding)
-    w.stats.update(stats, teacher=s.teacher, **({"job": unit.payload[2], **sharding} if part else {}))
+    teacher = _teacher(cfg, artifact_dir(cfg.output_dir, "teacher_index"))
+    stats = label_queries(teacher, artifact_dir(cfg.output_dir, "queries"), w.path, s, **sharding)
+    w.stats.update(stats, teacher=s.teacher, **({"job": unit.payload.writer().fingerprint, **sharding} if part else {}))
     w.schema = {"labels-*.arrow": schemas.LABELS.names}
     return _summary(stats, unit.output)
 
@@ -132,8 +130,7 @@ def merge(cfg: SparConfig, stats: dict, unit: Unit) -> dict:
     """After this machine's part: merge the parts into labels/ once all are there."""
     if unit.kind != "labels-part":
         return stats
-    _, final, job = unit.payload
-    merged = merge_parts_when_ready(final, job, cfg.label.num_shards, teacher=cfg.label.teacher)
+    merged = merge_parts_when_ready(unit.payload, cfg.label.num_shards, teacher=cfg.label.teacher)
     return {**({} if stats.get("skipped") else stats), "output": str(unit.output), **merged}
 
 

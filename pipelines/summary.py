@@ -51,7 +51,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     results = RunContext(cfg).results[0]
     if results.exists():
         payload = json.loads(results.read_text())
-        lam = "encode.lambda" if cfg.encode.lambda_ is not None else f"{cfg.train.kind}"
+        lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
         console.print(_results_table(payload, f"experiment {cfg.experiment.name}, Λ {lam}"))
     if skipped:
         from spar.preflight import describe_skipped

