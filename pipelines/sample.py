@@ -9,15 +9,15 @@ Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` 
 from __future__ import annotations
 
 from spar import schemas
-from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, fingerprint_dict
+from spar.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
 from spar.config import SparConfig
-from spar.readers import ReadStats, read_corpus
+from spar.readers import ReadStats, corpus_fingerprint, read_corpus
 from spar.sampling import write_query_set
 from spar.stage import Stage, Unit, settings
 
 
 def _passages_source(cfg: SparConfig) -> dict:
-    return {"corpus": file_fingerprint(cfg.data.corpus), "format": cfg.data.corpus_format}
+    return {"corpus": corpus_fingerprint(cfg.data.corpus), "format": cfg.data.corpus_format}
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:

@@ -84,9 +84,10 @@ class ExperimentSection(Section):
 
 
 class DataSection(Section):
-    corpus: str = Field(
+    corpus: str | list[str] = Field(
         ..., json_schema_extra=PATH,
-        description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL).")
+        description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL; '.gz' read as a stream), "
+        "or a list of such files read as one corpus (an id in two of them is an error).")
     corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
         "auto", description="Corpus format; 'auto' infers it from the file name and first line."
     )

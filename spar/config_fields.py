@@ -62,9 +62,20 @@ def resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
             continue
         rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
             else None
-        if rule is None or not isinstance(value, str) or not value or Path(value).is_absolute():
+        if rule is None or key not in tree:
             continue
-        if value.startswith("~"):
-            tree[key] = str(Path(value).expanduser())
-        elif rule == "path" or value.startswith(".") or (base / value).exists():
-            tree[key] = os.path.normpath(base.resolve() / value)
+        if isinstance(value, list):  # a list of paths (data.corpus: several files)
+            tree[key] = [_resolved(item, str(rule), base) for item in value]
+        else:
+            tree[key] = _resolved(value, str(rule), base)
+
+
+def _resolved(value: Any, rule: str, base: Path) -> Any:
+    """``value`` resolved against ``base`` when it is a relative path (a name or hub id is left as it is)."""
+    if not isinstance(value, str) or not value or Path(value).is_absolute():
+        return value
+    if value.startswith("~"):
+        return str(Path(value).expanduser())
+    if rule == "path" or value.startswith(".") or (base / value).exists():
+        return os.path.normpath(base.resolve() / value)
+    return value

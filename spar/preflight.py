@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.errors import BadRecordError, ConfigError
-from spar.readers import ReadStats, input_file_problem, read_corpus, read_qrels, read_queries
+from spar.readers import ReadStats, corpus_files, input_file_problem, read_corpus, read_qrels, read_queries
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ def check_inputs(cfg) -> dict[str, Any]:
     per qrels file and skipped records by reason.
     """
     data, on_bad = cfg.data, cfg.experiment.on_bad_record
-    corpus = _readable(data.corpus, "data.corpus")
-    assert corpus is not None  # data.corpus is a required setting
+    corpus = [p for p in (_readable(str(path), "data.corpus") for path in corpus_files(data.corpus)) if p]
     queries = _readable(data.queries, "data.queries")
     qrels = qrels_files(data)
     if qrels and queries is None:
@@ -105,7 +104,7 @@ def check_inputs(cfg) -> dict[str, Any]:
         if passage.id in named:
             found.add(passage.id)
     if passages == 0:
-        raise BadRecordError(str(corpus), None, "the corpus holds no passage" + (
+        raise BadRecordError(", ".join(map(str, corpus)), None, "the corpus holds no passage" + (
             f" ({corpus_stats.summary()})" if corpus_stats.total_skipped else ""))
 
     # 3. Queries, then the qrels again against the known ids (line numbers for unknown ones).

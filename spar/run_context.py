@@ -51,8 +51,13 @@ class RunContext:
 
     @property
     def dataset(self) -> str:
-        """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``)."""
-        corpus = Path(self.cfg.data.corpus)
+        """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``); the
+        experiment's name for a corpus of several files."""
+        from spar.readers import plain_name
+
+        if not isinstance(self.cfg.data.corpus, str):
+            return self.cfg.experiment.name
+        corpus = plain_name(self.cfg.data.corpus)
         return corpus.parent.name if corpus.stem == "corpus" else corpus.stem
 
     def command_line(self, stage: str) -> str:
