@@ -134,6 +134,10 @@ class SampleSection(Section):
     dev_fraction: float = Field(0.01, ge=0.0, lt=1.0, description="Fraction of queries held out as the dev split.")
     max_dev_queries: int = Field(2000, ge=0, description="Cap on dev queries (the surrogate index has 2N passages).")
     max_queries: int | None = Field(None, ge=1, description="Cap on training queries (after sampling), for smoke runs.")
+    train_sample: int | None = Field(
+        None, ge=1, description="Keep a seeded random sample of this many training queries, drawn from every "
+        "sentence the strategy samples over the whole corpus (the statistics count them all); the labelling budget "
+        "of a machine that cannot label them all. None keeps every one.")
     shard_size: int = Field(100_000, ge=1, description="Queries per Arrow shard.")
 
 
