@@ -339,7 +339,7 @@ class SmallestHashes:
         elif -self._heap[0][0] > u:
             heapq.heapreplace(self._heap, (-u, key))
 
-    def final(self, excluding: set[str] = frozenset(), cap: int | None = None) -> set[str]:
+    def final(self, excluding: set[str] | frozenset[str] = frozenset(), cap: int | None = None) -> set[str]:
         """The ``cap`` (default: all kept) smallest, leaving out ``excluding``."""
         ranked = sorted((-negated, key) for negated, key in self._heap)
         kept = [key for _, key in ranked if key not in excluding]
