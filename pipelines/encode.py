@@ -1,8 +1,9 @@
 """Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
 
 Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
-Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
-``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every
+Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), and each question
+set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.question_sets`, the
+splits tune and evaluate use). Every
 split is its own resumable artifact; see :mod:`spar.embeddings`.
 """
 
@@ -22,24 +23,29 @@ log = logging.getLogger(__name__)
 
 
 def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
-    """``{"queries-dev": [(id, text)], "queries-test": [...]}`` for the splits the data section configures: exactly
-    the queries tune and evaluate use (:func:`spar.experiment.split_queries`, seeded by ``experiment.seed``)."""
-    from spar.experiment import split_queries
+    """``{"queries-dev": [(id, text)], "queries-test-nq": [...]}`` for every split of every question set the config
+    defines (:mod:`spar.question_sets`): exactly the questions tune and evaluate use."""
+    from spar.question_sets import configured_splits, set_split
 
-    data = cfg.data
-    if not data.queries:
-        return {}
-    wanted = []
-    if data.qrels_dev or data.dev_holdout_fraction is not None:
-        wanted.append("dev")
-    if data.qrels_test:
-        wanted.append("test")
     sets = {}
-    for split in wanted:
-        queries = split_queries(cfg, split)
-        # qrels-file order, as stored before the split had one owner (unchanged vectors and fingerprints)
-        sets[f"queries-{split}"] = [(q, queries.texts[q]) for q in queries.qrels]
+    for name, split in configured_splits(cfg):
+        queries = set_split(cfg, name, split)
+        # a judged split in qrels-file order, as stored before the split had one owner (unchanged vectors and
+        # fingerprints); an answers-only split in its sorted order
+        order = queries.qrels if queries.qrels else queries.texts
+        sets[f"queries-{queries.split}"] = [(q, queries.texts[q]) for q in order]
     return sets
+
+
+def question_files(cfg, split: str) -> dict[str, str]:
+    """The fingerprint of the file a split's questions come from (``queries_file`` of the unnamed set)."""
+    from spar.question_sets import UNNAMED, configured_splits, embeddings_key
+
+    for name, part in configured_splits(cfg):
+        if split == f"queries-{embeddings_key(name, part)}":
+            path = cfg.data.queries if name == UNNAMED else getattr(cfg.data.question_sets[name], part)
+            return {"queries_file": file_fingerprint(path)}
+    return {}
 
 
 def load_encoder(cfg, name: str):
@@ -85,7 +91,7 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
                             on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
                             inputs=extra, **common)
         for split, pairs in queries.items():
-            qinputs = {**extra, "queries_file": file_fingerprint(cfg.data.queries)}
+            qinputs = {**extra, **question_files(cfg, split)}
             yield queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
         del encoder
 

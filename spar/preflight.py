@@ -43,13 +43,48 @@ def _readable(path: str | None, key: str) -> Path | None:
 
 
 def qrels_files(data) -> dict[str, Path]:
-    """The configured qrels files by config key."""
+    """The configured qrels files by config key (the unnamed set's, or each named set's)."""
     files = {}
     for key in ("qrels_dev", "qrels_test"):
         path = _readable(getattr(data, key), f"data.{key}")
         if path is not None:
             files[f"data.{key}"] = path
+    for name, qs in data.question_sets.items():
+        for key in ("qrels_dev", "qrels_test"):
+            path = _readable(getattr(qs, key), f"data.question_sets.{name}.{key}")
+            if path is not None:
+                files[f"data.question_sets.{name}.{key}"] = path
     return files
+
+
+def _check_question_sets(data, on_bad, found: set[str], report: dict[str, Any]) -> None:
+    """Each named set's question files (every question, its answers), answers file and qrels (against the
+    questions and the corpus)."""
+    from spar.metrics import read_answers
+    from spar.readers import read_questions
+
+    for name, qs in data.question_sets.items():
+        for split in ("dev", "test"):
+            key = f"data.question_sets.{name}.{split}"
+            path = _readable(getattr(qs, split), key)
+            if path is None:
+                continue
+            stats = ReadStats()
+            ids = {q.id for q in read_questions(path, on_bad, stats)}
+            if not ids:
+                raise BadRecordError(str(path), None, f"no question ({key}; {stats.summary()})")
+            report[key] = {"questions": len(ids), **stats.as_dict()}
+            qrels_path = _readable(getattr(qs, f"qrels_{split}"), f"data.question_sets.{name}.qrels_{split}")
+            if qrels_path is not None:
+                qrels_stats = ReadStats()
+                if not read_qrels(qrels_path, known_queries=ids, known_passages=found, on_bad_record=on_bad,
+                                  stats=qrels_stats):
+                    raise BadRecordError(str(qrels_path), None, f"no judgment left ({qrels_stats.summary()})")
+                report[f"data.question_sets.{name}.qrels_{split}"] = {"judgments": qrels_stats.read,
+                                                                        **qrels_stats.as_dict()}
+        answers = _readable(qs.answers, f"data.question_sets.{name}.answers")
+        if answers is not None:
+            report[f"data.question_sets.{name}.answers"] = {"answers": len(read_answers(answers))}
 
 
 def check_models(cfg) -> None:
@@ -121,6 +156,7 @@ def check_inputs(cfg) -> dict[str, Any]:
             report[key] = {"judgments": stats.read, **stats.as_dict()}
     if answers is not None:
         report["evaluate.answers"] = str(answers)
+    _check_question_sets(data, on_bad, found, report)
     skipped = skipped_records(report)
     if skipped:
         log.warning("inputs: records that will be skipped (on_bad_record=skip): %s", skipped)
