@@ -414,6 +414,12 @@ class EncodeSection(Section):
     )
     strategy: str = Field(
         "auto", json_schema_extra=RUNTIME, description="Lightning strategy for several devices ('auto': ddp_spawn).")
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        "auto", description="What runs a transformer encoder: 'torch'; 'onnx' (exported once, cached under "
+        "$SPAR_CACHE_DIR or ~/.cache/spar, run by ONNX Runtime on the CPU: the same vectors within 1e-6, faster); "
+        "'auto': onnx on the CPU, torch on GPUs; 'onnx-int8' (dynamic int8 quantisation: faster, lossy, see "
+        "bench/README.md). Recorded in the embeddings' fingerprint (torch's fingerprints are unchanged)."
+    )
 
     @field_validator("lambda_", mode="before")
     @classmethod
