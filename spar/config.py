@@ -165,9 +165,13 @@ class DataSection(Section):
                 judged = getattr(qs, f"qrels_{split}")
                 if judged and getattr(qs, split) and Path(judged).resolve() == Path(getattr(qs, split)).resolve():
                     raise ValueError(f"data.question_sets.{name}: qrels_{split} is the questions file itself")
-            if qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve():
-                raise ValueError(f"data.question_sets.{name}: dev and test are the same file: never tune on the "
-                                 "test split")
+            # one questions file may serve both splits when their qrels tell them apart (SQuAD's BEIR layout)
+            same_questions = qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve()
+            same_qrels = qs.qrels_dev and qs.qrels_test and \
+                Path(qs.qrels_dev).resolve() == Path(qs.qrels_test).resolve()
+            if (same_questions and not (qs.qrels_dev and qs.qrels_test)) or same_qrels:
+                raise ValueError(f"data.question_sets.{name}: dev and test are the same questions: never tune on "
+                                 "the test split")
         return self
 
 
