@@ -31,12 +31,21 @@ PATH_OR_ID: JsonDict = {"config_path": "path-or-id"}
 #: devices, W&B mode, upload target): left out of fingerprints (:func:`spar.stage.settings`), so changing it
 #: neither re-runs a stage nor discards resumable work.
 RUNTIME: JsonDict = {"runtime_only": True}
+#: ``json_schema_extra`` of an option added after artifacts were made without it, whose default reproduces what they
+#: hold: left out of fingerprints while it holds its default, so adding it keeps existing runs up to date.
+ADDED_LATER: JsonDict = {"fingerprint_omits_default": True}
 
 
 def is_runtime_only(field: Any) -> bool:
     """Whether a section's field (a pydantic ``FieldInfo``) is marked :data:`RUNTIME`."""
     extra = field.json_schema_extra
     return isinstance(extra, dict) and bool(extra.get("runtime_only"))
+
+
+def omitted_at_default(field: Any) -> bool:
+    """Whether a section's field is marked :data:`ADDED_LATER`."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("fingerprint_omits_default"))
 
 
 def section_type(annotation: Any) -> type[BaseModel] | None:
