@@ -285,16 +285,29 @@ class LexicalSection(Section):
     """Settings of the term-based Λ kinds (``projection`` and ``static``)."""
 
     dim: int = Field(384, gt=0, description="Output dimension of a projection or static Λ.")
-    projection: Literal["gaussian", "countsketch"] = Field(
+    projection: Literal["gaussian", "countsketch", "sparse"] = Field(
         "gaussian", description="Random matrix of the projection (and the static Λ's initialisation): Gaussian "
-        "N(0, 1/dim), or count-sketch (each term hashed to one dimension with a random sign)."
+        "N(0, 1/dim) (a dense [vocabulary, dim] table in memory), count-sketch (each term hashed to one dimension "
+        "with a random sign), or sparse (each term hashed to `nonzeros` dimensions, ±1/√nonzeros: nothing "
+        "stored, for Wikipedia-size vocabularies)."
     )
+    nonzeros: int = Field(8, ge=1, json_schema_extra=ADDED_LATER,
+                          description="Entries per term of projection 'sparse' (one per block of dim/nonzeros).")
     seed: int | None = Field(None, description="Seed of the random matrix (default: experiment.seed).")
     objective: Literal["kl", "mse"] = Field(
         "kl", description="Static Λ: listwise KL between the teacher's and Λ's softmax over the batch's passages "
         "(exact teacher scores), or squared error of the scores."
     )
     temperature: float = Field(1.0, gt=0, description="Static Λ 'kl': both score lists are divided by it.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LexicalSection":
+        if self.projection == "sparse" and self.nonzeros > self.dim:
+            raise ValueError(f"train.lexical.nonzeros={self.nonzeros} exceeds train.lexical.dim={self.dim}")
+        if self.projection != "sparse" and self.nonzeros != type(self).model_fields["nonzeros"].default:
+            raise ValueError(f"train.lexical.nonzeros applies to projection 'sparse' only (projection is "
+                             f"{self.projection!r})")
+        return self
 
 
 class TrainSection(Section):

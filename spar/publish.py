@@ -23,6 +23,7 @@ two sets of weights (a DPR Λ) in ``query/<name>/`` and ``document/<name>/``. La
       modules.json, router_config.json,    sentence-transformers model (Router over the two routes)
       config_sentence_transformers.json
       spar_modules.py, spar_analysis.py    copies of spar/st_modules.py and the analyzer (trust_remote_code loading)
+      spar_random_tables.py                and of the projection's table generator (its table is not stored)
       base/                                the base encoder (AutoModel), shared by both routes
       lambda/ or query/lambda/ + document/lambda/
       query/spar_combination.json          query route: weights 1 and μ
@@ -184,9 +185,10 @@ class SparEncoder:
             "similarity_fn_name": "dot",
         })
         shutil.copyfile(st_modules.__file__, d / st_modules.SHIPPED_MODULE_FILE)
-        from spar.lexical import analysis
+        from spar.lexical import analysis, random_tables
 
         shutil.copyfile(analysis.__file__, d / st_modules.SHIPPED_ANALYSIS_FILE)
+        shutil.copyfile(random_tables.__file__, d / st_modules.SHIPPED_TABLES_FILE)
         _write_json(d / MODEL_CONFIG, {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
