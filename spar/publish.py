@@ -223,9 +223,20 @@ class SparEncoder:
         from spar.st_modules import SparCombination
 
         encoders = self._encoders()
+        sharing = {name for name, enc in encoders.items() if enc.shares_sides()}
+        shared: dict[str, tuple[Any, Any]] = {}
         routes = {}
         for route, specs in self._routes().items():
-            modules = {s["name"]: encoders[s["name"]].published_module(SIDES[route]) for s in specs}
+            modules = {}
+            for spec in specs:
+                name, side = spec["name"], SIDES[route]
+                if name in shared:  # one module for both routes: one copy in memory
+                    module, tokenizer = shared[name]
+                    modules[name] = (module.with_side(side) if hasattr(module, "with_side") else module, tokenizer)
+                    continue
+                modules[name] = encoders[name].published_module(side)
+                if name in sharing:
+                    shared[name] = modules[name]
             routes[route] = SparCombination(specs, self.variant, {n: m for n, (m, _) in modules.items()},
                                             {n: t for n, (_, t) in modules.items() if t is not None})
         router = Router.for_query_document([routes["query"]], [routes["document"]])

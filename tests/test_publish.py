@@ -285,6 +285,51 @@ def test_a_term_based_lambda_is_stored_once_and_loads_back(tiny_run, tmp_path):
                                expected_p, atol=1e-5)
 
 
+def _stored_weights(model_dir: Path) -> int:
+    """The weights a model directory stores (each file holds distinct weights: see the test above), float tensors
+    only (a term bag's document frequencies and BERT's position ids are integer buffers, not parameters)."""
+    import math
+
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(model_dir.rglob("*.safetensors")):
+        with safe_open(str(path), "pt") as fh:
+            total += sum(math.prod(fh.get_slice(k).get_shape()) for k in fh.keys()
+                         if fh.get_slice(k).get_dtype() in ("F32", "F16", "BF16"))
+    return total
+
+
+def test_sentence_transformers_hold_each_weight_once_in_memory(tiny_run, tmp_path):
+    """#30 item 2: the query and document routes share the base (and a term-based Λ's table) instead of each
+    loading its own copy: the parameters in memory are the distinct weights on disk, for every way to load."""
+    from spar.lexical.projection import ProjectionLambda
+    from spar.publish import SparEncoder
+    from spar.st_modules import load_sentence_transformer
+
+    term_based = tmp_path / "projection"
+    SparEncoder(tiny_run["base"], ProjectionLambda.fit(tiny_run["passages"][:200], dim=64, seed=0),
+                mu=0.4).save_pretrained(term_based)
+    minilm = 22_713_216  # all-MiniLM-L6-v2's parameters
+    terms = len((term_based / "lambda" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    # The DPR Λ's two encoders and the base once; the base and the term table once.
+    for model_dir, expected in ((tiny_run["model"], 3 * minilm), (term_based, minilm + terms * 64)):
+        stored = _stored_weights(model_dir)
+        assert stored == expected, model_dir.name
+        loads = {"load_sentence_transformer": load_sentence_transformer(str(model_dir), device="cpu"),
+                 "to_sentence_transformer": SparEncoder.from_pretrained(model_dir).to_sentence_transformer("cpu")}
+        for how, st in loads.items():
+            assert sum(p.numel() for p in st.parameters()) == stored, (model_dir.name, how)
+        # A second load is its own model (the routes of one model share; two models do not).
+        again = load_sentence_transformer(str(model_dir), device="cpu")
+        first = {id(p) for p in loads["load_sentence_transformer"].parameters()}
+        assert not {id(p) for p in again.parameters()} & first
+    q = loads["load_sentence_transformer"].encode_query(QUERIES[:1], convert_to_numpy=True)
+    d = loads["load_sentence_transformer"].encode_document(QUERIES[:1], convert_to_numpy=True)
+    np.testing.assert_allclose(q, SparEncoder.from_pretrained(term_based).encode_queries(QUERIES[:1]), atol=1e-5)
+    np.testing.assert_allclose(d, SparEncoder.from_pretrained(term_based).encode_passages(QUERIES[:1]), atol=1e-5)
+
+
 def test_sum_variant_round_trips(tmp_path, tiny_run):
     from spar.publish import SparEncoder
 
