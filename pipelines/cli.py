@@ -177,12 +177,14 @@ def _print_stats(stage: str, stats: dict, seconds: float) -> None:
 
 
 def _read_stats(path: Path, seconds: float) -> dict:
-    """A stage process's statistics (written by :func:`_print_stats`), with the wall time its parent measured."""
+    """A stage process's statistics (written by :func:`_print_stats`): ``stage_seconds``, the stage's own time (its
+    ``done in`` line), and ``seconds``, the process's wall time its parent measured (with start-up)."""
     try:
         stats = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         stats = {}
-    return {**stats, "seconds": seconds}
+    own = stats.pop("seconds", None)
+    return {**stats, "seconds": seconds, **({"stage_seconds": own} if own is not None else {})}
 
 
 def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dict]:

@@ -76,9 +76,12 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     config_yaml = portable_config_yaml(cfg, out)
-    facts = gather_card_facts(cfg, encoder, tuned.payload, manifests,
-                              results_md.read_text(encoding="utf-8") if results_md.exists() else None,
-                              _portable_command(RunContext(cfg).command_line("run")), source.describe())
+    command = RunContext(cfg).command_line("run")
+    results_text = results_md.read_text(encoding="utf-8") if results_md.exists() else None
+    if results_text is not None:  # the results table ends with the command that made it
+        results_text = results_text.replace(command, _portable_command(command))
+    facts = gather_card_facts(cfg, encoder, tuned.payload, manifests, results_text, _portable_command(command),
+                              source.describe())
     facts = replace(facts, config_yaml=config_yaml)
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,

@@ -432,10 +432,10 @@ def portable_path(value: Any, base: str | Path) -> Any:
 def locate_model(spec: str | Path) -> Path:
     """The local directory of a published model: ``spec`` is its directory or a hub id (downloaded to the Hugging
     Face cache). One-line errors for a path that is not there and a directory that is not a SPAR model."""
-    from spar.lambda_source import _HUB_ID
+    from spar.models import HUB_ID
 
     d = Path(spec).expanduser()
-    if not d.exists() and _HUB_ID.match(str(spec)) and not str(spec).startswith((".", "/", "~")):
+    if not d.exists() and HUB_ID.match(str(spec)) and not str(spec).startswith((".", "/", "~")):
         try:
             from huggingface_hub import snapshot_download
 

@@ -15,6 +15,7 @@ Example (skipped in the doctest run: it needs a published run under ``runs/``)::
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -189,7 +190,7 @@ def _model_of_index(index_dir: Path, model: str | Path | None) -> Path:
         recorded = {}
     if recorded.get("location"):
         where = recorded["location"]
-        local = index_dir / where
+        local = Path(os.path.normpath(index_dir / where))
         if local.exists() or not recorded.get("hub"):
             if not local.exists():
                 raise ArtifactError(f"{index_dir}: it was built with the model at {local}, which is not there (moved "
