@@ -63,13 +63,14 @@ BEIR_CORPUS = "corpus.jsonl"
 
 
 def corpus_file(path: str | Path) -> Path:
-    """The corpus file of ``path``: the file itself, or a BEIR directory's ``corpus.jsonl``."""
+    """The corpus file of ``path``: the file itself, or a BEIR directory's ``corpus.jsonl`` (or ``.jsonl.gz``)."""
     p = Path(path).expanduser()
     if p.is_dir():
-        if not (p / BEIR_CORPUS).is_file():
-            raise BadRecordError(str(p), None, f"a directory without {BEIR_CORPUS} (give a corpus file or a BEIR "
-                                 "directory)")
-        return p / BEIR_CORPUS
+        for name in (BEIR_CORPUS, BEIR_CORPUS + ".gz"):
+            if (p / name).is_file():
+                return p / name
+        raise BadRecordError(str(p), None, f"a directory without {BEIR_CORPUS} (give a corpus file or a BEIR "
+                             "directory)")
     problem = input_file_problem(p)
     if problem:
         raise BadRecordError(str(p), None, problem)

@@ -740,6 +740,15 @@ def test_a_tsv_corpus_with_another_storage_and_index_type(tiny_run, tmp_path):
     searcher = SparSearcher.open(tmp_path / "hnsw")
     assert searcher.index.storage == "sq8" and searcher.index.info["type"] == "hnsw"
     assert searcher.search([texts[3][0]], k=1)[0][0].id == "p3"
+    # A BEIR directory whose corpus is gzip-compressed.
+    import gzip
+
+    beir = tmp_path / "beir-gz"
+    beir.mkdir()
+    with gzip.open(beir / "corpus.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps({"_id": f"g{i}", "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(texts[:10]))
+    assert index_corpus(tiny_run["model"], beir, tmp_path / "gz", show_progress=False)["passages"] == 10
+    assert SparSearcher.open(tmp_path / "gz").search([texts[4][0]], k=1)[0][0].id == "g4"
 
 
 def _one_line_error(capsys, argv) -> str:
