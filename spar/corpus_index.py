@@ -146,7 +146,8 @@ def index_corpus(model: str | Path, corpus: str | Path, output: str | Path, *,
               "variant": config["variant"]}
     unit_config = {"model": fingerprint, "index": settings(section), "seed": defaults.seed,
                    "titles": defaults.title_field, "format": corpus_format,
-                   "encode": {"shard_size": enc.shard_size, "dtype": enc.dtype, "precision": enc.precision}}
+                   "encode": {"shard_size": enc.shard_size, "dtype": enc.dtype, "precision": enc.precision,
+                              "backend": enc.backend}}
     job = _Job(model_dir, config, source, section, enc, defaults, record, corpus_format, on_bad_record,
                show_progress)
     unit = Unit(out, kind=KIND, config=unit_config, inputs={"corpus": file_fingerprint(source)}, resumable=True,
@@ -199,14 +200,18 @@ def _write_passages(job: _Job, directory: Path) -> dict[str, Any]:
 def _encode(job: _Job, directory: Path, name: str) -> Path:
     """Encode ``passages.arrow`` with one of the model's encoders into ``embeddings/<name>/passages`` (resumable)."""
     from spar.embeddings import EncodeOptions, encode_passages
+    from spar.encode_engines import resolve_devices
+    from spar.onnx_encoder import backend_name, with_backend
     from spar.publish import load_published_encoder
 
     enc = job.encode
+    model = load_published_encoder(job.model_dir, name, job.config)
+    # encode.backend as in `spar encode`: ONNX Runtime on the CPU by default, torch on GPUs
+    encoder = with_backend(model if name == "base" else model.batch_encoder(), enc.backend,
+                           resolve_devices(enc.accelerator, enc.devices)[0])
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy,
-                            show_progress=job.show_progress)
-    model = load_published_encoder(job.model_dir, name, job.config)
-    encoder = model if name == "base" else model.batch_encoder()
+                            show_progress=job.show_progress, backend=backend_name(encoder))
     titles = job.defaults.title_field or bool(getattr(model, "term_based", False))
     out = directory / "embeddings" / name / "passages"
     encode_passages(encoder, directory / PASSAGES_FILE, out, encoder_name=name, shard_size=enc.shard_size,
