@@ -39,8 +39,10 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -136,6 +138,19 @@ class LexicalBag(nn.Module):
     @property
     def dim(self) -> int:
         return int(self.embeddings.shape[1]) if self.embeddings is not None else int(self.table["dim"])  # type: ignore[index]
+
+    def with_side(self, side: str) -> "LexicalBag":
+        """This bag for ``side``, holding the very same term table, statistics and analyzer (the query and document
+        routes of a model share one copy in memory: ``parameters()`` counts the table once)."""
+        if side not in ("query", "passage"):
+            raise ValueError(f"{LEXICAL_CONFIG}: side must be 'query' or 'passage', got {side!r}")
+        if side == self.side:
+            return self
+        twin = copy.copy(self)  # the same tensors and Python objects in a second module with its own registries
+        twin._parameters, twin._buffers, twin._modules = (self._parameters.copy(), self._buffers.copy(),
+                                                          self._modules.copy())
+        twin.side = side
+        return twin
 
     def bags(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """``F.embedding_bag`` inputs of each text: term ids, offsets, weights (counts or BM25 weights)."""
@@ -401,20 +416,53 @@ class SparCombination(InputModule):
         trust_remote_code = bool(kwargs.get("trust_remote_code", False))  # for custom encoder architectures
         models, tokenizers = {}, {}
         for spec in config["encoders"]:
-            sub = _encoder_subfolder(subfolder, spec)
+            name, sub = spec["name"], _encoder_subfolder(subfolder, spec)
             if spec.get("type") == "lexical":
-                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub),
-                                                       side=spec.get("input"))
+                local = cls.load_dir_path(model_name_or_path, subfolder=sub, **hub)
+                shared = _claim_shared(spec, local)
+                if shared:
+                    models[name] = shared[0].with_side(spec.get("input"))
+                    continue
+                models[name] = LexicalBag.load(local, side=spec.get("input"))
+                _offer_shared(spec, local, models[name], None)
                 continue
             for required in ("config.json", "model.safetensors"):
                 if cls.load_file_path(model_name_or_path, filename=required, subfolder=sub, **hub) is None:
                     raise FileNotFoundError(f"{os.path.join(str(model_name_or_path), sub, required)}: missing "
                                             "(the SPAR model directory is incomplete)")
             local = cls.load_dir_path(model_name_or_path, subfolder=sub, **hub)
-            models[spec["name"]] = AutoModel.from_pretrained(local, use_safetensors=True,
-                                                             trust_remote_code=trust_remote_code, **model_kwargs)
-            tokenizers[spec["name"]] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
+            claimed = _claim_shared(spec, local)
+            if claimed:
+                models[name], tokenizers[name] = claimed
+                continue
+            models[name] = AutoModel.from_pretrained(local, use_safetensors=True, trust_remote_code=trust_remote_code,
+                                                     **model_kwargs)
+            tokenizers[name] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
+            _offer_shared(spec, local, models[name], tokenizers[name])
         return cls(config["encoders"], config.get("variant", "concat"), models, tokenizers)
+
+
+#: Encoders that both routes of a model name (one folder, ``"path"`` in each route's config), loaded by the first
+#: route and not yet taken by the second: ``Router.load`` loads each route on its own, and without this the query and
+#: document routes held two copies of the base (and of a term table) in memory. The second route takes the entry
+#: (so a later load of the same directory gets its own copy); the module is held weakly, so a failed load leaves
+#: nothing alive.
+_SHARED: dict[str, tuple[Any, Any]] = {}
+
+
+def _claim_shared(spec: dict[str, Any], local: str) -> tuple[nn.Module, Any] | None:
+    if not spec.get("path"):
+        return None
+    entry = _SHARED.pop(os.path.realpath(local), None)
+    if entry is None:
+        return None
+    module = entry[0]()
+    return (module, entry[1]) if module is not None else None
+
+
+def _offer_shared(spec: dict[str, Any], local: str, module: nn.Module, tokenizer: Any) -> None:
+    if spec.get("path"):
+        _SHARED[os.path.realpath(local)] = (weakref.ref(module), tokenizer)
 
 
 def _encoder_subfolder(route: str, spec: dict[str, Any]) -> str:
