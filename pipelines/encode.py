@@ -127,7 +127,8 @@ def summary(cfg, results: dict[str, dict], unit: None) -> dict:
     return result
 
 
-STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "evaluate"), plan=plan, work=work, on_skip=on_skip,
+STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "evaluate"), plan=plan, work=work,
+              on_skip=on_skip,
               finish=summary,
               summary="encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/")
 run = STAGE.run
