@@ -49,12 +49,12 @@ Example::
     >>> from spar.encoders import BiEncoder
     >>> from spar.onnx_encoder import OnnxBiEncoder
     >>> enc = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True)
-    >>> fast = OnnxBiEncoder.from_encoder(enc, cache_dir=tempfile.mkdtemp())
     >>> texts = ["what causes scurvy", "vitamin C deficiency and bleeding gums in sailors"]
-    >>> float(abs(fast.encode_query(texts) - enc.encode_query(texts)).max()) < 1e-5
-    True
-    >>> fast.backend_record()["backend"], fast.files["query"].path == fast.files["passage"].path  # same weights
-    ('onnx', True)
+    >>> with tempfile.TemporaryDirectory() as cache:  # default: $SPAR_CACHE_DIR/onnx or ~/.cache/spar/onnx
+    ...     fast = OnnxBiEncoder.from_encoder(enc, cache_dir=cache)
+    ...     same = float(abs(fast.encode_query(texts) - enc.encode_query(texts)).max()) < 1e-5
+    >>> same, fast.backend_record()["backend"], fast.files["query"].path == fast.files["passage"].path
+    (True, 'onnx', True)
 """
 
 from __future__ import annotations
