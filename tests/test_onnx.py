@@ -199,3 +199,18 @@ def test_config_rejects_unknown_backends(value):
     with pytest.raises(ConfigError, match="backend"):
         load_config(None, [f"encode.backend={value}"])
     assert load_config(None, ["encode.backend=onnx"]).encode.backend == "onnx"
+
+
+def test_default_is_torch_and_int8_is_its_own_backend(base, fast, queries):
+    """The default keeps every existing fingerprint; int8 is another encoder (another fingerprint), close but lossy."""
+    from spar.config import load_config
+
+    assert load_config(None, []).encode.backend == "torch"
+    int8 = with_backend(base, "onnx-int8", "cpu")
+    assert isinstance(int8, OnnxBiEncoder) and int8.files["query"].path.name == "model-int8.onnx"
+    assert int8.backend_record()["query"] != fast.backend_record()["query"]
+    assert encoder_fingerprint("w", int8) not in (encoder_fingerprint("w", fast), encoder_fingerprint("w", base))
+    texts = list(queries.values())
+    reference, vectors = base.encode_query(texts), int8.encode_query(texts)
+    cosine = (reference * vectors).sum(1)
+    assert cosine.min() > 0.8 and np.abs(reference - vectors).max() > 1e-3
