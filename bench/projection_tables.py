@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
         "vocabulary": {"terms": inputs.weights.vocab_size, "sized_at": args.vocabulary},
         "machine": machine(1), "command": command_line(__file__, argv),
     }
-    return write_result(result, args.out or REPO / "bench" / "results" / f"projection_tables-{cfg.experiment.name}.json")
+    out = args.out or REPO / "bench" / "results" / f"projection_tables-{cfg.experiment.name}.json"
+    return write_result(result, out)
 
 
 if __name__ == "__main__":
