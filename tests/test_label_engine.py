@@ -69,13 +69,14 @@ _WORDS = ("salient phrase dense retrieval sparse lexical matching vitamin scurvy
 
 def _tricky_passages(path: Path) -> list[tuple[str, str]]:
     """Passages whose ids sort differently as strings than as rows, exact duplicates (ties), lengths from 1 to ~600
-    terms (several share a one-byte norm), and repeated words."""
+    terms (several share a one-byte norm), repeated words, and a passage without a term."""
     rng = np.random.default_rng(7)
     texts = []
     for i in range(400):
         n = int(rng.integers(1, 600)) if i % 7 else int(rng.integers(1, 30))
         texts.append(" ".join(rng.choice(_WORDS, size=n)))
     texts += [texts[3]] * 4 + [texts[10]] * 3 + ["vitamin scurvy"] * 5 + ["quokka wombat"] * 5  # ties
+    texts += ["The of and, to it."]  # only stop words: a passage Lucene holds without a term (not in docCount)
     ids = [str(1000 - i) if i % 3 else f"p{i}" for i in range(len(texts))]  # "999" > "1000" as strings
     rows = list(range(len(texts)))
     write_table(path, pa.table({"row": rows, "id": ids, "title": [""] * len(texts), "text": texts}, schema=PASSAGES))
@@ -122,6 +123,7 @@ def test_statistics_match_the_lucene_index_and_mismatch_fails_in_one_line(tricky
 
     root = tricky[3]
     tricky[2].verify(root / "index")  # the same corpus: passes
+    assert tricky[2].stats["documents"] == tricky[2].stats["non_empty_documents"] + 1
     other = tmp_path / "passages.arrow"
     write_table(other, pa.table({"row": [0, 1], "id": ["a", "b"], "title": ["", ""], "text": ["moon", "sun moon"]},
                                 schema=PASSAGES))
@@ -166,7 +168,7 @@ def test_auto_picks_memory_for_small_corpora_and_lucene_beyond_its_limits(tricky
     assert engine.choose_engine("auto", "impact", passages)[0] == "lucene"
     assert engine.choose_engine("lucene", "bm25", passages)[0] == "lucene"
     monkeypatch.setattr(engine, "AUTO_MAX_PASSAGES", 100)
-    assert engine.choose_engine("auto", "bm25", passages) == ("lucene", "auto: 417 passages > 100")
+    assert engine.choose_engine("auto", "bm25", passages) == ("lucene", "auto: 418 passages > 100")
     monkeypatch.setattr(engine, "AUTO_MAX_PASSAGES", 10**6)
     monkeypatch.setattr(engine, "AUTO_MAX_BYTES", 1000)
     assert engine.choose_engine("auto", "bm25", passages)[0] == "lucene"
