@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spar import schemas
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint,
+from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint, read_manifest,
                             remove_stale_temporaries, require)
 from spar.config import LabelSection, SparConfig
 from spar.java import start_jvm
@@ -90,8 +90,11 @@ def _teacher(cfg: SparConfig, index_dir: Path) -> tuple[object, str]:
     from spar.teachers import BM25Searcher, ImpactTeacher
 
     s = cfg.label
-    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
-    engine, why = choose_engine(s.engine, s.teacher, passages, s.fields, s.threads)
+    qdir = artifact_dir(cfg.output_dir, "queries")
+    total = read_manifest(qdir)["stats"].get("queries")
+    queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
+    engine, why = choose_engine(s.engine, s.teacher, qdir / "passages.arrow", s.fields, queries)
+    passages = qdir / "passages.arrow"
     if engine == "memory":  # the same labels as Lucene's, checked against the teacher index's statistics
         teacher = MemoryBM25.from_section(passages, s, index_dir, progress=True)
         return teacher, f"memory ({why}; postings built in {teacher.stats['start_seconds']} s)"

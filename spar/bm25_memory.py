@@ -21,16 +21,18 @@ shards are byte-identical between ``label.engine: lucene`` and ``memory``. What 
 
 Each ingredient matters: without any one of them the top-50 lists or their scores differ on real queries.
 
-The postings (term -> passages, with ``1 + tf · cache[norm]`` per posting as float32) are built in memory from
-``passages.arrow`` at start (about 12 bytes per posting). A query is scored term at a time into a float64
-accumulator (numpy's gather/scatter releases the GIL, so ``threads`` query batches run side by side); terms are
-taken in decreasing order of their score bound and, once the passages seen so far fix a k-th score that no unseen
-passage can reach (MaxScore: the bounds of the remaining terms sum below it), the remaining terms only update the
-passages still in the running (:meth:`MemoryBM25.search`). The top k is exact either way.
+The postings (term -> passages, with each posting's score at boost 1 and its ``1 + tf · cache[norm]``) are built
+in memory from ``passages.arrow`` at start (about 20 bytes per posting, plus a JVM for the analyzer). A query is
+one ``numpy.bincount`` over its terms' postings (a scatter-add in C, in double, with the GIL released, so
+``threads`` query batches run side by side), then the top k is read from the dense scores block by block (the k-th
+largest block maximum bounds the k-th score from below). Dynamic pruning was measured and left out: a term-at-a-time
+MaxScore in numpy skipped 75 % of the postings of enwiki-2015 sentence queries but scored 3x slower than the one
+bincount (its candidates, ~48k per query, must be looked up in the skipped lists); skipping only the most common
+terms (bounds summing to under 5 % of the query's) gained 8 % and lost up to 30 % with wider tails.
 
 Written here rather than taken from a library: bm25s (``method="lucene"``) has neither the one-byte norms, the tie
-order nor the score adjustment, and differs on 8 of 44,373 SciFact top-50 lists; no maintained package reproduces
-Lucene's float32 arithmetic.
+order nor the score adjustment, and differed on 8 of 44,373 SciFact top-50 lists in a measurement reported in issue
+#28; no maintained package reproduces Lucene's float32 arithmetic.
 
 Example (skipped in the doctest run: it starts the JVM)::
 
@@ -452,29 +454,36 @@ class MemoryBM25:
 # Which engine
 # ----------------------------------------------------------------------------------------------------------------
 
-#: ``auto`` runs the memory engine up to this many passages: it was faster than Lucene at every size measured, up to
-#: enwiki-2015's 663,483 passages, with its lead shrinking as the corpus grows (bench/README.md, label engine) ...
+#: ``auto`` runs the memory engine up to this many passages: its lead over Lucene shrinks as the corpus grows (9.1x
+#: on SciFact's 5k passages, 2.3x at 100k, 1.3x at 663k; bench/README.md), so it stays below where the trend
+#: reaches 1x (about 1.7M) ...
 AUTO_MAX_PASSAGES = 1_000_000
-#: ... and while its estimated peak memory stays under this.
-AUTO_MAX_BYTES = 3 << 30
+#: ... while its estimated peak memory stays under this ...
+AUTO_MAX_BYTES = 4 << 30
+#: ... and when there are enough queries to pay for its start-up (analysing every passage: 69 s at 663k passages,
+#: worth about 31k queries of its lead there, 4k at 100k): at least this many queries per passage, plus
+#: :data:`AUTO_MIN_QUERIES` (twice the measured break-even).
+AUTO_QUERIES_PER_PASSAGE = 0.1
+AUTO_MIN_QUERIES = 2000
 #: Characters of indexed text per posting: 11.3–15.2 measured on SciFact and Wikipedia; 10 errs on the high side.
 CHARS_PER_POSTING = 10
-#: Peak bytes per posting while the postings are built (sorting them by term) and held (index, score, 1 + tf · c).
-BYTES_PER_POSTING = 32
-#: Per passage: its id string, tie rank, length and norm, and a float64 score per search thread.
-BYTES_PER_PASSAGE = 120
+#: Peak RSS of ``spar label`` with the memory engine: a base (interpreter, JVM, Arrow) and bytes per posting, fitted
+#: on the measured peaks (0.4 GB at 0.5M postings, 1.2 GB at 5.5M, 2.7 GB at 36.6M) so that the estimate errs high.
+BASE_BYTES = 1 << 30
+BYTES_PER_POSTING = 48
 
 
-def estimate_bytes(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text"), threads: int = 2) -> int:
+def estimate_bytes(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> int:
     """The memory engine's estimated peak memory for ``passages_arrow``, from its characters (no analysis)."""
     table = PassagesTable(passages_arrow).table
     chars = sum(int(pc.sum(pc.utf8_length(table.column(f))).as_py() or 0) for f in fields)
-    return chars // CHARS_PER_POSTING * BYTES_PER_POSTING + table.num_rows * (BYTES_PER_PASSAGE + 8 * threads)
+    return BASE_BYTES + chars // CHARS_PER_POSTING * BYTES_PER_POSTING
 
 
 def choose_engine(engine: str, teacher: str, passages_arrow: str | Path, fields: Sequence[str] = ("title", "text"),
-                  threads: int = 2) -> tuple[str, str]:
-    """``label.engine`` resolved to ``lucene`` or ``memory``, and why (printed in the stage summary)."""
+                  queries: int | None = None) -> tuple[str, str]:
+    """``label.engine`` resolved to ``lucene`` or ``memory`` for labelling ``queries`` queries (None: unknown), and
+    why (printed in the stage summary)."""
     if teacher != "bm25":
         return "lucene", f"the {teacher} teacher runs on Lucene"
     if engine != "auto":
@@ -482,7 +491,10 @@ def choose_engine(engine: str, teacher: str, passages_arrow: str | Path, fields:
     passages = len(PassagesTable(passages_arrow))
     if passages > AUTO_MAX_PASSAGES:
         return "lucene", f"auto: {passages:,} passages > {AUTO_MAX_PASSAGES:,}"
-    needed = estimate_bytes(passages_arrow, fields, threads)
+    needed = estimate_bytes(passages_arrow, fields)
     if needed > AUTO_MAX_BYTES:
         return "lucene", f"auto: ~{needed / 2**30:.1f} GiB estimated > {AUTO_MAX_BYTES / 2**30:.0f} GiB"
-    return "memory", f"auto: {passages:,} passages, ~{needed / 2**30:.2f} GiB estimated"
+    enough = int(passages * AUTO_QUERIES_PER_PASSAGE) + AUTO_MIN_QUERIES
+    if queries is not None and queries < enough:
+        return "lucene", f"auto: {queries:,} queries < {enough:,}, too few to pay for the in-memory start-up"
+    return "memory", f"auto: {passages:,} passages, ~{needed / 2**30:.1f} GiB estimated"
