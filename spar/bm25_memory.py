@@ -461,10 +461,10 @@ AUTO_MAX_PASSAGES = 1_000_000
 #: ... while its estimated peak memory stays under this ...
 AUTO_MAX_BYTES = 4 << 30
 #: ... and when there are enough queries to pay for its start-up (analysing every passage: 69 s at 663k passages,
-#: worth about 31k queries of its lead there, 4k at 100k): at least this many queries per passage, plus
-#: :data:`AUTO_MIN_QUERIES` (twice the measured break-even).
-AUTO_QUERIES_PER_PASSAGE = 0.1
-AUTO_MIN_QUERIES = 2000
+#: worth about 33k queries of its lead there, 4.3k at 100k): at least this many queries per passage, plus
+#: :data:`AUTO_MIN_QUERIES` (1.6x the measured break-even at 663k, 2x at 100k).
+AUTO_QUERIES_PER_PASSAGE = 0.08
+AUTO_MIN_QUERIES = 1000
 #: Characters of indexed text per posting: 11.3–15.2 measured on SciFact and Wikipedia; 10 errs on the high side.
 CHARS_PER_POSTING = 10
 #: Peak RSS of ``spar label`` with the memory engine: a base (interpreter, JVM, Arrow) and bytes per posting, fitted

@@ -167,8 +167,8 @@ def test_auto_picks_memory_for_small_corpora_and_lucene_beyond_its_limits(tricky
     assert engine.choose_engine("auto", "bm25", passages)[0] == "memory"
     assert engine.choose_engine("auto", "impact", passages)[0] == "lucene"
     assert engine.choose_engine("lucene", "bm25", passages)[0] == "lucene"
-    assert engine.choose_engine("auto", "bm25", passages, queries=5000)[0] == "memory"
-    assert engine.choose_engine("auto", "bm25", passages, queries=1000)[0] == "lucene"  # start-up would not pay
+    assert engine.choose_engine("auto", "bm25", passages, queries=2000)[0] == "memory"
+    assert engine.choose_engine("auto", "bm25", passages, queries=500)[0] == "lucene"  # start-up would not pay
     monkeypatch.setattr(engine, "AUTO_MAX_PASSAGES", 100)
     assert engine.choose_engine("auto", "bm25", passages) == ("lucene", "auto: 418 passages > 100")
     monkeypatch.setattr(engine, "AUTO_MAX_PASSAGES", 10**6)
