@@ -66,7 +66,7 @@ def test_the_runner_skips_forces_guards_and_never_writes_from_a_worker(tmp_path:
     assert not (tmp_path / "lambda").exists()  # a worker rank never finalises the artifact
 
 
-RUNTIME = {"label": {"threads", "java_heap", "num_shards", "shard_index", "impact_device"},
+RUNTIME = {"label": {"threads", "java_heap", "num_shards", "shard_index", "impact_device", "engine"},
            "train": {"num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
                      "keep_checkpoint", "checkpoint_every_n_steps"},
            "encode": {"batch_size", "accelerator", "devices", "engine", "strategy"},
@@ -92,7 +92,8 @@ def test_no_fingerprint_moves_with_a_runtime_option(tmp_path: Path):
     import pipelines.train
 
     runtime = ["train.eval_batch_size=7", "train.keep_checkpoint=false", "train.checkpoint_every_n_steps=3",
-               "train.log_every_n_steps=2", "train.wandb_mode=disabled", "label.threads=1", "label.java_heap=2g"]
+               "train.log_every_n_steps=2", "train.wandb_mode=disabled", "label.threads=1", "label.java_heap=2g",
+               "label.engine=memory"]
     plain, changed = load_config(None, ["train.kind=static"]), load_config(None, ["train.kind=static", *runtime])
     assert pipelines.train.fingerprint_config(plain) == pipelines.train.fingerprint_config(changed)
     assert pipelines.label._job_config(plain.label) == pipelines.label._job_config(changed.label)
