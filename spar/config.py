@@ -207,10 +207,8 @@ class SampleSection(Section):
 
 class LabelSection(Section):
     teacher: Literal["bm25", "impact"] = Field("bm25", description="Sparse teacher: Lucene BM25 or an impact index.")
-    engine: Literal["lucene", "memory", "auto"] = Field(
-        "auto", json_schema_extra=RUNTIME, description="Who runs the BM25 teacher: Pyserini's Lucene searcher, or "
-        "spar's in-memory postings (spar/bm25_memory.py; byte-identical labels, faster where it fits in memory); "
-        "'auto' picks memory below a corpus size and memory estimate (the impact teacher always runs on Lucene).")
+    engine: Literal["lucene", "memory", "auto"] = Field("auto", json_schema_extra=RUNTIME, description="BM25 on "
+        "Pyserini or in memory (spar/bm25_memory.py: same labels, faster); auto: memory where it pays and fits.")
     k: int = Field(50, ge=2, description="Teacher hits retrieved per query (K).")
     n_positives: int = Field(10, ge=1, description="Top n_p hits are positives (dev queries keep only the top 1).")
     n_negatives: int = Field(5, ge=0, description="Hard negatives taken from the bottom of the kept rank window.")
