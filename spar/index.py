@@ -39,16 +39,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
 from spar.config import IndexSection
 from spar.errors import ArtifactError
-from spar.storage import FAST_SCAN, code_bytes
+from spar.storage import FAST_SCAN, Storage, code_bytes
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,9 @@ class IndexOptions(IndexSection):
 
     seed: int = 42
     threads: int | None = None
+    #: A library call builds an exact float32 index unless told otherwise (the config section's default is the
+    #: frontier's choice, a quantized one).
+    storage: Storage = Field("float32", description="How passage vectors are stored (spar.storage).")
 
     @classmethod
     def from_section(cls, section: IndexSection, seed: int | None = None) -> "IndexOptions":
@@ -239,7 +244,21 @@ def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, ind
         sample = np.sort(rng.choice(n, size=min(n, train_size), replace=False))
         train = (np.ascontiguousarray(matrices[0][sample], dtype=np.float32) if variant is None
                  else spar_passage_vectors(matrices[0][sample], matrices[1][sample], variant))
-        index.train(train)
+        if options.storage in FAST_SCAN:
+            # One small k-means per 1 or 2 dimensions: thousands of tiny OpenMP regions, where a second thread
+            # only waits (SciFact, 3,456 dims, 4,096 points: 28 s on one thread; over 4.5 min on two, load 6).
+            with faiss_threads(1):
+                index.train(train)
+        else:
+            index.train(train)
+    return index
+
+
+def add_passages(index, matrices: Sequence[np.ndarray], variant: str | None):
+    """Add ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices to a trained index, in
+    batches; returns the index."""
+    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
+        index.add(chunk)
     return index
 
 
@@ -250,20 +269,32 @@ def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index
     options = options or IndexOptions()
     if options.threads:
         faiss.omp_set_num_threads(options.threads)
-    index = trained_faiss_index(matrices, variant, index_type, options)
-    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
-        index.add(chunk)
-    return index
+    return add_passages(trained_faiss_index(matrices, variant, index_type, options), matrices, variant)
+
+
+@contextmanager
+def faiss_threads(threads: int) -> Iterator[None]:
+    """FAISS's OpenMP threads set to ``threads`` inside the block, restored after it. On a loaded machine one
+    thread can be many times faster: OpenMP threads wait for each other at every parallel region (training a
+    fast-scan codec runs thousands of them)."""
+    faiss = _faiss()
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def served_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Variant = "concat",
-                           index_type: IndexType = "flat", options: IndexOptions | None = None
-                           ) -> tuple[np.ndarray, np.ndarray]:
+                           index_type: IndexType = "flat", options: IndexOptions | None = None,
+                           trained: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
 
     Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
     the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
-    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it.
+    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it, unless
+    ``trained`` (an index from :func:`trained_faiss_index` for these vectors and options) is given to code with.
     """
     options = options or IndexOptions()
     base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
@@ -271,7 +302,7 @@ def served_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Va
         return base_p.astype(np.float32, copy=False), lambda_p.astype(np.float32, copy=False)
     _check_pair(base_p[:1], lambda_p[:1], variant, "passage vectors")
     faiss = _faiss()
-    index = trained_faiss_index([base_p, lambda_p], variant, index_type, options)
+    index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
     codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
     n = base_p.shape[0]
     decoded = np.empty((n, index.d), dtype=np.float32)
