@@ -56,6 +56,9 @@ class FrontierPoint:
     latency: dict[str, Any] = field(default_factory=dict)
     #: {"hnsw"|"ivf": {"nDCG@10", "R@100", "loss": exact flat nDCG@10 minus this, "overlap@10"}} (timed seed)
     approximate: dict[str, Any] = field(default_factory=dict)
+    #: dev SPAR of μ's sweep over the decoded codes (``dev_spar`` is the flat index's, as served; None: made before
+    #: the frontier scored through the index, when ``dev_spar`` was this figure)
+    dev_decoded: float | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FrontierPoint":

@@ -205,7 +205,7 @@ def test_a_repeated_point_is_computed_once(sample_experiment, tmp_path):  # noqa
     for name in ("queries", "teacher_index", "embeddings"):
         (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
     report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16, 16), (0, 0),
-                          index_types=(), progress=lambda _: None)
+                          progress=lambda _: None)
     assert [(p.dim, p.seed) for p in report.points] == [(16, 0)]
 
 
