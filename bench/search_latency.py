@@ -39,7 +39,7 @@ the exact scan of the same codes::
     python bench/search_latency.py --embeddings runs/scifact/embeddings/base/passages \
         --passages-table runs/scifact/queries/passages.arrow --queries ../shared/datasets/scifact/queries.jsonl \
         --qrels-test ../shared/datasets/scifact/qrels/test.tsv --qrels-dev ../shared/datasets/scifact/qrels/train.tsv \
-        --lambda-dim 3072 --storages fs2 sq4 --index flat hnsw ivf --out bench/results/search_latency_real-scifact.json
+        --index flat hnsw ivf --out bench/results/search_latency_real-scifact.json
 """
 
 from __future__ import annotations
@@ -354,10 +354,12 @@ def main(argv: list[str] | None = None) -> dict:
                     "is the headline (default 2, then 1: OpenMP threads spin, which hurts on a shared machine)")
     ap.add_argument("--single", type=int, default=100, help="queries timed one at a time")
     ap.add_argument("--dim", type=int, default=384, help="base dimension (MiniLM: 384)")
-    ap.add_argument("--lambda-dim", type=int, default=None, help="Λ dimension (default: --dim)")
-    ap.add_argument("--storages", nargs="+", default=["float32"],
-                    help="passage storages of the SPAR index (spar.storage: float32, float16, sq8, sq6, sq4); each is "
-                    "measured against the hybrid, the first is the headline")
+    ap.add_argument("--lambda-dim", type=int, default=None,
+                    help="Λ dimension (default: --dim; real vectors: the code's default, train.lexical.dim)")
+    ap.add_argument("--storages", nargs="+", default=None,
+                    help="passage storages of the SPAR index (spar.storage: float32 ... sq4, fs4, fs2); "
+                    "each is measured against the hybrid, the first is the headline (default float32; real vectors: "
+                    "the code's default, index.storage)")
     ap.add_argument("--index", nargs="+", default=["flat", "hnsw"], choices=["flat", "hnsw", "ivf"],
                     help="index types, each measured for both systems; the first is the headline")
     ap.add_argument("--hnsw-m", type=int, default=32)
@@ -391,10 +393,14 @@ def main(argv: list[str] | None = None) -> dict:
     if args.embeddings is not None:
         if not (args.passages_table and args.queries and args.qrels_test and args.qrels_dev):
             ap.error("--embeddings needs --passages-table, --queries, --qrels-test and --qrels-dev")
-        args.lambda_dim = args.lambda_dim or 3072
+        from spar.config import IndexSection, LexicalSection
+
+        args.lambda_dim = args.lambda_dim or LexicalSection().dim  # the default point
+        args.storages = args.storages or [IndexSection().storage]
         args.index = [t for t in dict.fromkeys(args.index)]
         return real_vectors(args, argv)
 
+    args.storages = args.storages or ["float32"]
     import faiss
     import numpy as np
 

@@ -12,7 +12,8 @@ Points computed earlier under the same settings are kept, so a frontier can be g
 dimension; ``--force`` recomputes the points this command asks for and keeps the others. Points made under other
 settings (another teacher, base or training option) are not mixed in: they are moved to
 ``frontier/superseded-<settings>.json``, never dropped. Every command that added to the frontier is recorded.
-Writes ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*``; a command that
+Writes ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*`` (a results copy
+holding points this frontier lacks is first kept as ``frontier/replaced-<name>-frontier.json``); a command that
 would leave the frontier empty is refused and writes nothing. Logic: :mod:`spar.frontier`, the report and the default
 rule: :mod:`spar.frontier_report`.
 """
@@ -34,7 +35,7 @@ COMPUTED_KINDS = ("projection", "static")
 def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
-    from spar.artifacts import fingerprint_dict, manifest_fingerprint
+    from spar.artifacts import fingerprint_dict, is_complete, manifest_fingerprint
     from spar.lexical import lambda_class
     from spar.run_context import RunContext
     from spar.stage import settings
@@ -44,7 +45,8 @@ def settings_fingerprint(cfg, kind: str) -> str:
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
     if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
         shared["train"] = settings(cfg.train)
-        shared["labels"] = manifest_fingerprint(artifact_dir(cfg.output_dir, "labels"))
+        labels = artifact_dir(cfg.output_dir, "labels")  # none yet: no trained point can be made (nor kept)
+        shared["labels"] = manifest_fingerprint(labels) if is_complete(labels) else None
     return fingerprint_dict(shared)
 
 
@@ -145,9 +147,31 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
     (out / "frontier.md").write_text(table, encoding="utf-8")
     report.plot(out / "frontier.png")
     results = ensure_writable(cfg.results_dir)
+    _keep_richer_results(results / f"{cfg.experiment.name}-frontier.json", report.points, out)
     for suffix in ("json", "md", "png"):
         shutil.copyfile(out / f"frontier.{suffix}", results / f"{cfg.experiment.name}-frontier.{suffix}")
     choice = report.choice()
     return {"points": len(report.points), "table": table, "output": str(out),
             "results": str(results / f"{cfg.experiment.name}-frontier.md"),
             **({"choice": f"{choice.kind} {choice.dim} {choice.storage}"} if choice else {})}
+
+
+def _keep_richer_results(target: Path, points, out: Path) -> None:
+    """Before ``target`` (the results copy) is replaced: if it holds points this frontier lacks (a committed
+    frontier, made in another run directory), copy it to ``out`` first and say so: nothing is lost."""
+    import json
+
+    if not target.exists():
+        return
+    try:
+        earlier = json.loads(target.read_text()).get("points", [])
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    have = {(p.kind, p.dim, p.seed, p.storage) for p in points}
+    missing = [p for p in earlier if isinstance(p, dict) and (p.get("kind"), p.get("dim"), p.get("seed"),
+                                                              p.get("storage")) not in have]
+    if missing:
+        aside = out / f"replaced-{target.name}"
+        shutil.copyfile(target, aside)
+        print(f"frontier: {target} held {len(missing)} point(s) this frontier lacks: kept as {aside} before "
+              "replacing it")

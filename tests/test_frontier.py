@@ -187,6 +187,15 @@ def test_force_recomputes_only_what_it_is_asked_and_every_command_is_recorded(sa
     assert all(f"`{command}`" in table for command in second["commands"])
     assert "| projection | 16 | float32 | " in table and " | 2 | " in table  # two seeds, not three
 
+    # A results copy holding points this run's frontier lacks (a committed frontier) is kept before it is replaced.
+    copy = root / "results" / f"{cfg.experiment.name}-frontier.json"
+    committed = json.loads(copy.read_text())
+    committed["points"].append({**committed["points"][0], "dim": 6144})
+    copy.write_text(json.dumps(committed))
+    frontier_stage.run(cfg, ("projection",), (16,), (0,))
+    kept = json.loads((root / "frontier" / f"replaced-{copy.name}").read_text())
+    assert kept == committed
+
     # Points of other settings are moved aside, not dropped.
     changed = experiment_config(root, root / "results", "label.k1=1.2")
     monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16", "--seeds", "0"])
