@@ -14,6 +14,7 @@ from typing import Iterator
 
 from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
 from spar.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
+from spar.lineage import source as lineage_source
 from spar.passages import experiment_passages
 from spar.run_context import RunContext
 from spar.stage import Stage, Unit
@@ -63,6 +64,27 @@ def load_encoder(cfg, name: str):
     return model.batch_encoder(), source.fingerprint(), extra
 
 
+def encoder_sources(cfg, name: str) -> list[dict[str, str]]:
+    """What the vectors of ``base`` or ``lambda`` depend on besides the texts (:mod:`spar.lineage`): the base
+    model's files, or the Λ's."""
+    from spar.lineage import model_sources
+
+    if name == "base":
+        return model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)
+    from spar.lambda_source import experiment_lambda
+
+    return experiment_lambda(cfg).sources()
+
+
+def _query_files(cfg, split: str) -> list[dict[str, str]]:
+    """The files a split's queries are read from: the queries, and the qrels that choose them."""
+    from spar.lineage import source
+
+    d = cfg.data
+    qrels = d.qrels_test if split == "queries-test" or d.dev_holdout_fraction is not None else d.qrels_dev
+    return [source(path, "file") for path in (d.queries, qrels) if path]
+
+
 def passage_titles(cfg, encoder) -> bool:
     """Whether ``encoder`` is handed passages with their titles: ``data.title_field`` for a transformer; always for a
     term-based Λ, whose own fields (the teacher's, fixed when it was fitted) make its text."""
@@ -79,15 +101,20 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
     for name in enc.encoders:
         encoder, weights, extra = load_encoder(cfg, name)
+        made_from = encoder_sources(cfg, name)
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
                       options=options)
-        yield passages_unit(encoder, source, run.embeddings(name, "passages"), corpus_format=cfg.data.corpus_format,
-                            on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
-                            inputs=extra, **common)
+        unit = passages_unit(encoder, source, run.embeddings(name, "passages"), corpus_format=cfg.data.corpus_format,
+                             on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
+                             inputs=extra, **common)
+        unit.sources = [lineage_source(source, "file"), *made_from]
+        yield unit
         for split, pairs in queries.items():
             qinputs = {**extra, "queries_file": file_fingerprint(cfg.data.queries)}
-            yield queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
-        del encoder
+            unit = queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
+            unit.sources = [*_query_files(cfg, split), *made_from]
+            yield unit
+        del encoder, unit
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from spar import schemas
 from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, fingerprint_dict
 from spar.config import SparConfig
+from spar.lineage import source as lineage_source
 from spar.readers import ReadStats, read_corpus
 from spar.sampling import write_query_set
 from spar.stage import Stage, Unit, settings
@@ -27,7 +28,7 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
     return Unit(artifact_dir(cfg.output_dir, "queries"), kind="queries", config=config,
-                inputs={"corpus": source["corpus"]})
+                inputs={"corpus": source["corpus"]}, sources=[lineage_source(cfg.data.corpus, "file")])
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

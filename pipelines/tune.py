@@ -10,6 +10,7 @@ from __future__ import annotations
 from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write_json_atomic
 from spar.experiment import ExperimentInputs
 from spar.index import IndexOptions
+from spar.lineage import source
 from spar.run_context import RunContext
 from spar.stage import Stage, Unit, settings
 from spar.tuning import plot_curve, tune_experiment
@@ -22,17 +23,25 @@ def _data_inputs(cfg) -> dict[str, str]:
     return {name: file_fingerprint(path) for name, path in files.items() if path}
 
 
+def _data_sources(cfg) -> list[dict[str, str]]:
+    d = cfg.data
+    files = (d.queries, d.qrels_dev, d.qrels_test if d.dev_holdout_fraction else None)
+    return [source(path, "file") for path in files if path]
+
+
 def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
     fingerprints = {**inputs.input_fingerprints(["dev"]), **_data_inputs(cfg)}
+    sources = [*inputs.sources(["dev"]), *_data_sources(cfg)]
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
+        sources.append(source(artifact_dir(cfg.output_dir, "teacher_index")))
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
     config = {"tune": settings(cfg.tune), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec}
     return Unit(artifact_dir(cfg.output_dir, "tune"), kind="tune", config=config, inputs=fingerprints,
-                payload=inputs)
+                payload=inputs, sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

@@ -129,7 +129,7 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
     ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline).
     """
-    from spar.index import SparIndex, build_spar_index, spar_query_vectors
+    from spar.index import SparIndex, build_spar_index, check_serves, spar_query_vectors
 
     ev = cfg.evaluate
     inputs = inputs or ExperimentInputs(cfg)
@@ -138,6 +138,9 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
         raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
     spar_index = SparIndex.load(index_dir)
     check_index_is_current(spar_index, index_dir, inputs)
+    check_serves(spar_index.info, cfg.index, cfg.experiment.seed, index_dir)  # what is recorded is what is served
+    search_params = {k: getattr(cfg.index, k) for k in ("hnsw_ef_search", "nprobe")}
+    spar_index.set_search_params(**search_params)
     tuned = read_tuned(cfg.output_dir)
     tuned.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
     mu = tuned.mu()
@@ -152,7 +155,11 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
 
     spar_variant = getattr(spar_index, "variant", None) or read_manifest(index_dir)["stats"].get("variant", "concat")
-    spar_mu = tuned.mu(spar_variant) if spar_variant in tuned.variants else mu
+    if spar_variant not in tuned.variants:
+        raise ArtifactError(f"{index_dir}: a '{spar_variant}' index, but μ in {tuned.path} was tuned for "
+                            f"{', '.join(sorted(tuned.variants))} only: re-run `spar tune` with "
+                            f"tune.variant={spar_variant}, or rebuild the index")
+    spar_mu = tuned.mu(spar_variant)
     sum_mu = tuned.mu("sum") if "sum" in tuned.variants else None
     sum_index = None
     if base_p.shape[1] == lambda_p.shape[1]:
@@ -229,7 +236,8 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
-                  "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim")},
+                  "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
+                  **({"search": search_params} if spar_index.info.get("type") != "flat" else {})},
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
     }
     context = RunContext(cfg)

@@ -14,12 +14,14 @@ Example (skipped in the doctest run: it needs a published run under ``runs/``)::
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
 from spar.errors import ArtifactError, ConfigError
+from spar.lineage import check_current
 from spar.publish import MODEL_CONFIG, SparEncoder, check_model_dir, is_model_dir
 
 
@@ -90,12 +92,14 @@ class SparSearcher:
         if is_model_dir(p):
             model_dir = p
             check_model_dir(model_dir)
+            check_current(model_dir)  # a model made from a Λ, μ or index that has changed since is refused
             index_dir, passages = resolve_index_location(model_dir)
         elif (p / "index.faiss").exists():
             index_dir, model_dir = p, p.parent / "model"
             if not is_model_dir(model_dir):
                 raise ArtifactError(f"{p}: found the index but no published model at {model_dir} to encode queries "
                                     "with (run `spar publish`, or pass the model directory instead)")
+            check_current(model_dir)
             passages = None
         elif not p.exists():
             raise ArtifactError(f"{p}: no such directory")
@@ -129,6 +133,8 @@ class SparSearcher:
         queries = list(queries)
         if k < 1:
             raise ConfigError(f"k must be at least 1, got {k}")
+        if mu is not None and not math.isfinite(mu):
+            raise ConfigError(f"mu must be a finite number, got {mu}")
         for i, query in enumerate(queries):
             if not isinstance(query, str) or not query.strip():
                 raise ConfigError(f"query {i + 1} is empty: nothing to search for")

@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
-from spar.artifacts import ArtifactWriter, is_complete, read_manifest
+from spar.artifacts import ArtifactWriter, holds_output_lock, is_complete, read_manifest, remove_stale_temporaries
+from spar.lineage import changed_sources, check_all_current
 
 
 @dataclass
@@ -51,17 +52,20 @@ class Unit:
     #: False on a worker rank of a multi-process job: it works in the primary's directory and never writes the
     #: artifact (nor discards it on ``--force``); the primary does.
     primary: bool = True
+    #: What the artifact is made from (:func:`spar.lineage.source` records): every artifact among them must be
+    #: current before this unit is skipped or written, and a change to any of them makes the output out of date.
+    sources: Sequence[dict[str, str]] = ()
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
 
     def writer(self) -> ArtifactWriter:
         return ArtifactWriter(self.output, kind=self.kind, config=self.config, inputs=self.inputs,
-                              resumable=self.resumable)
+                              resumable=self.resumable, sources=self.sources)
 
     def up_to_date(self, fingerprint: str) -> bool:
         return (is_complete(self.output, fingerprint, content=self.verify_content)
-                and (self.current is None or self.current()))
+                and (self.current is None or self.current()) and not changed_sources(self.output))
 
 
 def run_unit(unit: Unit, work: Callable[[ArtifactWriter], dict], force: bool = False,
@@ -71,7 +75,14 @@ def run_unit(unit: Unit, work: Callable[[ArtifactWriter], dict], force: bool = F
     ``work`` fills ``writer.path`` (and ``writer.stats`` / ``writer.schema`` for the manifest) and returns the
     statistics to print. ``guard`` may refuse to replace what is there (not called with ``force``). ``force``
     discards a resumable unit's finished parts and writes it again.
+
+    Every run first refuses an input artifact made from something that has changed since
+    (:func:`spar.lineage.check_current`), and, while this process holds the output directory's lock, removes the
+    temporaries (``<artifact>.tmp-<pid>/``) that killed runs left beside the unit's output.
     """
+    check_all_current(unit.sources)
+    if unit.primary and holds_output_lock():
+        remove_stale_temporaries(unit.output.parent, [unit.output.name])
     writer = unit.writer()
     if not force and unit.up_to_date(writer.fingerprint):
         return {"skipped": True, **(on_skip(read_manifest(unit.output)) if on_skip else {})}
