@@ -48,7 +48,8 @@ def plan(cfg, force: bool = False) -> Unit:
                *model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)]
     if results_md.exists():
         inputs["results"] = file_fingerprint(results_md)
-        sources.append(lineage_source(results_md, "file"))
+    if is_complete(artifact_dir(cfg.output_dir, "evaluation")):  # the card quotes its results
+        sources.append(lineage_source(artifact_dir(cfg.output_dir, "evaluation")))
     # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint.
     config = {"publish": settings(cfg.publish), "base": settings(cfg.encode.base)}
     return Unit(model_output(cfg), kind="model", config=config, inputs=inputs,

@@ -150,9 +150,10 @@ def check_serves(info: dict[str, Any], section: IndexSection, seed: int, directo
     storage = info.get("storage", "pq" if info.get("type") == "ivfpq" else "float32")
     have = {"variant": info.get("variant"), "type": info.get("type"), **info.get("codec", {"storage": storage})}
     wanted = {"variant": section.variant, "type": section.type, **options.codec(section.type)}
-    if have.get("storage") == wanted["storage"] == "float32":  # float32 vectors do not depend on the codec options
-        have, wanted = ({k: d[k] for k in ("variant", "type", "storage")} for d in (have, wanted))
-    differ = [key for key in wanted if have.get(key) != wanted[key]]
+    main = ("variant", "type", "storage")
+    differ = [key for key in main if have.get(key) != wanted[key]]
+    if not differ and wanted["storage"] != "float32":  # then the codec's options (float32 vectors have none)
+        differ = [key for key in wanted if key not in main and have.get(key) != wanted[key]]
     if differ:
         names = ", ".join(f"{'experiment' if key == 'seed' else 'index'}.{key}={wanted[key]} (the index has "
                           f"{have.get(key)})" for key in differ)

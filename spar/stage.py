@@ -68,6 +68,13 @@ class Unit:
                 and (self.current is None or self.current()) and not changed_sources(self.output))
 
 
+def is_current(unit: Unit) -> bool:
+    """Whether ``unit``'s output is up to date (its stage would skip it); refuses, as running it would, an input
+    artifact made from something that has changed since (:func:`spar.lineage.check_current`)."""
+    check_all_current(unit.sources)
+    return unit.up_to_date(unit.writer().fingerprint)
+
+
 def run_unit(unit: Unit, work: Callable[[ArtifactWriter], dict], force: bool = False,
              on_skip: Callable[[dict], dict] | None = None, guard: Callable[[], None] | None = None) -> dict:
     """Write ``unit`` with ``work`` unless it is up to date (then ``{"skipped": True, **on_skip(manifest)}``).
@@ -80,11 +87,11 @@ def run_unit(unit: Unit, work: Callable[[ArtifactWriter], dict], force: bool = F
     (:func:`spar.lineage.check_current`), and, while this process holds the output directory's lock, removes the
     temporaries (``<artifact>.tmp-<pid>/``) that killed runs left beside the unit's output.
     """
-    check_all_current(unit.sources)
+    current = is_current(unit)
     if unit.primary and holds_output_lock():
         remove_stale_temporaries(unit.output.parent, [unit.output.name])
     writer = unit.writer()
-    if not force and unit.up_to_date(writer.fingerprint):
+    if not force and current:
         return {"skipped": True, **(on_skip(read_manifest(unit.output)) if on_skip else {})}
     if guard is not None and not force:
         guard()
@@ -127,6 +134,12 @@ class Stage:
             results[str(unit.output)] = self._run(cfg, unit, force)
             del unit
         return self.finish(cfg, results, None) if self.finish else results
+
+    def status(self, cfg: Any) -> dict[str, bool]:
+        """``{output: up to date}`` of every artifact the stage would write now, writing none of them (a plan still
+        makes what it depends on: label's teacher index). Refuses what running the stage would refuse."""
+        plan = self.plan(cfg, False)
+        return {str(unit.output): is_current(unit) for unit in ([plan] if isinstance(plan, Unit) else plan)}
 
     def _run(self, cfg: Any, unit: Unit, force: bool) -> dict:
         skipped, guarded = self.on_skip, self.guard
