@@ -76,7 +76,7 @@ def on_skip(cfg, manifest: dict) -> dict:
     return {"results": str(json_path), "table": md_path.read_text()}
 
 
-STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "evaluate"),
+STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
               summary="evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, "
               "evaluation/", plan=plan, work=work, on_skip=on_skip)
 run = STAGE.run

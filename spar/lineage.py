@@ -49,19 +49,32 @@ STAGE_OF = {"queries": "sample", "teacher_index": "label", "labels": "label", "l
             "model": "publish"}
 
 
+#: Content fingerprints of directories computed in this process, by the size and mtime of every file in them: a
+#: stage checks its Λ once per unit it writes, and hashing a transformer's weights each time would add seconds.
+_HASHED: dict[tuple[str, str], tuple[tuple, str]] = {}
+
+
+def _stat_signature(directory: Path) -> tuple:
+    return tuple(sorted((str(p.relative_to(directory)), p.stat().st_size, p.stat().st_mtime_ns)
+                        for p in directory.rglob("*") if p.is_file()))
+
+
 def fingerprint_of(path: str | Path, of: Of) -> str:
     """A source's fingerprint now: an artifact's manifest fingerprint, a file's, a Λ's files', a model's."""
     if of == "artifact":
         return manifest_fingerprint(path)
     if of == "file":
         return file_fingerprint(path)
-    if of == "files":
-        return directory_fingerprint(path)
-    if of == "model":
+    if of not in ("files", "model"):
+        raise ValueError(f"unknown kind of source {of!r}")
+    key, signature = (str(Path(path).absolute()), of), _stat_signature(Path(path))
+    cached = _HASHED.get(key)
+    if cached is None or cached[0] != signature:
         from spar.models import model_fingerprint
 
-        return model_fingerprint(str(path))
-    raise ValueError(f"unknown kind of source {of!r}")
+        fingerprint = directory_fingerprint(path) if of == "files" else model_fingerprint(str(path))
+        cached = _HASHED[key] = (signature, fingerprint)
+    return cached[1]
 
 
 def source(path: str | Path, of: Of | None = None) -> dict[str, str]:

@@ -617,10 +617,15 @@ def test_publish_replaces_only_what_it_wrote(tiny_run, tmp_path):
     (model / "mine").mkdir()
     (model / "mine" / "x.dat").write_bytes(b"mine")
     before = {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*") if p.is_file()}
-    for force in (False, True):
+    assert _publish_to(tiny_run, model).get("skipped")  # up to date: nothing to replace
+    import pipelines.publish
+
+    cfg = tiny_run["cfg"]
+    other = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"output": str(model), "license": "mit"})})
+    for publish in (lambda: pipelines.publish.run(other), lambda: _publish_to(tiny_run, model, force=True)):
         with pytest.raises(ArtifactError, match=rf"^{model}: holds files its earlier model artifact does not list "
                                                 r"\(mine/x.dat, notes.txt\); spar replaces only what it wrote"):
-            _publish_to(tiny_run, model, force=force)
+            publish()
     assert {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*") if p.is_file()} == before
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
     # Without them it is replaced in place (the directory itself stays), and an upload marker spar wrote is its own.
