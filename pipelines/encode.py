@@ -1,8 +1,9 @@
 """Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
 
 Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
-Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), ``queries-dev`` and
-``queries-test`` (:func:`spar.experiment.split_queries`, the split tune and evaluate use, when configured). Every
+Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), and each question
+set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.question_sets`, the
+splits tune and evaluate use). Every
 split is its own resumable artifact; see :mod:`spar.embeddings`.
 """
 
@@ -23,24 +24,29 @@ log = logging.getLogger(__name__)
 
 
 def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
-    """``{"queries-dev": [(id, text)], "queries-test": [...]}`` for the splits the data section configures: exactly
-    the queries tune and evaluate use (:func:`spar.experiment.split_queries`, seeded by ``experiment.seed``)."""
-    from spar.experiment import split_queries
+    """``{"queries-dev": [(id, text)], "queries-test-nq": [...]}`` for every split of every question set the config
+    defines (:mod:`spar.question_sets`): exactly the questions tune and evaluate use."""
+    from spar.question_sets import configured_splits, set_split
 
-    data = cfg.data
-    if not data.queries:
-        return {}
-    wanted = []
-    if data.qrels_dev or data.dev_holdout_fraction is not None:
-        wanted.append("dev")
-    if data.qrels_test:
-        wanted.append("test")
     sets = {}
-    for split in wanted:
-        queries = split_queries(cfg, split)
-        # qrels-file order, as stored before the split had one owner (unchanged vectors and fingerprints)
-        sets[f"queries-{split}"] = [(q, queries.texts[q]) for q in queries.qrels]
+    for name, split in configured_splits(cfg):
+        queries = set_split(cfg, name, split)
+        # a judged split in qrels-file order, as stored before the split had one owner (unchanged vectors and
+        # fingerprints); an answers-only split in its sorted order
+        order = queries.qrels if queries.qrels else queries.texts
+        sets[f"queries-{queries.split}"] = [(q, queries.texts[q]) for q in order]
     return sets
+
+
+def question_files(cfg, split: str) -> dict[str, str]:
+    """The fingerprint of the file a split's questions come from (``queries_file`` of the unnamed set)."""
+    from spar.question_sets import UNNAMED, configured_splits, embeddings_key
+
+    for name, part in configured_splits(cfg):
+        if split == f"queries-{embeddings_key(name, part)}":
+            path = cfg.data.queries if name == UNNAMED else getattr(cfg.data.question_sets[name], part)
+            return {"queries_file": file_fingerprint(path)}
+    return {}
 
 
 def load_encoder(cfg, name: str):
@@ -77,12 +83,20 @@ def encoder_sources(cfg, name: str) -> list[dict[str, str]]:
 
 
 def _query_files(cfg, split: str) -> list[dict[str, str]]:
-    """The files a split's queries are read from: the queries, and the qrels that choose them."""
+    """The files an embeddings split's questions are read from: the questions, and the qrels that choose them."""
     from spar.lineage import source
+    from spar.question_sets import UNNAMED, configured_splits, embeddings_key, set_files
 
-    d = cfg.data
-    qrels = d.qrels_test if split == "queries-test" or d.dev_holdout_fraction is not None else d.qrels_dev
-    return [source(path, "file") for path in (d.queries, qrels) if path]
+    files = set_files(cfg)
+    for name, part in configured_splits(cfg):
+        if split == f"queries-{embeddings_key(name, part)}":
+            if name == UNNAMED:
+                holdout = cfg.data.dev_holdout_fraction is not None
+                keys = ["queries", "qrels_test" if part == "test" or holdout else "qrels_dev"]
+            else:
+                keys = [f"{name}.{part}", f"{name}.qrels_{part}", f"{name}.answers"]
+            return [source(files[key], "file") for key in keys if key in files]
+    return []
 
 
 def passage_titles(cfg, encoder) -> bool:
@@ -107,10 +121,11 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
         unit = passages_unit(encoder, source, run.embeddings(name, "passages"), corpus_format=cfg.data.corpus_format,
                              on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
                              inputs=extra, **common)
-        unit.sources = [lineage_source(source, "file"), *made_from]
+        unit.sources = [*(lineage_source(path, "file") for path in ([source] if isinstance(source, Path) else source)),
+                        *made_from]
         yield unit
         for split, pairs in queries.items():
-            qinputs = {**extra, "queries_file": file_fingerprint(cfg.data.queries)}
+            qinputs = {**extra, **question_files(cfg, split)}
             unit = queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
             unit.sources = [*_query_files(cfg, split), *made_from]
             yield unit

@@ -8,23 +8,30 @@ logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluation.evaluate_ex
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
 from spar.artifacts import write_json_atomic
-from spar.evaluation import evaluate_experiment
+from spar.evaluation import evaluate_sets, results_markdown, results_payload
 from spar.experiment import ExperimentInputs
 from spar.index import INDEX_MANIFEST, check_serves
 from spar.lineage import source
 from spar.preflight import check_inputs, skipped_records
+from spar.question_sets import configured_splits, embeddings_key, set_files
 from spar.run_context import RunContext
 from spar.stage import Stage, Unit, settings
 
 
+def _result_paths(cfg) -> list[Path]:
+    context = RunContext(cfg)
+    return [path for stem in context.results_groups for path in context.results_file(stem)]
+
+
 def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
-    json_path, md_path = RunContext(cfg).results
-    fingerprints = inputs.input_fingerprints(["test"])
-    sources = inputs.sources(["test"])
+    test_keys = [embeddings_key(name, split) for name, split in configured_splits(cfg) if split == "test"]
+    fingerprints = inputs.input_fingerprints(test_keys)
+    sources = inputs.sources(test_keys)
     for name in ("tune", "index", "teacher_index"):
         d = artifact_dir(cfg.output_dir, name)
         if is_complete(d):
@@ -34,46 +41,65 @@ def plan(cfg, force: bool = False) -> Unit:
     if index_info.is_file():  # an override the index cannot honour is refused, also when the results are up to date
         check_serves(json.loads(index_info.read_text()), cfg.index, cfg.experiment.seed, index_info.parent)
     d = cfg.data
-    for name, path in {"queries": d.queries, "qrels_test": d.qrels_test, "answers": cfg.evaluate.answers}.items():
-        if path:
+    for name, path in set_files(cfg).items():
+        if name not in ("qrels_dev",) and not name.endswith((".dev", ".qrels_dev")):
             fingerprints[name] = file_fingerprint(path)
             sources.append(source(path, "file"))
+    paths = _result_paths(cfg)
     config = {"evaluate": settings(cfg.evaluate),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
               "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": d.dev_holdout_fraction,
-              "seed": cfg.experiment.seed, "results": str(json_path)}
+              "seed": cfg.experiment.seed, "results": str(paths[0])}
+    if d.question_sets:
+        config.update(results=[str(p) for p in paths], question_sets={
+            name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
     if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
         config["search"] = {k: getattr(cfg.index, k) for k in ("hnsw_ef_search", "nprobe")}
     return Unit(artifact_dir(cfg.output_dir, "evaluation"), kind="evaluation", config=config, inputs=fingerprints,
-                current=lambda: json_path.exists() and md_path.exists(), payload=inputs, sources=sources)
+                current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    json_path, md_path = RunContext(cfg).results
+    context = RunContext(cfg)
     ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
-    report = evaluate_experiment(cfg, unit.payload, runs_dir=w.path / "runs")
-    report.details["skipped_records"] = skipped
-    payload = report.to_json()
-    write_json_atomic(w.path / "results.json", payload)
-    w.stats = {"systems": report.systems, "mu": report.mu, "alpha": report.alpha, "rbo": report.rbo,
-               "shuffled": report.shuffled, "skipped_records": skipped}
-    w.schema = {"runs/<system>.trec": "qid Q0 docid rank score tag", "results.json": "as results/<name>.json"}
-    table = report.markdown()
-    write_json_atomic(json_path, payload)
-    md_path.write_text(table + f"\n`{report.command}`\n", encoding="utf-8")
-    columns = ["system", *report.metrics, "rbo", "shuffled_delta"]
-    rows = [[name, *[values.get(m) for m in report.metrics], report.rbo.get(name),
-             report.shuffled.get(name, {}).get("delta")] for name, values in report.systems.items()]
-    figures = {f"{s}/{m}": v for s, values in report.systems.items() for m, v in values.items()}
-    RunContext(cfg).wandb_log("evaluate", figures, tables={"results": (columns, rows)},
-                              mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project)
-    return {"results": str(json_path), "runs": str(unit.output / "runs"), "table": table}
+    reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs")
+    tables, written = [], []
+    for stem, names in context.results_groups.items():
+        group = {name: reports[name] for name in names}
+        for report in group.values():
+            report.details["skipped_records"] = skipped
+        payload, table = results_payload(group), results_markdown(group)
+        json_path, md_path = context.results_file(stem)
+        write_json_atomic(json_path, payload)
+        md_path.write_text(table + f"\n`{next(iter(group.values())).command}`\n", encoding="utf-8")
+        tables.append(table)
+        written.append(str(json_path))
+    write_json_atomic(w.path / "results.json", {name or context.dataset: r.to_json() for name, r in reports.items()})
+    w.stats = {name or "test": {"systems": r.systems, "mu": r.mu, "alpha": r.alpha, "rbo": r.rbo,
+                                "shuffled": r.shuffled} for name, r in reports.items()}
+    if list(reports) == [""]:  # one set: the stats as they always were
+        w.stats = w.stats["test"]
+    w.stats["skipped_records"] = {k: sum(v.values()) for k, v in skipped.items()}
+    w.schema = {"runs/[<set>/]<system>.trec": "qid Q0 docid rank score tag",
+                "results.json": "as results/<name>.json, by question set"}
+    rows, figures = [], {}
+    for name, report in reports.items():
+        for system, values in report.systems.items():
+            rows.append([name, system, *[values.get(m) for m in report.metrics], report.rbo.get(system),
+                         report.shuffled.get(system, {}).get("delta")])
+            figures.update({f"{name + '/' if name else ''}{system}/{m}": v for m, v in values.items()})
+    first = next(iter(reports.values()))
+    columns = ["set", "system", *first.metrics, "rbo", "shuffled_delta"]
+    context.wandb_log("evaluate", figures, tables={"results": (columns, rows)},
+                      mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project)
+    return {"results": ", ".join(written), "runs": str(unit.output / "runs"), "table": "\n".join(tables)}
 
 
 def on_skip(cfg, manifest: dict) -> dict:
-    json_path, md_path = RunContext(cfg).results
-    return {"results": str(json_path), "table": md_path.read_text()}
+    context = RunContext(cfg)
+    files = [context.results_file(stem) for stem in context.results_groups]
+    return {"results": ", ".join(str(j) for j, _ in files), "table": "\n".join(md.read_text() for _, md in files)}
 
 
 STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),

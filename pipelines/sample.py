@@ -9,16 +9,16 @@ Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` 
 from __future__ import annotations
 
 from spar import schemas
-from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, fingerprint_dict
+from spar.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
 from spar.config import SparConfig
 from spar.lineage import source as lineage_source
-from spar.readers import ReadStats, read_corpus
+from spar.readers import ReadStats, corpus_files, corpus_fingerprint, read_corpus
 from spar.sampling import write_query_set
 from spar.stage import Stage, Unit, settings
 
 
 def _passages_source(cfg: SparConfig) -> dict:
-    return {"corpus": file_fingerprint(cfg.data.corpus), "format": cfg.data.corpus_format}
+    return {"corpus": corpus_fingerprint(cfg.data.corpus), "format": cfg.data.corpus_format}
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
@@ -28,7 +28,8 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
     return Unit(artifact_dir(cfg.output_dir, "queries"), kind="queries", config=config,
-                inputs={"corpus": source["corpus"]}, sources=[lineage_source(cfg.data.corpus, "file")])
+                inputs={"corpus": source["corpus"]},
+                sources=[lineage_source(path, "file") for path in corpus_files(cfg.data.corpus)])
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

@@ -30,6 +30,23 @@ def _results_table(payload: dict, experiment: str):
     return table
 
 
+def _sets_table(payload: dict, experiment: str):
+    """Several question sets: the first shared measure, systems x sets."""
+    from rich.table import Table
+
+    summary = payload.get("summary", {})
+    measure = next(iter(summary), None)
+    sets = list(payload.get("sets", {}))
+    table = Table(title=f"{experiment}: {measure} by question set (test)", title_justify="left",
+                  header_style="bold")
+    table.add_column("system")
+    for name in sets:
+        table.add_column(name, justify="right")
+    for system, values in (summary.get(measure, {}) if measure else {}).items():
+        table.add_row(system, *[f"{values[n]:.4f}" if n in values else "" for n in sets])
+    return table
+
+
 def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str, int]] | None = None) -> None:
     """Print the summary of a ``spar run`` whose stages reported ``stages`` (name -> statistics with seconds)."""
     from rich.console import Console
@@ -48,11 +65,16 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
 
     from spar.run_context import RunContext
 
-    results = RunContext(cfg).results[0]
-    if results.exists():
-        payload = json.loads(results.read_text())
-        lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
-        console.print(_results_table(payload, f"experiment {cfg.experiment.name}, Λ {lam}"))
+    context = RunContext(cfg)
+    results = context.results[0]
+    lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
+    for stem in context.results_groups:
+        path = context.results_file(stem)[0]
+        if path.exists():
+            payload = json.loads(path.read_text())
+            title = f"experiment {cfg.experiment.name}" + (f" ({stem})" if stem != cfg.experiment.name else "")
+            printer = _sets_table if "sets" in payload else _results_table
+            console.print(printer(payload, f"{title}, Λ {lam}"))
     if skipped:
         from spar.preflight import describe_skipped
 

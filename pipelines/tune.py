@@ -11,35 +11,55 @@ from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write
 from spar.experiment import ExperimentInputs
 from spar.index import IndexOptions
 from spar.lineage import source
+from spar.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
 from spar.run_context import RunContext
 from spar.stage import Stage, Unit, settings
 from spar.tuning import plot_curve, tune_experiment
 
 
+def _data_files(cfg) -> dict[str, str]:
+    """The question files tune reads: the unnamed set's queries and dev qrels (its test qrels with a dev hold-out),
+    or every file of the named sets it tunes on."""
+    d = cfg.data
+    if d.question_sets:
+        used = set(pooled_sets(cfg)) | set(own_mu_sets(cfg))
+        files = {k: v for k, v in set_files(cfg).items() if k.split(".")[0] in used and not k.endswith("test")}
+    else:
+        files = {"queries": d.queries, "qrels_dev": d.qrels_dev,
+                 "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
+    return {name: path for name, path in files.items() if path}
+
+
 def _data_inputs(cfg) -> dict[str, str]:
-    d = cfg.data
-    files = {"queries": d.queries, "qrels_dev": d.qrels_dev,
-             "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
-    return {name: file_fingerprint(path) for name, path in files.items() if path}
+    return {name: file_fingerprint(path) for name, path in _data_files(cfg).items()}
 
 
-def _data_sources(cfg) -> list[dict[str, str]]:
-    d = cfg.data
-    files = (d.queries, d.qrels_dev, d.qrels_test if d.dev_holdout_fraction else None)
-    return [source(path, "file") for path in files if path]
+def dev_keys(cfg) -> list[str]:
+    """The embeddings keys of the dev splits tune reads."""
+    if not cfg.data.question_sets:
+        return ["dev"]
+    return [embeddings_key(name, "dev") for name in dict.fromkeys([*pooled_sets(cfg), *own_mu_sets(cfg)])]
+
+
+def _set_settings(cfg) -> dict:
+    """The question-set options that change what tune computes (none for the unnamed set: fingerprints unchanged)."""
+    if not cfg.data.question_sets:
+        return {}
+    return {"question_sets": {name: {"answer_match": qs.answer_match, "dev_sample": qs.dev_sample,
+                                     "own_mu": qs.own_mu} for name, qs in cfg.data.question_sets.items()}}
 
 
 def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
-    fingerprints = {**inputs.input_fingerprints(["dev"]), **_data_inputs(cfg)}
-    sources = [*inputs.sources(["dev"]), *_data_sources(cfg)]
+    fingerprints = {**inputs.input_fingerprints(dev_keys(cfg)), **_data_inputs(cfg)}
+    sources = [*inputs.sources(dev_keys(cfg)), *(source(path, "file") for path in _data_files(cfg).values())]
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
         sources.append(source(artifact_dir(cfg.output_dir, "teacher_index")))
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
     config = {"tune": settings(cfg.tune), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
-              "served_passages": codec}
+              "served_passages": codec, **_set_settings(cfg)}
     return Unit(artifact_dir(cfg.output_dir, "tune"), kind="tune", config=config, inputs=fingerprints,
                 payload=inputs, sources=sources)
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from spar.config_fields import PATH, PATH_OR_ID, RUNTIME, resolve_paths, section_type
+from spar.config_fields import ADDED_LATER, PATH, PATH_OR_ID, RUNTIME, resolve_paths, section_type
 from spar.errors import ConfigError
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
@@ -83,10 +83,46 @@ class ExperimentSection(Section):
         return value
 
 
+class QuestionSetSection(Section):
+    """One evaluation question set (``data.question_sets.<name>``): its dev and test questions, judged by qrels, by
+    reference answers (Acc@k), or both."""
+
+    dev: str | None = Field(
+        None, json_schema_extra=PATH, description="Dev questions: open-domain QA JSONL (_id, question, answers), "
+        "DPR's question<TAB>[answers] file, or BEIR queries.jsonl (then give qrels_dev and/or answers).")
+    test: str | None = Field(None, json_schema_extra=PATH, description="Test questions (same formats as dev).")
+    qrels_dev: str | None = Field(None, json_schema_extra=PATH, description="Qrels of the dev questions, if any.")
+    qrels_test: str | None = Field(None, json_schema_extra=PATH, description="Qrels of the test questions, if any.")
+    answers: str | None = Field(
+        None, json_schema_extra=PATH, description="Answers file ({_id, answers} JSONL) when the question files carry "
+        "none (SQuAD's BEIR layout).")
+    answer_match: Literal["string", "regex"] = Field(
+        "string", description="Acc@k matching: DPR's token-subsequence 'string' or 'regex' (CuratedTREC).")
+    dev_sample: int | None = Field(
+        None, ge=1, description="Tune on a seeded sample of at most this many dev questions of this set.")
+    own_mu: bool = Field(
+        False, description="Tune μ and α on this set's own dev split and use them for its test split (else the "
+        "experiment's μ, tuned on tune.sets, serves it).")
+    results: str | None = Field(
+        None, description="Name of the results file this set's table goes to (results/<results>.json and .md; "
+        "default: the experiment's name).")
+
+    @model_validator(mode="after")
+    def _has_questions(self) -> "QuestionSetSection":
+        if self.dev is None and self.test is None:
+            raise ValueError("a question set needs 'dev' and/or 'test' questions")
+        if self.own_mu and self.dev is None:
+            raise ValueError("own_mu needs the set's 'dev' questions")
+        if self.results is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", self.results):
+            raise ValueError(f"results={self.results!r} is not a plain file name")
+        return self
+
+
 class DataSection(Section):
-    corpus: str = Field(
+    corpus: str | list[str] = Field(
         ..., json_schema_extra=PATH,
-        description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL).")
+        description="Passage corpus file (BEIR corpus.jsonl, DPR TSV, MS MARCO TSV or JSONL; '.gz' read as a stream), "
+        "or a list of such files read as one corpus (an id in two of them is an error).")
     corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
         "auto", description="Corpus format; 'auto' infers it from the file name and first line."
     )
@@ -101,6 +137,19 @@ class DataSection(Section):
         description="For collections with one qrels file (Cranfield): a seeded fraction of qrels_test's queries is "
         "held out for tuning and removed from the reported set. Leave qrels_dev empty when set.",
     )
+    question_sets: dict[str, QuestionSetSection] = Field(
+        default_factory=dict, json_schema_extra=ADDED_LATER,
+        description="Several evaluation question sets by name (open-domain QA: nq, trivia, ...), instead of "
+        "queries/qrels_dev/qrels_test: each with dev and/or test questions judged by qrels and/or answers; tune "
+        "pools the dev splits of tune.sets, evaluate reports every test split.")
+
+    @field_validator("question_sets")
+    @classmethod
+    def _set_names(cls, value: dict[str, QuestionSetSection]) -> dict[str, QuestionSetSection]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name):
+                raise ValueError(f"question set name {name!r}: use letters, digits, '_' and '-'")
+        return value
 
     @model_validator(mode="after")
     def _dev_is_not_test(self) -> "DataSection":
@@ -108,6 +157,17 @@ class DataSection(Section):
             raise ValueError("data.qrels_dev and data.qrels_test are the same file: never tune on the test split")
         if self.dev_holdout_fraction is not None and self.qrels_dev:
             raise ValueError("set either data.qrels_dev or data.dev_holdout_fraction, not both")
+        if self.question_sets and (self.queries or self.qrels_dev or self.qrels_test):
+            raise ValueError("set either data.queries/qrels_dev/qrels_test (one question set) or "
+                             "data.question_sets (several), not both")
+        for name, qs in self.question_sets.items():
+            for split in ("dev", "test"):
+                judged = getattr(qs, f"qrels_{split}")
+                if judged and getattr(qs, split) and Path(judged).resolve() == Path(getattr(qs, split)).resolve():
+                    raise ValueError(f"data.question_sets.{name}: qrels_{split} is the questions file itself")
+            if qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve():
+                raise ValueError(f"data.question_sets.{name}: dev and test are the same file: never tune on the "
+                                 "test split")
         return self
 
 
@@ -133,6 +193,11 @@ class SampleSection(Section):
     dev_fraction: float = Field(0.01, ge=0.0, lt=1.0, description="Fraction of queries held out as the dev split.")
     max_dev_queries: int = Field(2000, ge=0, description="Cap on dev queries (the surrogate index has 2N passages).")
     max_queries: int | None = Field(None, ge=1, description="Cap on training queries (after sampling), for smoke runs.")
+    train_sample: int | None = Field(
+        None, ge=1, json_schema_extra=ADDED_LATER,
+        description="Keep a seeded random sample of this many training queries, drawn from every sentence the "
+        "strategy samples over the whole corpus (the statistics count them all); the labelling budget of a machine "
+        "that cannot label them all. None keeps every one.")
     shard_size: int = Field(100_000, ge=1, description="Queries per Arrow shard.")
 
 
@@ -357,9 +422,14 @@ class EncodeSection(Section):
 
 
 class TuneSection(Section):
-    metric: Literal["nDCG@10", "MRR@10", "R@100", "R@20"] = Field(
-        "nDCG@10", description="Selection metric: nDCG@10 (BEIR), MRR@10 (MS MARCO), R@100 (open-domain QA)."
+    metric: Literal["nDCG@10", "MRR@10", "R@100", "R@20", "Acc@5", "Acc@20", "Acc@100"] = Field(
+        "nDCG@10", description="Selection metric: nDCG@10 (BEIR), MRR@10 (MS MARCO), R@100, or Acc@k (open-domain "
+        "QA: a question counts when an answer is in its top k passages; needs answers)."
     )
+    sets: list[str] | None = Field(
+        None, json_schema_extra=ADDED_LATER,
+        description="Question sets (data.question_sets) whose dev splits are pooled to tune the experiment's μ "
+        "and α (default: every set with dev questions that does not tune its own).")
     variant: Literal["concat", "sum"] = Field("concat", description="Which SPAR combination mu is tuned for.")
     grid: list[float] | None = Field(None, description="Explicit mu grid (default: 0.1..1.0 and reciprocals).")
     candidates: int | None = Field(
@@ -464,6 +534,18 @@ class SparConfig(Section):
         if value is None:
             raise ValueError("the 'data' section is required (at least data.corpus)")
         return value
+
+    @model_validator(mode="after")
+    def _tune_sets_exist(self) -> "SparConfig":
+        sets = self.data.question_sets
+        for name in self.tune.sets or []:
+            if name not in sets:
+                raise ValueError(f"tune.sets names {name!r}, which is not in data.question_sets ({sorted(sets)})")
+            if sets[name].dev is None:
+                raise ValueError(f"tune.sets names {name!r}, which has no dev questions")
+        if self.tune.sets is not None and not sets:
+            raise ValueError("tune.sets needs data.question_sets")
+        return self
 
 
 # ----------------------------------------------------------------------------------------------------------------

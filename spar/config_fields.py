@@ -31,6 +31,15 @@ PATH_OR_ID: JsonDict = {"config_path": "path-or-id"}
 #: devices, W&B mode, upload target): left out of fingerprints (:func:`spar.stage.settings`), so changing it
 #: neither re-runs a stage nor discards resumable work.
 RUNTIME: JsonDict = {"runtime_only": True}
+#: ``json_schema_extra`` of an option added after runs were made: while it has its default it is left out of
+#: fingerprints, so runs made before it existed stay up to date (:func:`spar.stage.settings`).
+ADDED_LATER: JsonDict = {"omit_at_default": True}
+
+
+def is_omitted_at_default(field: Any) -> bool:
+    """Whether a section's field is marked :data:`ADDED_LATER`."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("omit_at_default"))
 
 
 def is_runtime_only(field: Any) -> bool:
@@ -40,11 +49,21 @@ def is_runtime_only(field: Any) -> bool:
 
 
 def section_type(annotation: Any) -> type[BaseModel] | None:
-    """The section class of a field (``Section`` or ``Section | None``), else None."""
+    """The section class of a field (``Section`` or ``Section | None``), else None (a map of sections is not one)."""
+    if typing.get_origin(annotation) is dict:
+        return None
     for candidate in (annotation, *typing.get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
     return None
+
+
+def section_map_type(annotation: Any) -> type[BaseModel] | None:
+    """The section class of a field that maps names to sections (``dict[str, Section]``), else None."""
+    if typing.get_origin(annotation) is not dict:
+        return None
+    value = typing.get_args(annotation)[-1]
+    return value if isinstance(value, type) and issubclass(value, BaseModel) else None
 
 
 def resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
@@ -54,6 +73,11 @@ def resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
     for name, field in model.model_fields.items():
         key = field.alias or name
         value = tree.get(key)
+        mapped = section_map_type(field.annotation)
+        if mapped is not None:
+            for item in (value or {}).values() if isinstance(value, dict) else ():
+                resolve_paths(item, mapped, base)
+            continue
         section = section_type(field.annotation)
         if section is not None:
             if isinstance(value, str) and "path" in section.model_fields:  # `encode.lambda: <path>` shorthand
@@ -62,9 +86,20 @@ def resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
             continue
         rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
             else None
-        if rule is None or not isinstance(value, str) or not value or Path(value).is_absolute():
+        if rule is None or key not in tree:
             continue
-        if value.startswith("~"):
-            tree[key] = str(Path(value).expanduser())
-        elif rule == "path" or value.startswith(".") or (base / value).exists():
-            tree[key] = os.path.normpath(base.resolve() / value)
+        if isinstance(value, list):  # a list of paths (data.corpus: several files)
+            tree[key] = [_resolved(item, str(rule), base) for item in value]
+        else:
+            tree[key] = _resolved(value, str(rule), base)
+
+
+def _resolved(value: Any, rule: str, base: Path) -> Any:
+    """``value`` resolved against ``base`` when it is a relative path (a name or hub id is left as it is)."""
+    if not isinstance(value, str) or not value or Path(value).is_absolute():
+        return value
+    if value.startswith("~"):
+        return str(Path(value).expanduser())
+    if rule == "path" or value.startswith(".") or (base / value).exists():
+        return os.path.normpath(base.resolve() / value)
+    return value

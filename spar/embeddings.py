@@ -50,7 +50,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -403,33 +403,35 @@ def _progress(show: bool, total: int | None, desc: str):
 def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_format: str, on_bad_record: OnBad,
                     use_titles: bool = True) -> tuple[Iterable[list[tuple[str, Any]]], dict[str, str], int | None]:
     """Shards of (id, (title, text)) from ``passages.arrow``, a corpus file, or an iterable of passages."""
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.exists():
-            raise ArtifactError(f"passages not found: {path}")
-        if path.suffix == ".arrow":
+    from spar.readers import corpus_fingerprint, corpus_files, is_corpus_files, read_corpus
+
+    if is_corpus_files(source):
+        for path in corpus_files(source):
+            if not path.exists():
+                raise ArtifactError(f"passages not found: {path}")
+        if isinstance(source, (str, Path)) and Path(source).suffix == ".arrow":
             from spar.passages import PassagesTable
 
-            table = PassagesTable.open(path, use_titles)
+            table = PassagesTable.open(source, use_titles)
             shards = (list(zip(ids, zip(titles, texts))) for ids, titles, texts in table.iter_slices(shard_size))
-            return shards, {"passages": file_fingerprint(path)}, len(table)
-        from spar.readers import read_corpus
-
+            return shards, {"passages": file_fingerprint(source)}, len(table)
         stream = ((p.id, (p.title if use_titles else "", p.text))
-                  for p in read_corpus(path, corpus_format, on_bad_record))
-        return _shard_source(stream, shard_size), {"passages": file_fingerprint(path)}, None
+                  for p in read_corpus(source, corpus_format, on_bad_record))
+        return _shard_source(stream, shard_size), {"passages": corpus_fingerprint(source)}, None
+
+    records_source = cast(Iterable, source)
 
     def items(records: Iterable) -> Iterator[tuple[str, Any]]:
         for p in records:
             pid, title, text = (p.id, p.title, p.text) if hasattr(p, "id") else p
             yield pid, (title if use_titles else "", text)
 
-    if isinstance(source, Sequence):  # in memory: its content identifies it
+    if isinstance(records_source, Sequence):  # in memory: its content identifies it
         h = hashlib.sha256()
-        for pid, (title, text) in items(source):
+        for pid, (title, text) in items(records_source):
             h.update(json.dumps([pid, title, text], ensure_ascii=False).encode())
-        return _shard_source(items(source), shard_size), {"passages": h.hexdigest()[:16]}, len(source)
-    return _shard_source(items(source), shard_size), {}, None
+        return _shard_source(items(records_source), shard_size), {"passages": h.hexdigest()[:16]}, len(records_source)
+    return _shard_source(items(records_source), shard_size), {}, None
 
 
 def encode_passages(

@@ -39,8 +39,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete, read_manifest
-from spar.errors import ArtifactError, BadRecordError
-from spar.experiment import ExperimentInputs, SplitQueries, dense_search, split_queries
+from spar.errors import ArtifactError
+from spar.experiment import ExperimentInputs, dense_search
+from spar.question_sets import SplitQueries
 from spar.metrics import evaluate_run, mean_rbo, ranked_run
 from spar.run_context import RunContext
 from spar.tuning import hybrid_fuse, read_tuned, resolve_candidates
@@ -125,13 +126,25 @@ class EvaluationReport:
 
 def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
                         progress: Callable[[str], None] = log.info) -> EvaluationReport:
-    """Run every system on the test split, compute metrics, RBO and the shuffled-query analysis.
+    """Run every system on the test split of the experiment's one question set: metrics, RBO, shuffled queries
+    (:func:`evaluate_sets` for experiments with several)."""
+    reports = evaluate_sets(cfg, inputs, runs_dir, progress)
+    if len(reports) != 1:
+        raise ValueError(f"the experiment has {len(reports)} test sets ({sorted(reports)}): use evaluate_sets")
+    return next(iter(reports.values()))
 
-    ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline).
+
+def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
+                  progress: Callable[[str], None] = log.info) -> dict[str, EvaluationReport]:
+    """Run every system on every configured test split (:func:`spar.question_sets.test_splits`), each with the μ
+    and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
+
+    ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline; a named set's in
+    ``<runs_dir>/<set>/``).
     """
-    from spar.index import SparIndex, build_spar_index, check_serves, spar_query_vectors
+    from spar.index import SparIndex, build_spar_index, check_serves
+    from spar.question_sets import test_splits
 
-    ev = cfg.evaluate
     inputs = inputs or ExperimentInputs(cfg)
     index_dir = artifact_dir(cfg.output_dir, "index")
     if not is_complete(index_dir):
@@ -139,20 +152,47 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
     spar_index = SparIndex.load(index_dir)
     check_index_is_current(spar_index, index_dir, inputs)
     check_serves(spar_index.info, cfg.index, cfg.experiment.seed, index_dir)  # what is recorded is what is served
-    search_params = {k: getattr(cfg.index, k) for k in ("hnsw_ef_search", "nprobe")}
-    spar_index.set_search_params(**search_params)
-    tuned = read_tuned(cfg.output_dir)
-    tuned.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
+    spar_index.set_search_params(**search_params(cfg))
+    tuned_all = read_tuned(cfg.output_dir)
+    tuned_all.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
+    base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
+    sum_index = None
+    if base_p.shape[1] == lambda_p.shape[1]:
+        sum_index = build_spar_index(np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32), "sum", "flat")
+    context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
+    reports = {}
+    for test in test_splits(cfg):
+        set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
+        reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress)
+    return reports
+
+
+@dataclass
+class SharedInputs:
+    """What every test set's evaluation reads: the artifacts, the loaded SPAR index, passage vectors."""
+
+    inputs: ExperimentInputs
+    spar_index: Any
+    base_p: Any
+    lambda_p: Any
+    sum_index: Any
+
+
+def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
+                    progress: Callable[[str], None]) -> EvaluationReport:
+    from spar.index import spar_query_vectors
+
+    ev = cfg.evaluate
+    inputs, spar_index, sum_index = shared.inputs, shared.spar_index, shared.sum_index
+    base_p, lambda_p = shared.base_p, shared.lambda_p
+    index_dir = artifact_dir(cfg.output_dir, "index")
     mu = tuned.mu()
     alpha = tuned.alpha
     # The hybrid fuses lists as deep as the ones its α was tuned on.
     k0 = max(ev.k, int(tuned.candidates or resolve_candidates(cfg.tune.candidates, cfg.tune.metric)))
     k = ev.k
-    metrics = list(ev.metrics)
-    primary = metrics[0]
-    test = split_queries(cfg, "test")
+    metrics = list(ev.metrics) if test.qrels else []
     doc_ids = inputs.doc_ids
-    base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
 
     spar_variant = getattr(spar_index, "variant", None) or read_manifest(index_dir)["stats"].get("variant", "concat")
     if spar_variant not in tuned.variants:
@@ -161,12 +201,9 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
                             f"tune.variant={spar_variant}, or rebuild the index")
     spar_mu = tuned.mu(spar_variant)
     sum_mu = tuned.mu("sum") if "sum" in tuned.variants else None
-    sum_index = None
-    if base_p.shape[1] == lambda_p.shape[1]:
-        sum_index = build_spar_index(np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32), "sum", "flat")
-        if sum_mu is None:
-            log.warning("μ was not tuned for the 'sum' variant; spar_sum uses the concat μ=%g", mu)
-            sum_mu = mu
+    if sum_index is not None and sum_mu is None:
+        log.warning("μ was not tuned for the 'sum' variant; spar_sum uses the concat μ=%g", mu)
+        sum_mu = mu
 
     def run_systems(queries: SplitQueries, which: Sequence[str]) -> dict[str, dict[str, list[tuple[str, float]]]]:
         runs: dict[str, dict[str, list[tuple[str, float]]]] = {}
@@ -193,31 +230,40 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
                                              cfg.tune.hybrid_normalize, k) for q in ids}
         return runs
 
-    progress(f"running {len(SYSTEMS)} systems on {len(test.ids)} test queries")
+    where = f"{len(test.ids)} test queries" + (f" of {test.name}" if test.name else "")
+    progress(f"running {len(SYSTEMS)} systems on {where}")
     runs = run_systems(test, SYSTEMS)
-    systems = {name: evaluate_run(test.qrels, runs[name], metrics) for name in SYSTEMS if name in runs}
+    systems: dict[str, dict[str, float]] = {name: evaluate_run(test.qrels, runs[name], metrics) if metrics else {}
+                                            for name in SYSTEMS if name in runs}
 
-    if ev.answers:
-        from spar.metrics import answer_accuracy, read_answers
+    accuracy_at = [a for a in ev.accuracy_at if a <= k]
+    if test.answers is not None:
+        from spar.metrics import answer_accuracy
 
-        answers = {q: a for q, a in read_answers(ev.answers).items() if q in test.texts}
-        if not answers:
-            raise BadRecordError(ev.answers, None, "no answers for any test query")
-        texts = passage_texts(cfg, {d for run in runs.values() for hits in run.values() for d, _ in hits})
-        ks = [a for a in ev.accuracy_at if a <= k]
+        texts = passage_texts(inputs, {d for run in runs.values() for hits in run.values() for d, _ in hits})
         for name, run in runs.items():
-            systems[name].update(answer_accuracy(run, answers, texts, ks, ev.answer_match))
+            systems[name].update(answer_accuracy(run, test.answers, texts, accuracy_at, test.answer_match))
+    primary = metrics[0] if metrics else f"Acc@{accuracy_at[0]}"
 
     rbo = {name: mean_rbo(runs[name], runs["bm25"], ev.rbo_p, depth=k, queries=test.ids)
            for name in DENSE_SYSTEMS if name in runs}
 
     shuffled: dict[str, dict[str, float]] = {}
     if ev.shuffled:
-        progress("re-running bm25, base, lambda and spar on token-shuffled test queries")
+        progress(f"re-running bm25, base, lambda and spar on token-shuffled {where}")
         shuffled_test = shuffled_queries(test, cfg.experiment.seed)
         shuffled_runs = run_systems(shuffled_test, ("bm25", "base", "lambda", "spar"))
+        if test.answers is not None and not metrics:
+            from spar.metrics import answer_accuracy
+
+            texts = passage_texts(inputs, {d for run in shuffled_runs.values() for hits in run.values()
+                                           for d, _ in hits})
         for name, run in shuffled_runs.items():
-            value = evaluate_run(test.qrels, run, [primary])[primary]
+            if metrics:
+                value = evaluate_run(test.qrels, run, [primary])[primary]
+            else:
+                value = answer_accuracy(run, test.answers or {}, texts, [accuracy_at[0]],
+                                        test.answer_match)[primary]
             shuffled[name] = {primary: value, "delta": value - systems[name][primary]}
         changed = sum(1 for q in test.ids if shuffled_test.texts[q] != test.texts[q])
         shuffled_info = {"queries_changed": changed, "seed": cfg.experiment.seed}
@@ -232,17 +278,62 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
     details = {
         "split": "test", "queries": len(test.ids), "metrics": metrics, "k": k, "variant": spar_variant,
+        "judged_by": test.judged_by, "answer_match": test.answer_match if test.answers is not None else None,
+        "accuracy_at": accuracy_at if test.answers is not None else [],
         "mu_sum": sum_mu if sum_index is not None else None, "rbo_p": ev.rbo_p, "rbo_depth": k,
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
-                  **({"search": search_params} if spar_index.info.get("type") != "flat" else {})},
+                  **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
     }
+    if test.name:
+        details.update(question_set=test.name, tuned_on=tuned.payload.get("dev_sets"))
     context = RunContext(cfg)
-    return EvaluationReport(context.dataset, metrics, systems, spar_mu, alpha, rbo, shuffled, runs, details,
+    dataset = f"{context.dataset}: {test.name}" if test.name else context.dataset
+    return EvaluationReport(dataset, metrics or [primary], systems, spar_mu, alpha, rbo, shuffled, runs, details,
                             context.command_line("evaluate"))
+
+
+def results_payload(reports: dict[str, EvaluationReport]) -> dict[str, Any]:
+    """``results/<stem>.json``: one report as it always was, or several question sets' under ``sets`` with a
+    ``summary`` (measure -> system -> set -> value) of the measures they share."""
+    if list(reports) == [""]:
+        return reports[""].to_json()
+    first = next(iter(reports.values()))
+    return {"dataset": first.dataset.split(":")[0], "sets": {name: r.to_json() for name, r in reports.items()},
+            "summary": _summary(reports), "command": first.command}
+
+
+def _summary(reports: dict[str, EvaluationReport]) -> dict[str, dict[str, dict[str, float]]]:
+    measures = [m for m in next(iter(reports.values())).systems.get("bm25", {})
+                if all(m in r.systems.get("bm25", {}) for r in reports.values())]
+    return {m: {system: {name: r.systems[system][m] for name, r in reports.items() if system in r.systems}
+                for system in SYSTEMS if any(system in r.systems for r in reports.values())} for m in measures}
+
+
+def results_markdown(reports: dict[str, EvaluationReport]) -> str:
+    """The results tables: one report's table, or for several question sets a summary table per shared measure
+    (systems x sets, with their mean) followed by each set's own table."""
+    if list(reports) == [""]:
+        return reports[""].markdown()
+    lines = []
+    names = list(reports)
+    for measure, by_system in _summary(reports).items():
+        lines += [f"**{measure}** by question set", "", "| system | " + " | ".join(names) + " | mean |",
+                  "|---|" + "---:|" * (len(names) + 1)]
+        for system, values in by_system.items():
+            cells = [f"{values[n]:.4f}" if n in values else "" for n in names]
+            mean = f"{sum(values.values()) / len(values):.4f}" if len(values) == len(names) else ""
+            lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
+        lines.append("")
+    return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
+
+
+def search_params(cfg) -> dict[str, int]:
+    """The search-time settings (``index.hnsw_ef_search``, ``index.nprobe``) the SPAR index is served with."""
+    return {k: getattr(cfg.index, k) for k in ("hnsw_ef_search", "nprobe")}
 
 
 def check_index_is_current(spar_index, index_dir: Path, inputs: ExperimentInputs) -> None:
@@ -291,13 +382,11 @@ def _index_run(index, base_q: np.ndarray, lambda_q: np.ndarray, query_ids: Seque
     return run
 
 
-def passage_texts(cfg, wanted: set[str]) -> dict[str, str]:
-    """The text of the wanted passages, streamed from the corpus (for answer matching: like DPR and Pyserini's
+def passage_texts(inputs: ExperimentInputs, wanted: set[str]) -> dict[str, str]:
+    """The text of the wanted passages, from the passages table (for answer matching: like DPR and Pyserini's
     ``evaluate_dpr_retrieval``, answers are looked for in the passage text, not its title)."""
-    from spar.readers import read_corpus
+    from spar.passages import PassagesTable
 
-    texts = {}
-    for p in read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record):
-        if p.id in wanted:
-            texts[p.id] = p.text
-    return texts
+    table = PassagesTable.open(inputs.passages_arrow)
+    wanted_ids = sorted(wanted)
+    return {doc: record["text"] for doc, record in zip(wanted_ids, table.lookup(wanted_ids)) if record is not None}

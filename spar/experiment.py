@@ -2,8 +2,9 @@
 
 The one owner of
 
-- the dev/test **query splits** (:func:`split_queries`, seeded by ``experiment.seed``): ``encode`` stores the
-  query vectors of exactly these queries, ``tune`` reads the dev split, ``evaluate`` the test split;
+- the question splits' vectors (:meth:`ExperimentInputs.query_vectors`; the splits themselves are
+  :mod:`spar.question_sets`'): ``encode`` stores the query vectors of exactly these queries, ``tune`` reads the dev
+  split, ``evaluate`` the test split;
 - **exact dense search** (:func:`top_k`, :func:`dense_search`);
 - lazy access to the artifacts tuning and evaluation read (:class:`ExperimentInputs`).
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,10 +30,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete, read_manifest
-from spar.errors import ArtifactError, BadRecordError
+from spar.errors import ArtifactError, ConfigError
 from spar.metrics import ranked_run
 from spar.run_context import RunContext
-from spar.readers import evaluation_qrels, read_queries
+from spar.question_sets import UNNAMED, SplitQueries, set_split
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +45,9 @@ ENCODERS = ("base", "lambda")
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class SplitQueries:
-    """The judged queries of one split: qrels and text, in a fixed (sorted) order."""
-
-    split: str
-    qrels: dict[str, dict[str, int]]
-    texts: dict[str, str]
-
-    @property
-    def ids(self) -> list[str]:
-        return list(self.texts)
-
-    def pairs(self) -> list[tuple[str, str]]:
-        return list(self.texts.items())
-
-
 def split_queries(cfg, split: str) -> SplitQueries:
-    """Qrels of ``split`` ("dev" or "test", via :func:`spar.readers.evaluation_qrels`) and their query texts."""
-    from spar.schemas import read_table
-
-    if cfg.data.queries is None:
-        raise BadRecordError("<config>", None, "data.queries is not set (evaluation needs the query texts)")
-    on_bad = cfg.experiment.on_bad_record
-    # Judgments naming unknown queries or passages: file:line errors, or skipped with on_bad_record=skip.
-    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
-    known_passages = set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
-    known_queries = {q.id for q in read_queries(cfg.data.queries, on_bad)}
-    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed, known_queries=known_queries,
-                             known_passages=known_passages, on_bad_record=on_bad)
-    if not qrels:
-        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
-    texts = {q.id: q.text for q in read_queries(cfg.data.queries, on_bad) if q.id in qrels}
-    missing = sorted(set(qrels) - set(texts))
-    if missing:
-        raise BadRecordError(cfg.data.queries, None, f"{len(missing)} judged {split} queries have no text, e.g. "
-                             f"{missing[:3]} (qrels and queries files do not match)")
-    return SplitQueries(split, qrels, {q: texts[q] for q in sorted(texts)})
+    """The unnamed question set's ``split`` ("dev" or "test"): see :func:`spar.question_sets.set_split`."""
+    return set_split(cfg, UNNAMED, split)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -164,17 +130,23 @@ class ExperimentInputs:
         and come from the same encoder as the passages, else encoded now."""
         from spar.embeddings import load_embeddings
 
-        d = self.query_dir(encoder, queries.split)
-        if is_complete(d):
+        found: dict[str, np.ndarray] = {}
+        for key in queries.stored:
+            d = self.query_dir(encoder, key)
+            if not is_complete(d):
+                continue
             stored = load_embeddings(d)
-            position = {q: i for i, q in enumerate(stored.ids)}
-            same_model = stored.model_fingerprint == self.passages[encoder].model_fingerprint
-            if not same_model:
+            if stored.model_fingerprint != self.passages[encoder].model_fingerprint:
                 log.warning("%s: query vectors come from another encoder than the passages; encoding anew", d)
-            elif all(q in position for q in queries.ids):
-                return np.asarray(stored.vectors[[position[q] for q in queries.ids]], dtype=np.float32)
-            else:
-                log.warning("%s lacks some %s queries; encoding them anew", d, queries.split)
+                continue
+            wanted = [(i, q) for i, q in enumerate(stored.ids) if q in queries.texts and q not in found]
+            if wanted:
+                vectors = np.asarray(stored.vectors[[i for i, _ in wanted]], dtype=np.float32)
+                found.update((q, v) for (_, q), v in zip(wanted, vectors))
+        if all(q in found for q in queries.ids):
+            return np.stack([found[q] for q in queries.ids]) if queries.ids else np.zeros((0, 0), np.float32)
+        if found:
+            log.warning("the stored %s vectors lack some %s queries; encoding them anew", encoder, queries.split)
         log.info("encoding %d %s queries with %s", len(queries.ids), queries.split, encoder)
         return self.encoder(encoder).encode_query(list(queries.texts.values()), batch_size=batch_size)
 
@@ -230,6 +202,58 @@ class ExperimentInputs:
 
         return experiment_lambda(self.cfg)
 
+    # -- passage texts and answers -----------------------------------------------------------------------------
+    @cached_property
+    def passages_arrow(self) -> Path:
+        """``queries/passages.arrow``, or (no sample stage: Λ from elsewhere) ``data.corpus`` written to a temporary
+        one as read for encode."""
+        passages = artifact_dir(self.out, "queries") / "passages.arrow"
+        if passages.exists():
+            return passages
+        from spar.readers import ReadStats, read_corpus
+        from spar.sampling import write_passages
+
+        data, on_bad = self.cfg.data, self.cfg.experiment.on_bad_record
+        self._passages_tmp = tempfile.TemporaryDirectory(prefix="spar-passages-")
+        passages = Path(self._passages_tmp.name) / "passages.arrow"
+        write_passages(read_corpus(data.corpus, data.corpus_format, on_bad), passages, None, on_bad, ReadStats())
+        return passages
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        """``{passage id: row}`` of the embedded passages (rows of :attr:`doc_ids`)."""
+        return {doc: row for row, doc in enumerate(self.doc_ids)}
+
+    def answer_judge(self, queries: SplitQueries, metric: str):
+        """An :class:`spar.question_sets.AnswerJudge` of ``queries`` when ``metric`` is judged by answers (Acc@k),
+        else None (qrels judge it); fails in one line when the questions lack what the metric needs."""
+        from spar.passages import PassagesTable
+        from spar.question_sets import AnswerJudge, answer_judge
+
+        by_answers = metric.startswith("Acc@")
+        if not by_answers:
+            if not queries.qrels:
+                raise ConfigError(f"the {queries.split} questions are judged by answers only: {metric} needs qrels "
+                                  "(use tune.metric: Acc@k)")
+            return None
+        if queries.answers is None:
+            raise ConfigError(f"{metric} needs answers, but the {queries.split} questions have none (set the question "
+                              "set's answers, or evaluate.answers)")
+        table = PassagesTable.open(self.passages_arrow)
+        judge = answer_judge(queries, table)
+        if table.ids != self.doc_ids:  # embeddings in another order than the table: judge by id
+            table_rows = table.row_of(self.doc_ids)
+            doc_ids = self.doc_ids
+            return AnswerJudge(judge.answers, lambda rows: judge.texts([int(table_rows[r]) for r in rows]),
+                               judge.match, lambda rows: [doc_ids[r] for r in rows])
+        return judge
+
+    def judged(self, queries: SplitQueries, judge, *runs) -> dict[str, dict[str, int]]:
+        """``queries``' qrels, or with a ``judge`` answer qrels over every passage the ``runs`` rank."""
+        from spar.question_sets import judged_qrels
+
+        return judged_qrels(queries, judge, self.row_of, *runs)
+
     # -- BM25 --------------------------------------------------------------------------------------------------
     @cached_property
     def bm25(self):
@@ -241,16 +265,8 @@ class ExperimentInputs:
         if is_complete(teacher) and _is_bm25_index(teacher):
             index_dir = teacher
         else:
-            passages = artifact_dir(self.out, "queries") / "passages.arrow"
+            passages = self.passages_arrow
             self._bm25_tmp = tempfile.TemporaryDirectory(prefix="spar-bm25-")
-            if not passages.exists():  # no sample stage (Λ from elsewhere): index data.corpus as read for encode
-                from spar.readers import ReadStats, read_corpus
-                from spar.sampling import write_passages
-
-                data, on_bad = self.cfg.data, self.cfg.experiment.on_bad_record
-                passages = Path(self._bm25_tmp.name) / "passages.arrow"
-                write_passages(read_corpus(data.corpus, data.corpus_format, on_bad), passages, None, on_bad,
-                               ReadStats())
             log.info("no BM25 teacher index in this run; building a BM25 index of %s", passages)
             index_dir = build_bm25_index(passages, Path(self._bm25_tmp.name) / "index", label.threads)
         return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads)

@@ -62,7 +62,7 @@ class LambdaSource:
     spec: str | None = None
     #: The corpus ``statistics: target`` refits on (its ``(title, text)`` passages), and its file.
     target_passages: Callable[[], Iterable[tuple[str, str]]] | None = field(default=None, repr=False)
-    target: Path | None = None
+    target: Path | list[Path] | None = None
     _fingerprint: str | None = field(default=None, repr=False)
 
     @property
@@ -74,11 +74,12 @@ class LambdaSource:
         retrained Λ keeps its manifest fingerprint when its config is unchanged, not its weights), plus the target
         corpus's with ``statistics: target``."""
         if self._fingerprint is None:
-            from spar.artifacts import directory_fingerprint, file_fingerprint, fingerprint_dict
+            from spar.artifacts import directory_fingerprint, fingerprint_dict
+            from spar.readers import corpus_fingerprint
 
             self._fingerprint = directory_fingerprint(self.location)
             if self.statistics == "target":
-                target = file_fingerprint(self.target) if self.target else None
+                target = corpus_fingerprint(self.target) if self.target else None
                 self._fingerprint = fingerprint_dict({"lambda": self._fingerprint, "statistics_from": target})
         return self._fingerprint
 
@@ -91,8 +92,10 @@ class LambdaSource:
         found = [{"path": str(self.location.absolute()), "of": "files",
                   "fingerprint": self.fingerprint() if self.statistics != "target"
                   else directory_fingerprint(self.location)}]
-        if self.statistics == "target" and self.target is not None and Path(self.target).exists():
-            found.append(source(self.target, "file"))
+        if self.statistics == "target" and self.target is not None:
+            from spar.readers import corpus_files
+
+            found += [source(path, "file") for path in corpus_files(self.target) if path.exists()]
         return found
 
     def describe(self) -> dict[str, Any]:

@@ -37,7 +37,7 @@ Ranked = Mapping[str, Sequence[tuple[str, float]]]
 Qrels = Mapping[str, Mapping[str, int]]
 
 #: Names people use that ir_measures spells differently.
-MEASURE_ALIASES = {"MRR": "RR"}
+MEASURE_ALIASES = {"MRR": "RR", "Acc": "Success"}  # Acc@k over answer qrels is Success@k
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -139,11 +139,15 @@ def indexed_text(fields: Iterable[str | None]) -> str:
     return " ".join(part for part in fields if part)
 
 
-def experiment_passages(cfg) -> Path:
+def experiment_passages(cfg) -> Path | list[Path]:
     """The passages an experiment encodes and indexes: ``queries/passages.arrow`` when the sample stage wrote it
-    (the rows labels refer to), else ``data.corpus`` (e.g. an experiment whose Λ comes from elsewhere)."""
+    (the rows labels refer to), else ``data.corpus``'s file or files (e.g. an experiment whose Λ comes from
+    elsewhere)."""
     from spar.artifacts import artifact_dir
+    from spar.readers import corpus_files
 
     arrow = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
-    return arrow if arrow.exists() else Path(cfg.data.corpus)
+    if arrow.exists():
+        return arrow
+    return Path(cfg.data.corpus) if isinstance(cfg.data.corpus, str) else corpus_files(cfg.data.corpus)
 

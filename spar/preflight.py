@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.errors import BadRecordError, ConfigError
-from spar.readers import ReadStats, input_file_problem, read_corpus, read_qrels, read_queries
+from spar.readers import ReadStats, corpus_files, input_file_problem, read_corpus, read_qrels, read_queries
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +43,48 @@ def _readable(path: str | None, key: str) -> Path | None:
 
 
 def qrels_files(data) -> dict[str, Path]:
-    """The configured qrels files by config key."""
+    """The configured qrels files by config key (the unnamed set's, or each named set's)."""
     files = {}
     for key in ("qrels_dev", "qrels_test"):
         path = _readable(getattr(data, key), f"data.{key}")
         if path is not None:
             files[f"data.{key}"] = path
+    for name, qs in data.question_sets.items():
+        for key in ("qrels_dev", "qrels_test"):
+            path = _readable(getattr(qs, key), f"data.question_sets.{name}.{key}")
+            if path is not None:
+                files[f"data.question_sets.{name}.{key}"] = path
     return files
+
+
+def _check_question_sets(data, on_bad, found: set[str], report: dict[str, Any]) -> None:
+    """Each named set's question files (every question, its answers), answers file and qrels (against the
+    questions and the corpus)."""
+    from spar.metrics import read_answers
+    from spar.readers import read_questions
+
+    for name, qs in data.question_sets.items():
+        for split in ("dev", "test"):
+            key = f"data.question_sets.{name}.{split}"
+            path = _readable(getattr(qs, split), key)
+            if path is None:
+                continue
+            stats = ReadStats()
+            ids = {q.id for q in read_questions(path, on_bad, stats)}
+            if not ids:
+                raise BadRecordError(str(path), None, f"no question ({key}; {stats.summary()})")
+            report[key] = {"questions": len(ids), **stats.as_dict()}
+            qrels_path = _readable(getattr(qs, f"qrels_{split}"), f"data.question_sets.{name}.qrels_{split}")
+            if qrels_path is not None:
+                qrels_stats = ReadStats()
+                if not read_qrels(qrels_path, known_queries=ids, known_passages=found, on_bad_record=on_bad,
+                                  stats=qrels_stats):
+                    raise BadRecordError(str(qrels_path), None, f"no judgment left ({qrels_stats.summary()})")
+                report[f"data.question_sets.{name}.qrels_{split}"] = {"judgments": qrels_stats.read,
+                                                                        **qrels_stats.as_dict()}
+        answers = _readable(qs.answers, f"data.question_sets.{name}.answers")
+        if answers is not None:
+            report[f"data.question_sets.{name}.answers"] = {"answers": len(read_answers(answers))}
 
 
 def check_models(cfg) -> None:
@@ -81,8 +116,7 @@ def check_inputs(cfg) -> dict[str, Any]:
     per qrels file and skipped records by reason.
     """
     data, on_bad = cfg.data, cfg.experiment.on_bad_record
-    corpus = _readable(data.corpus, "data.corpus")
-    assert corpus is not None  # data.corpus is a required setting
+    corpus = [p for p in (_readable(str(path), "data.corpus") for path in corpus_files(data.corpus)) if p]
     queries = _readable(data.queries, "data.queries")
     qrels = qrels_files(data)
     if qrels and queries is None:
@@ -105,7 +139,7 @@ def check_inputs(cfg) -> dict[str, Any]:
         if passage.id in named:
             found.add(passage.id)
     if passages == 0:
-        raise BadRecordError(str(corpus), None, "the corpus holds no passage" + (
+        raise BadRecordError(", ".join(map(str, corpus)), None, "the corpus holds no passage" + (
             f" ({corpus_stats.summary()})" if corpus_stats.total_skipped else ""))
 
     # 3. Queries, then the qrels again against the known ids (line numbers for unknown ones).
@@ -122,6 +156,7 @@ def check_inputs(cfg) -> dict[str, Any]:
             report[key] = {"judgments": stats.read, **stats.as_dict()}
     if answers is not None:
         report["evaluate.answers"] = str(answers)
+    _check_question_sets(data, on_bad, found, report)
     skipped = skipped_records(report)
     if skipped:
         log.warning("inputs: records that will be skipped (on_bad_record=skip): %s", skipped)

@@ -2,8 +2,12 @@
 
 Formats: BEIR (``corpus.jsonl`` with ``_id``/``title``/``text``, ``queries.jsonl``, ``qrels/*.tsv``), DPR passages
 TSV (``id<TAB>text<TAB>title`` with a header), the MS MARCO collection TSV (``pid<TAB>text``), plain JSONL
-(``id`` + ``contents`` or ``text``), and TREC qrels (``qid 0 docid rel``). Readers yield one record at a time,
-so a 21M-passage corpus never has to fit in memory.
+(``id`` + ``contents`` or ``text``), and TREC qrels (``qid 0 docid rel``). Questions with answers: the open-domain
+QA layout (JSONL ``{"_id", "question", "answers"}``) and DPR's ``question<TAB>["answer", ...]`` files
+(:func:`read_questions`). Any of them may be gzip-compressed (``.jsonl.gz``, ``.tsv.gz``: decompressed as a stream,
+never to disk), and a corpus may be several files read as one (:func:`read_corpus` takes a list; an id that occurs
+twice, in one file or across files, is an error naming both places). Readers yield one record at a time, so a
+21M-passage corpus never has to fit in memory.
 
 Malformed input fails with :class:`~spar.errors.BadRecordError` naming the file and line. With
 ``on_bad_record="skip"`` the record is skipped and counted in :class:`ReadStats` instead.
@@ -19,18 +23,23 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import csv
+import gzip
 import io
 import json
 import os
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, BinaryIO, Iterator, Literal, Sequence, TypeGuard, Union
 
 from spar.errors import BadRecordError
 
 OnBad = Literal["fail", "skip"]
+#: A corpus: one file, or several read one after the other as one corpus.
+CorpusSource = Union[str, Path, Sequence[Union[str, Path]]]
 csv.field_size_limit(1 << 30)
 
 
@@ -50,6 +59,15 @@ class Passage:
 class Query:
     id: str
     text: str
+
+
+@dataclass
+class Question:
+    """An evaluation question: its id, text and, when the file carries them, its reference answers."""
+
+    id: str
+    text: str
+    answers: list[str] | None = None
 
 
 @dataclass
@@ -79,22 +97,51 @@ class ReadStats:
         return f"{self.read:,} records read, {self.total_skipped:,} skipped ({reasons})"
 
 
+def is_compressed(path: str | Path) -> bool:
+    """Whether ``path`` is read through gzip (its name ends in ``.gz``)."""
+    return Path(path).suffix == ".gz"
+
+
+def plain_name(path: str | Path) -> Path:
+    """The file's name without a compression suffix (``corpus.jsonl.gz`` -> ``corpus.jsonl``)."""
+    p = Path(path)
+    return p.with_suffix("") if is_compressed(p) else p
+
+
+def open_binary(path: str | Path) -> BinaryIO:
+    """The file's bytes, gunzipped as a stream when its name ends in ``.gz``."""
+    p = Path(path)
+    return gzip.open(p, "rb") if is_compressed(p) else p.open("rb")  # type: ignore[return-value]
+
+
+def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Raw lines with 1-based numbers; a truncated or corrupt gzip stream is an error naming the line it broke at
+    (whatever ``on_bad_record`` says: nothing after it can be read)."""
+    number = 0
+    try:
+        with open_binary(path) as fh:
+            for number, raw in enumerate(fh, start=1):
+                yield number, raw
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        reason = "ends before its end (truncated)" if isinstance(exc, EOFError) else f"is corrupt ({exc})"
+        raise BadRecordError(str(path), number + 1, f"the gzip stream {reason}") from None
+
+
 def _lines(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[tuple[int, str]]:
     """Decoded lines with 1-based numbers; undecodable lines are bad records."""
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                _bad(BadRecordError(str(path), number,
-                                    f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"),
-                     on_bad, stats)
-                continue
-            line = line.rstrip("\r\n")
-            if number == 1:
-                line = line.lstrip("\ufeff")
-            if line.strip():
-                yield number, line
+    for number, raw in _raw_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            _bad(BadRecordError(str(path), number,
+                                f"not UTF-8: byte {raw[exc.start]:#04x} at column {exc.start + 1}"),
+                 on_bad, stats)
+            continue
+        line = line.rstrip("\r\n")
+        if number == 1:
+            line = line.lstrip("\ufeff")
+        if line.strip():
+            yield number, line
 
 
 def _bad(error: BadRecordError, on_bad: OnBad, stats: ReadStats) -> None:
@@ -141,58 +188,97 @@ def _require_file(path: Path) -> None:
         raise BadRecordError(str(path), None, problem)
 
 
+def _first_line(path: Path) -> str:
+    for _, raw in _raw_lines(path):
+        return raw.decode("utf-8", errors="replace").strip().lstrip("\ufeff")
+    return ""
+
+
 def detect_corpus_format(path: str | Path) -> str:
-    """Infer the corpus format from the file name and its first line."""
+    """Infer the corpus format from the file name (a ``.gz`` suffix aside) and its first line."""
     p = Path(path)
     _require_file(p)
-    with p.open("rb") as fh:
-        first = fh.readline().decode("utf-8", errors="replace").strip().lstrip("\ufeff")
-    if p.suffix in (".jsonl", ".json") or first.startswith("{"):
+    first, suffix = _first_line(p), plain_name(p).suffix
+    if suffix in (".jsonl", ".json") or first.startswith("{"):
         try:
             obj = json.loads(first)
         except json.JSONDecodeError:
-            return "beir" if p.name.startswith("corpus") else "jsonl"
-        return "beir" if "_id" in obj else "jsonl"
-    if p.suffix == ".tsv" or "\t" in first:
+            return "beir" if plain_name(p).name.startswith("corpus") else "jsonl"
+        return "beir" if isinstance(obj, dict) and "_id" in obj else "jsonl"
+    if suffix == ".tsv" or "\t" in first:
         header = [c.strip().lower() for c in first.split("\t")]
         return "dpr" if header[:1] == ["id"] and "text" in header else "msmarco"
     raise BadRecordError(str(p), 1, "cannot tell the corpus format; set data.corpus_format")
 
 
+def corpus_files(source: CorpusSource) -> list[Path]:
+    """The files of a corpus: ``data.corpus`` is one path or a list of them."""
+    if isinstance(source, (str, Path)):
+        return [Path(source)]
+    files = [Path(s) for s in source]
+    if not files:
+        raise BadRecordError("<config>", None, "data.corpus is an empty list: name at least one corpus file")
+    return files
+
+
+def is_corpus_files(source: Any) -> TypeGuard[CorpusSource]:
+    """Whether ``source`` names corpus files (a path, or a list of paths) rather than holding passages."""
+    if isinstance(source, (str, Path)):
+        return True
+    return isinstance(source, (list, tuple)) and bool(source) and all(isinstance(s, (str, Path)) for s in source)
+
+
+def corpus_fingerprint(source: CorpusSource) -> str:
+    """Content fingerprint of a corpus: the file's own for one file (so a one-file corpus keeps the fingerprint it
+    always had), else one over the files' in their order."""
+    from spar.artifacts import file_fingerprint, fingerprint_dict
+
+    files = corpus_files(source)
+    if isinstance(source, (str, Path)):
+        return file_fingerprint(files[0])
+    return fingerprint_dict([file_fingerprint(f) for f in files])
+
+
 def read_corpus(
-    path: str | Path,
+    source: CorpusSource,
     fmt: str = "auto",
     on_bad_record: OnBad = "fail",
     stats: ReadStats | None = None,
     check_duplicates: bool = True,
 ) -> Iterator[Passage]:
-    """Stream passages from a corpus file (BEIR, DPR TSV, MS MARCO TSV or JSONL).
+    """Stream passages from a corpus: one file or several read as one (BEIR, DPR TSV, MS MARCO TSV or JSONL, each
+    optionally gzip-compressed; with ``fmt="auto"`` each file's own format is detected).
 
     Errors (or counted skips) for: malformed JSON, missing id or text, empty text and title (a title-only passage
-    is valid), duplicate ids, ids containing whitespace, non-UTF-8 bytes, wrong TSV column count.
+    is valid), duplicate ids (within a file or across files: the error names the file that had it first), ids
+    containing whitespace, non-UTF-8 bytes, wrong TSV column count, a truncated gzip stream (always an error).
     """
-    p = Path(path)
+    files = corpus_files(source)
     stats = stats if stats is not None else ReadStats()
-    fmt = detect_corpus_format(p) if fmt == "auto" else fmt
-    seen: set[str] | None = set() if check_duplicates else None
+    seen: dict[str, int] | None = {} if check_duplicates else None
     reader = {"beir": _jsonl_passages, "jsonl": _jsonl_passages, "dpr": _dpr_passages, "msmarco": _msmarco_passages}
-    if fmt not in reader:
+    if fmt != "auto" and fmt not in reader:
         raise ValueError(f"unknown corpus format {fmt!r}")
-    for number, passage in reader[fmt](p, on_bad_record, stats):
-        if _has_whitespace(passage.id):
-            _bad(_whitespace_error(p, number, "passage", passage.id), on_bad_record, stats)
-            continue
-        if not passage.text.strip() and not passage.title.strip():  # a title-only record is a valid BEIR passage
-            _bad(BadRecordError(str(p), number, f"empty text and title: passage {passage.id!r}"), on_bad_record,
-                 stats)
-            continue
-        if seen is not None:
-            if passage.id in seen:
-                _bad(BadRecordError(str(p), number, f"duplicate passage id: {passage.id!r}"), on_bad_record, stats)
+    for file_number, p in enumerate(files):
+        file_format = detect_corpus_format(p) if fmt == "auto" else fmt
+        for number, passage in reader[file_format](p, on_bad_record, stats):
+            if _has_whitespace(passage.id):
+                _bad(_whitespace_error(p, number, "passage", passage.id), on_bad_record, stats)
                 continue
-            seen.add(passage.id)
-        stats.read += 1
-        yield passage
+            if not passage.text.strip() and not passage.title.strip():  # a title-only record is a valid passage
+                _bad(BadRecordError(str(p), number, f"empty text and title: passage {passage.id!r}"), on_bad_record,
+                     stats)
+                continue
+            if seen is not None:
+                first = seen.get(passage.id)
+                if first is not None:
+                    where = "" if first == file_number else f" (first in {files[first]})"
+                    _bad(BadRecordError(str(p), number, f"duplicate passage id: {passage.id!r}{where}"),
+                         on_bad_record, stats)
+                    continue
+                seen[passage.id] = file_number
+            stats.read += 1
+            yield passage
 
 
 def _json_object(path: Path, number: int, line: str, on_bad: OnBad, stats: ReadStats) -> dict | None:
@@ -252,23 +338,72 @@ def _msmarco_passages(path: Path, on_bad: OnBad, stats: ReadStats) -> Iterator[t
 
 
 def read_queries(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadStats | None = None) -> Iterator[Query]:
-    """Stream queries from BEIR ``queries.jsonl`` or an ``id<TAB>text`` TSV."""
+    """Stream queries from BEIR ``queries.jsonl``, an ``id<TAB>text`` TSV, or any question file of
+    :func:`read_questions` (its answers are not read here)."""
+    for question in read_questions(path, on_bad_record, stats, with_answers=False):
+        yield Query(question.id, question.text)
+
+
+def _answer_list(raw: Any) -> list[str] | None:
+    """A question's reference answers as a list of non-empty strings (None when the value is not one)."""
+    gold = raw if isinstance(raw, list) else [raw]
+    gold = [str(a) for a in gold if a is not None]
+    # DPR's matching finds an empty answer in every passage: it would count as a hit.
+    return gold if gold and all(a.strip() for a in gold) else None
+
+
+def _parse_answer_cell(cell: str) -> Any:
+    """DPR's answer column: a JSON list, or the Python-literal list its CSV files hold (``['a', "b's"]``)."""
+    try:
+        return json.loads(cell)
+    except json.JSONDecodeError:
+        return ast.literal_eval(cell)  # literals only: never code
+
+
+def _is_qas_tsv(path: Path) -> bool:
+    """A DPR question file (``question<TAB>["answer", ...]``): the first line's second column is a list."""
+    cells = _first_line(path).split("\t")
+    return len(cells) == 2 and cells[1].lstrip().startswith("[")
+
+
+def read_questions(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadStats | None = None, *,
+                   with_answers: bool = True) -> Iterator[Question]:
+    """Stream evaluation questions, with their answers where the file carries them.
+
+    Formats (any of them gzip-compressed): JSONL with an id (``_id``/``id``/``qid``), a text (``text``/``query``/
+    ``question``) and optionally ``answers`` (the open-domain QA layout, ``{"_id", "question", "answers"}``); an
+    ``id<TAB>text`` TSV (BEIR/MS MARCO queries, no answers); DPR's ``question<TAB>["answer", ...]`` files (no id
+    column: a question's id is its 0-based position in the file, as Pyserini's DPR topics number them).
+    """
     p = Path(path)
     stats = stats if stats is not None else ReadStats()
     _require_file(p)
-    is_json = p.suffix in (".jsonl", ".json")
+    is_json = plain_name(p).suffix in (".jsonl", ".json")
+    qas = not is_json and _is_qas_tsv(p)
     seen: set[str] = set()
     rows: Iterator[tuple[int, Any]] = (_lines(p, on_bad_record, stats) if is_json
                                        else _tsv_rows(p, on_bad_record, stats, columns=2))
+    position = 0
     for number, item in rows:
+        answers: Any = None
         if is_json:
             obj = _json_object(p, number, item, on_bad_record, stats)
             if obj is None:
                 continue
-            qid, text = obj.get("_id", obj.get("id", obj.get("qid"))), obj.get("text", obj.get("query"))
+            qid = obj.get("_id", obj.get("id", obj.get("qid")))
+            text = obj.get("text", obj.get("query", obj.get("question")))
+            answers = obj.get("answers", obj.get("answer"))
+        elif qas:
+            qid, text = str(position), item[0]
+            try:
+                answers = _parse_answer_cell(item[1])
+            except (ValueError, SyntaxError) as exc:
+                _bad(BadRecordError(str(p), number, f"malformed answer list: {exc}"), on_bad_record, stats)
+                continue
         else:
             qid, text = item
-        if qid is None or text is None or not str(text).strip():
+        position += 1
+        if qid is None or str(qid).strip() == "" or text is None or not str(text).strip():
             _bad(BadRecordError(str(p), number, "missing id or text in query"), on_bad_record, stats)
             continue
         if _has_whitespace(str(qid)):
@@ -277,9 +412,15 @@ def read_queries(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadSta
         if str(qid) in seen:
             _bad(BadRecordError(str(p), number, f"duplicate query id: {qid!r}"), on_bad_record, stats)
             continue
+        gold = None
+        if with_answers and answers is not None:
+            gold = _answer_list(answers)
+            if gold is None:
+                _bad(BadRecordError(str(p), number, f"empty answer: question {qid!r}"), on_bad_record, stats)
+                continue
         seen.add(str(qid))
         stats.read += 1
-        yield Query(str(qid), str(text))
+        yield Question(str(qid), str(text), gold)
 
 
 def read_qrels(

@@ -46,13 +46,34 @@ class RunContext:
     @property
     def results(self) -> tuple[Path, Path]:
         """``<results_dir>/<name>.json`` and ``.md``."""
-        name = self.cfg.experiment.name
-        return self.cfg.results_dir / f"{name}.json", self.cfg.results_dir / f"{name}.md"
+        return self.results_file(self.cfg.experiment.name)
+
+    def results_file(self, stem: str) -> tuple[Path, Path]:
+        """``<results_dir>/<stem>.json`` and ``.md``."""
+        return self.cfg.results_dir / f"{stem}.json", self.cfg.results_dir / f"{stem}.md"
+
+    @property
+    def results_groups(self) -> dict[str, list[str]]:
+        """Results file stem -> the question sets whose tables it holds (``data.question_sets.<set>.results``,
+        default the experiment's name; ``[""]``, the unnamed set, for a one-set experiment)."""
+        sets = self.cfg.data.question_sets
+        if not sets:
+            return {self.cfg.experiment.name: [""]}
+        groups: dict[str, list[str]] = {}
+        for name, qs in sets.items():
+            if qs.test is not None:
+                groups.setdefault(qs.results or self.cfg.experiment.name, []).append(name)
+        return groups
 
     @property
     def dataset(self) -> str:
-        """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``)."""
-        corpus = Path(self.cfg.data.corpus)
+        """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``); the
+        experiment's name for a corpus of several files."""
+        from spar.readers import plain_name
+
+        if not isinstance(self.cfg.data.corpus, str):
+            return self.cfg.experiment.name
+        corpus = plain_name(self.cfg.data.corpus)
         return corpus.parent.name if corpus.stem == "corpus" else corpus.stem
 
     def command_line(self, stage: str) -> str:

@@ -322,14 +322,41 @@ def write_passages(passages: Iterable[Passage], path: Path, positions: ArticlePo
     return row, raw_positions, from_field
 
 
+class SmallestHashes:
+    """The ``cap`` keys with the smallest seeded hash among those offered: a seeded sample of fixed size that does
+    not depend on the order the keys come in. ``salt`` makes samples drawn with the same seed independent."""
+
+    def __init__(self, cap: int, seed: int, salt: str = ""):
+        self.cap, self.seed, self.salt = cap, seed, salt
+        self._heap: list[tuple[float, str]] = []  # max-heap (negated) of the cap smallest
+        self.offered = 0
+
+    def offer(self, key: str, u: float | None = None) -> None:
+        u = stable_uniform(self.seed, self.salt + key) if u is None else u
+        self.offered += 1
+        if len(self._heap) < self.cap:
+            heapq.heappush(self._heap, (-u, key))
+        elif -self._heap[0][0] > u:
+            heapq.heapreplace(self._heap, (-u, key))
+
+    def final(self, excluding: set[str] | frozenset[str] = frozenset(), cap: int | None = None) -> set[str]:
+        """The ``cap`` (default: all kept) smallest, leaving out ``excluding``."""
+        ranked = sorted((-negated, key) for negated, key in self._heap)
+        kept = [key for _, key in ranked if key not in excluding]
+        return set(kept[:cap] if cap is not None else kept)
+
+
 class DevSplit:
     """Seeded dev hold-out: a query is a dev candidate when its (seed, id) hash falls under ``fraction``; when more
     than ``cap`` qualify, the ``cap`` with the smallest hash stay dev (independent of reading order)."""
 
     def __init__(self, fraction: float, cap: int, seed: int):
         self.fraction, self.cap, self.seed = fraction, cap, seed
-        self._heap: list[tuple[float, str]] = []  # max-heap (negated) of the cap smallest candidates
-        self.candidates = 0
+        self._smallest = SmallestHashes(cap, seed)
+
+    @property
+    def candidates(self) -> int:
+        return self._smallest.offered
 
     def is_candidate(self, query_id: str) -> bool:
         if self.fraction <= 0 or self.cap <= 0:
@@ -337,16 +364,12 @@ class DevSplit:
         u = stable_uniform(self.seed, query_id)
         if u >= self.fraction:
             return False
-        self.candidates += 1
-        if len(self._heap) < self.cap:
-            heapq.heappush(self._heap, (-u, query_id))
-        elif -self._heap[0][0] > u:
-            heapq.heapreplace(self._heap, (-u, query_id))
+        self._smallest.offer(query_id, u)
         return True
 
     def final(self) -> set[str]:
         """Query ids that are dev after the cap."""
-        return {qid for _, qid in self._heap}
+        return self._smallest.final()
 
 
 def _queries_table(rows: list[SampledQuery], splits: list[str]) -> pa.Table:
@@ -400,6 +423,10 @@ def write_query_set(
     sampler = SentenceSampler(o.strategy, seed, o.exponential_base, o.uniform_rate, o.min_words, o.max_words,
                               o.sentence_splitter)
     dev = DevSplit(o.dev_fraction, o.max_dev_queries, seed)
+    # The seeded fixed-size sample of training queries: every query is offered (which dev candidates stay dev is
+    # known only at the end), with room for the dev queries, which are left out of it in the final pass.
+    train_sample = (SmallestHashes(o.train_sample + max(o.max_dev_queries, 0), seed, salt="train:")
+                    if o.train_sample else None)
     buffer: list[SampledQuery] = []
     splits: list[str] = []
     shards_with_dev: list[int] = []
@@ -426,6 +453,8 @@ def write_query_set(
                 position = positions.zero_based(raw_positions[row], bool(from_field[row]))
             for query in sampler.sample(pid, text, position, row):
                 split = "dev" if dev.is_candidate(query.query_id) else "train"
+                if train_sample is not None:
+                    train_sample.offer(query.query_id)
                 buffer.append(query)
                 splits.append(split)
                 train_count += split == "train"
@@ -443,19 +472,24 @@ def write_query_set(
     # Final pass: dev candidates beyond the cap become training queries; with max_queries, training queries past
     # the cap (from those demotions) are dropped. Shards that do not change are not rewritten.
     final_dev = dev.final()
+    sampled_train = train_sample.final(final_dev, o.train_sample) if train_sample is not None else None
     counts = {"train": 0, "dev": 0}
     train_budget = o.max_queries
     for index in range(shard_count):
         path = out_dir / shard_name(index)
         table = schemas.read_table(path)
         old_splits = table.column("split").to_pylist()
-        if index not in shards_with_dev and train_budget is None:
+        if index not in shards_with_dev and train_budget is None and sampled_train is None:
             counts["train"] += old_splits.count("train")
             counts["dev"] += old_splits.count("dev")
             continue
         new_splits, keep = [], []
         for qid, split in zip(table.column("query_id").to_pylist(), old_splits):
             split = "dev" if split == "dev" and qid in final_dev else "train"
+            if split == "train" and sampled_train is not None and qid not in sampled_train:
+                keep.append(False)
+                new_splits.append(split)
+                continue
             if split == "train" and train_budget is not None:
                 if train_budget <= 0:
                     keep.append(False)
@@ -483,6 +517,7 @@ def write_query_set(
         "dev_candidates": dev.candidates,
         "shards": shard_count,
         "stopped_at_max_queries": stopped_early,
+        "train_sampled_from": train_sample.offered - len(final_dev) if train_sample is not None else None,
         "sampling": sampler.stats.as_dict(),
         "positions": None if positions is None else {
             "from_field": positions.from_field, "from_titles": positions.from_titles,

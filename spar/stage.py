@@ -154,8 +154,9 @@ def _work_on(work: Callable[[Any, ArtifactWriter, Unit], dict], cfg: Any, unit: 
 
 def settings(section: BaseModel) -> dict[str, Any]:
     """A config section as its outputs depend on it: every option but those marked runtime-only on their field
-    (:data:`spar.config_fields.RUNTIME`); nested sections likewise."""
-    from spar.config_fields import is_runtime_only
+    (:data:`spar.config_fields.RUNTIME`) and those added later while at their default
+    (:data:`spar.config_fields.ADDED_LATER`); nested sections likewise."""
+    from spar.config_fields import is_omitted_at_default, is_runtime_only
 
     dump = section.model_dump(mode="json")
     values: dict[str, Any] = {}
@@ -164,5 +165,7 @@ def settings(section: BaseModel) -> dict[str, Any]:
         if is_runtime_only(info):
             continue
         value = getattr(section, name)
+        if is_omitted_at_default(info) and value == info.get_default(call_default_factory=True):
+            continue
         values[key] = settings(value) if isinstance(value, BaseModel) else dump[key]
     return values

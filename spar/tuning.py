@@ -27,7 +27,7 @@ import numpy as np
 
 from spar.artifacts import artifact_dir, is_complete
 from spar.errors import ArtifactError
-from spar.experiment import ExperimentInputs, dense_search, split_queries, top_k
+from spar.experiment import ExperimentInputs, dense_search, top_k
 from spar.grid import GridSearch, grid_search, grid_values
 from spar.metrics import Qrels, evaluate_run, measure_depth, ranked_run
 
@@ -306,7 +306,7 @@ def tune_weight(candidates: AffineCandidates, qrels: Qrels, metric: str = "nDCG@
 def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
                query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, mu: float, metric: str,
                variant: Variant = "concat", depth: int | None = None, index_type: str = "flat",
-               options: Any = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
+               options: Any = None, judge: Any = None) -> tuple[float, dict[str, list[tuple[str, float]]]]:
     """One real search of the combined FAISS index (:func:`spar.index.build_spar_index`: ``index_type`` storing
     ``options.storage``, default flat float32) at ``mu``.
 
@@ -321,7 +321,17 @@ def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lam
     q = spar_query_vectors(base_q, lambda_q, mu, variant)
     scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), min(depth, len(doc_ids)))
     ranked = ranked_run(query_ids, rows, scores, doc_ids)
+    if judge is not None:  # the passages this search ranks outside the candidates are judged too
+        qrels = _merged(qrels, judge.qrels({q: rows[i] for i, q in enumerate(query_ids)}))
     return evaluate_run(qrels, ranked, [metric])[metric], ranked
+
+
+def _merged(*qrels: Qrels) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for part in qrels:
+        for q, rels in part.items():
+            out.setdefault(q, {}).update(rels)
+    return out
 
 
 def plot_curve(path, results: Mapping[str, GridSearch], metric: str, xlabel: str = "μ",
@@ -388,17 +398,22 @@ def resolve_candidates(candidates: int | None, metric: str) -> int:
 def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda_p: np.ndarray,
             query_ids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels, metric: str = "nDCG@10",
             variant: Variant = "concat", candidates: int | None = None, grid: Sequence[float] | None = None,
-            max_extensions: int = 4, confirm: bool = True, confirm_with: tuple | None = None) -> MuTuning:
+            max_extensions: int = 4, confirm: bool = True, confirm_with: tuple | None = None,
+            judge: Any = None) -> MuTuning:
     """Tune μ of ``variant`` on ``qrels``: re-scored candidate sweep, then one real combined-index search.
 
     ``base_p``/``lambda_p`` are the passage vectors as served (:func:`spar.index.served_passage_vectors`);
     ``confirm_with=(base_p, lambda_p, index_type, options)``: the original vectors and the index that serves them,
-    for the confirming search (default: a flat float32 index of ``base_p``/``lambda_p``)."""
+    for the confirming search (default: a flat float32 index of ``base_p``/``lambda_p``). ``judge``: an
+    :class:`spar.question_sets.AnswerJudge` for questions judged by their answers (Acc@k): ``qrels`` are then made
+    over every candidate passage (and every passage the confirming search ranks)."""
     import time
 
     start = time.perf_counter()
     candidates = resolve_candidates(candidates, metric)
     cands = spar_candidates(base_q, lambda_q, base_p, lambda_p, query_ids, doc_ids, variant, candidates)
+    if judge is not None:
+        qrels = judge.qrels({q: cands.rows[i] for i, q in enumerate(query_ids)})
     gathered = time.perf_counter()
     search = tune_weight(cands, qrels, metric, grid, max_extensions)
     swept = time.perf_counter()
@@ -406,7 +421,7 @@ def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda
     if confirm:
         served_p, served_l, index_type, options = confirm_with or (base_p, lambda_p, "flat", None)
         confirmed, _ = confirm_mu(base_q, lambda_q, served_p, served_l, query_ids, doc_ids, qrels, search.best,
-                                  metric, variant, index_type=index_type, options=options)
+                                  metric, variant, index_type=index_type, options=options, judge=judge)
         if abs(confirmed - search.best_score) > 1e-4:
             log.warning("%s: the real search at μ=%g gives %s=%.4f, the re-scored candidates %.4f (an approximate "
                         "index or fast-scan's rounded tables score otherwise; else raise tune.candidates)", variant,
@@ -428,22 +443,40 @@ class TuneReport:
 
 def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info) -> TuneReport:
     """The ``tune`` stage on an experiment's artifacts: μ (configured variant, and the other one when
-    ``tune.tune_both_variants``) and the hybrid's α, on the dev qrels only (never the test qrels)."""
+    ``tune.tune_both_variants``) and the hybrid's α, on dev questions only (never a test split): the dev pool of
+    :func:`spar.question_sets.dev_pool`, then each set that tunes its own μ (``own_mu``) on its own dev split
+    (recorded under ``sets``)."""
+    from spar.question_sets import dev_pool, dev_split, own_mu_sets
+
+    inputs = inputs or ExperimentInputs(cfg)
+    report = tune_split(cfg, inputs, dev_pool(cfg), progress)
+    own = {name: tune_split(cfg, inputs, dev_split(cfg, name), progress) for name in own_mu_sets(cfg)}
+    if own:
+        report.payload["sets"] = {name: {k: r.payload[k] for k in SET_KEYS} for name, r in own.items()}
+    return report
+
+
+#: What ``tune.json`` records of a set tuned on its own dev split.
+SET_KEYS = ("mu", "alpha", "dev_queries", "dev_sets", "dev_scores", "confirmed", "variants", "at_edge")
+
+
+def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> TuneReport:
+    """μ (and α) tuned on the dev questions ``dev`` (a :class:`spar.question_sets.SplitQueries`)."""
     import time
 
     from spar.index import IndexOptions, served_passage_vectors
 
     t = cfg.tune
-    inputs = inputs or ExperimentInputs(cfg)
-    dev = split_queries(cfg, "dev")  # never the test split
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
     # μ is tuned against the passage vectors the index will serve (decoded codes), never float32 then served 4-bit.
     options = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed)
     doc_ids = inputs.doc_ids
+    judge = inputs.answer_judge(dev, t.metric)
     base_q = inputs.query_vectors("base", dev)
     lambda_q = inputs.query_vectors("lambda", dev)
     grid = grid_values(t.grid)
     candidates = resolve_candidates(t.candidates, t.metric)
+    where = f"{len(dev.ids)} dev queries" + (f" of {dev.name}" if dev.name else "")
 
     variants = [t.variant]
     other = "sum" if t.variant == "concat" else "concat"
@@ -451,31 +484,32 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
         variants.append(other)
     tuned: dict[str, MuTuning] = {}
     for variant in variants:
-        progress(f"tuning μ ({variant}) on {len(dev.ids)} dev queries, {t.metric}, passages stored as "
-                 f"{options.storage}")
+        progress(f"tuning μ ({variant}) on {where}, {t.metric}, passages stored as {options.storage}")
         served_base, served_lambda = served_passage_vectors(base_p, lambda_p, variant, cfg.index.type, options)
         tuned[variant] = tune_mu(base_q, lambda_q, served_base, served_lambda, dev.ids, doc_ids, dev.qrels, t.metric,
                                  variant, candidates, grid, t.max_extensions, t.confirm,
-                                 confirm_with=(base_p, lambda_p, cfg.index.type, options))
+                                 confirm_with=(base_p, lambda_p, cfg.index.type, options), judge=judge)
 
-    progress(f"tuning α of base + α·BM25 on {len(dev.ids)} dev queries")
+    progress(f"tuning α of base + α·BM25 on {where}")
     start = time.perf_counter()
     base_deep = dense_search(base_q, base_p, dev.ids, doc_ids, candidates)
     bm25_deep = inputs.bm25_search(dev, candidates)
+    lambda_run = dense_search(lambda_q, lambda_p, dev.ids, doc_ids, measure_depth(t.metric))
+    qrels = inputs.judged(dev, judge, base_deep, bm25_deep, lambda_run)
     searched = time.perf_counter()
-    alpha = tune_weight(hybrid_candidates(base_deep, bm25_deep, t.hybrid_normalize), dev.qrels, t.metric,
+    alpha = tune_weight(hybrid_candidates(base_deep, bm25_deep, t.hybrid_normalize), qrels, t.metric,
                         grid_values(t.hybrid_alphas), t.max_extensions)
-    base_score = evaluate_run(dev.qrels, base_deep, [t.metric])[t.metric]
-    bm25_score = evaluate_run(dev.qrels, bm25_deep, [t.metric])[t.metric]
-    lambda_score = evaluate_run(dev.qrels, dense_search(lambda_q, lambda_p, dev.ids, doc_ids, measure_depth(t.metric)),
-                                [t.metric])[t.metric]
+    base_score = evaluate_run(qrels, base_deep, [t.metric])[t.metric]
+    bm25_score = evaluate_run(qrels, bm25_deep, [t.metric])[t.metric]
+    lambda_score = evaluate_run(qrels, lambda_run, [t.metric])[t.metric]
 
     main = tuned[t.variant]
     payload = {
         "variant": t.variant, "metric": t.metric, "mu": main.search.best, "grid": main.search.grid,
         "scores": main.search.scores_by_name(), "confirmed": _round(main.confirmed),
         "alpha": alpha.best, "alpha_grid": alpha.grid, "alpha_scores": alpha.scores_by_name(),
-        "split": "dev", "dev_queries": len(dev.ids), "candidates": candidates,
+        "split": "dev", "dev_queries": len(dev.ids), "dev_sets": dev.name.split("+") if dev.name else [],
+        "judged_by": dev.judged_by, "candidates": candidates,
         "storage": options.served_storage(cfg.index.type), "codec": options.codec(cfg.index.type),
         "extensions": main.search.extensions, "at_edge": main.search.at_edge,
         "dev_scores": {"bm25": _round(bm25_score), "base": _round(base_score), "lambda": _round(lambda_score),
@@ -543,6 +577,14 @@ class TunedWeights:
     def storage(self) -> str:
         """How the passage vectors μ was tuned against were stored (:mod:`spar.storage`)."""
         return self.payload.get("storage", "float32")
+
+    def for_set(self, name: str) -> "TunedWeights":
+        """The weights that serve question set ``name``: its own (``own_mu``) when tuned on its dev split, else the
+        experiment's."""
+        own = self.payload.get("sets", {}).get(name)
+        if not own:
+            return self
+        return TunedWeights(self.path, {**self.payload, **own, "sets": {}})
 
     def check_served_by(self, index_info: Mapping[str, Any], index_dir: str | Path) -> None:
         """Refuse an index that stores its passages otherwise than the vectors μ was tuned against."""

@@ -134,3 +134,126 @@ def test_a_title_only_passage_is_valid_and_an_empty_one_is_not(tmp_path: Path):
     assert stats.read == 2 and stats.total_skipped == 1
     with pytest.raises(BadRecordError, match=r":3: empty text and title: passage 'e'"):
         list(read_corpus(p))
+
+
+# ---- inputs at scale: compressed files, several corpus files, question files with answers ----------------------
+
+def _gz(tmp_path: Path, name: str, content: str) -> Path:
+    import gzip
+
+    p = tmp_path / name
+    with gzip.open(p, "wb") as fh:
+        fh.write(content.encode())
+    return p
+
+
+def test_gzip_corpora_stream_like_plain_ones(tmp_path: Path, sample_dir: Path):
+    plain = (sample_dir / "corpus.jsonl").read_text(encoding="utf-8")
+    packed = _gz(tmp_path, "corpus.jsonl.gz", plain)
+    assert detect_corpus_format(packed) == "beir"
+    got = [(p.id, p.title, p.text) for p in read_corpus(packed)]
+    want = [(p.id, p.title, p.text) for p in read_corpus(sample_dir / "corpus.jsonl")]
+    assert got == want and len(got) == 600
+    dpr = _gz(tmp_path, "psgs_w100.tsv.gz", "id\ttext\ttitle\n1\tAlpha text\tAlpha\n2\tBeta text\tBeta\n")
+    assert detect_corpus_format(dpr) == "dpr"
+    assert [(p.id, p.title) for p in read_corpus(dpr)] == [("1", "Alpha"), ("2", "Beta")]
+
+
+def test_real_enwiki_gz_streams_with_positions(datasets_dir: Path):
+    import itertools
+
+    first = list(itertools.islice(read_corpus(datasets_dir / "enwiki-2015" / "corpus.jsonl.gz"), 3))
+    assert [p.id for p in first] == ["12-0", "12-1", "12-2"]
+    assert [p.extra["article_passage"] for p in first] == [0, 1, 2] and first[0].title == "Anarchism"
+
+
+def test_truncated_gzip_names_file_and_line(tmp_path: Path):
+    good = _gz(tmp_path, "full.jsonl.gz", "".join(f'{{"_id": "{i}", "title": "", "text": "passage {i} '
+                                                  f'{"x" * 200}"}}\n' for i in range(2000)))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(BadRecordError) as err:
+        list(read_corpus(cut, on_bad_record="skip"))  # nothing after the break can be read: an error even with skip
+    message = str(err.value)
+    assert str(cut) in message and "truncated" in message
+    assert f":{sum(1 for _ in _prefix_lines(cut)) + 1}:" in message
+
+
+def _prefix_lines(path: Path):
+    import zlib
+
+    data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(path.read_bytes())
+    return data.split(b"\n")[:-1]
+
+
+def test_several_corpus_files_read_as_one(tmp_path: Path):
+    a = _write(tmp_path, "a.jsonl", '{"_id": "a1", "title": "A", "text": "one"}\n')
+    b = _gz(tmp_path, "b.tsv.gz", "id\ttext\ttitle\nb1\ttwo\tB\n")
+    assert [(p.id, p.text) for p in read_corpus([a, b])] == [("a1", "one"), ("b1", "two")]
+
+
+def test_an_id_in_two_corpus_files_names_both(tmp_path: Path):
+    a = _write(tmp_path, "a.jsonl", '{"_id": "x", "title": "", "text": "one"}\n')
+    b = _write(tmp_path, "b.jsonl",
+               '{"_id": "y", "title": "", "text": "two"}\n{"_id": "x", "title": "", "text": "3"}\n')
+    with pytest.raises(BadRecordError) as err:
+        list(read_corpus([a, b]))
+    assert f"{b}:2:" in str(err.value) and "duplicate passage id: 'x'" in str(err.value) and str(a) in str(err.value)
+    stats = ReadStats()
+    assert [p.id for p in read_corpus([a, b], on_bad_record="skip", stats=stats)] == ["x", "y"]
+    assert stats.skipped == {"duplicate passage id": 1}
+
+
+def test_corpus_list_in_a_config_resolves_against_the_yaml(tmp_path: Path):
+    from spar.config import load_config
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "x.yaml").write_text("data:\n  corpus: [../a.jsonl, ../b.jsonl.gz]\n")
+    cfg = load_config(tmp_path / "cfg" / "x.yaml")
+    assert cfg.data.corpus == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl.gz")]
+
+
+def test_odqa_question_files_carry_answers(datasets_dir: Path):
+    from spar.readers import read_questions
+
+    questions = list(read_questions(datasets_dir / "odqa" / "nq" / "test.jsonl"))
+    assert len(questions) == 3610
+    assert (questions[0].id, questions[0].text, questions[0].answers) == (
+        "nq-test-0", "who got the first nobel prize in physics", ["Wilhelm Conrad Röntgen"])
+    curated = next(read_questions(datasets_dir / "odqa" / "curated" / "test.jsonl"))
+    assert curated.answers and "|" in curated.answers[0]  # regular expressions, matched in regex mode
+    assert [q.text for q in read_queries(datasets_dir / "odqa" / "nq" / "test.jsonl")][:1] == [questions[0].text]
+
+
+def test_dpr_question_tsv_numbers_questions_and_parses_answer_lists(tmp_path: Path):
+    from spar.readers import read_questions
+
+    p = _write(tmp_path, "nq-test.qa.csv", "who wrote hamlet\t['William Shakespeare']\n"
+               "when was it written\t[\"1600\", \"c. 1601\"]\n")
+    got = [(q.id, q.text, q.answers) for q in read_questions(p)]
+    assert got == [("0", "who wrote hamlet", ["William Shakespeare"]),
+                   ("1", "when was it written", ["1600", "c. 1601"])]
+
+
+@pytest.mark.parametrize("content, line, reason", [
+    ('{"_id": "q1", "question": "a?", "answers": ["x"]}\n{"_id": "q2", "question": "b?", "answers": [""]}\n',
+     2, "empty answer"),
+    ('{"_id": "q1", "question": "a?", "answers": []}\n', 1, "empty answer"),
+    ('{"_id": "q1", "answers": ["x"]}\n', 1, "missing id or text"),
+])
+def test_bad_question_records_name_file_and_line(tmp_path: Path, content, line, reason):
+    from spar.readers import read_questions
+
+    p = _write(tmp_path, "test.jsonl", content)
+    with pytest.raises(BadRecordError) as err:
+        list(read_questions(p))
+    assert f"{p}:{line}:" in str(err.value) and reason in str(err.value)
+
+
+def test_malformed_dpr_answer_list_names_line(tmp_path: Path):
+    from spar.readers import read_questions
+
+    p = _write(tmp_path, "qa.tsv", "q one\t['a']\nq two\t['unclosed\n")
+    with pytest.raises(BadRecordError) as err:
+        list(read_questions(p))
+    assert f"{p}:2:" in str(err.value) and "malformed answer list" in str(err.value)

@@ -222,3 +222,24 @@ def test_blingfire_on_punctuation_free_text_warns_and_names_the_other_splitter(d
     assert f"{sampling['sentences_truncated']:,} of {sampling['candidate_sentences']:,}" in stats["warnings"][0]
     assert stats["warnings"][0] in caplog.text
     assert sample("tokenized", tmp_path / "tokenized")["warnings"] == []
+
+
+def test_train_sample_is_a_seeded_sample_of_the_whole_corpus(scifact_slice, tmp_path):
+    options = dict(strategy="all", dev_fraction=0.1, max_dev_queries=25, seed=1, shard_size=500)
+    full_stats, full = _sample(scifact_slice, tmp_path / "full", **options)
+    stats, rows = _sample(scifact_slice, tmp_path / "capped", train_sample=300, **options)
+    train = [r for r in rows if r["split"] == "train"]
+    assert len(train) == 300 == stats["queries_train"]
+    assert stats["train_sampled_from"] == full_stats["queries_train"] > 300
+    # the dev split does not change; the training queries are a subset of the uncapped ones...
+    dev = lambda rs: {r["query_id"] for r in rs if r["split"] == "dev"}  # noqa: E731
+    assert dev(rows) == dev(full)
+    assert {r["query_id"] for r in train} < {r["query_id"] for r in full if r["split"] == "train"}
+    # ...drawn from the whole corpus, not its first passages (max_queries stops early instead)
+    sources = sorted({r["source_row"] for r in train})
+    assert sources[-1] > 0.9 * max(r["source_row"] for r in full)
+    # the same sample whatever the shard size (order-independent hashes); another seed, another sample
+    _, one_shard = _sample(scifact_slice, tmp_path / "one", train_sample=300, **{**options, "shard_size": 100_000})
+    assert {r["query_id"] for r in one_shard} == {r["query_id"] for r in rows}
+    _, other = _sample(scifact_slice, tmp_path / "other", train_sample=300, **{**options, "seed": 2})
+    assert {r["query_id"] for r in other if r["split"] == "train"} != {r["query_id"] for r in train}

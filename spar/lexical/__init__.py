@@ -57,7 +57,7 @@ def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
     from spar.passages import PassagesTable, experiment_passages
 
     source = experiment_passages(cfg)
-    if source.suffix == ".arrow":
+    if isinstance(source, Path) and source.suffix == ".arrow":
         for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
             yield from zip(batch["title"], batch["text"])
         return
