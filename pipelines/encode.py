@@ -83,19 +83,21 @@ def encoder_sources(cfg, name: str) -> list[dict[str, str]]:
 
 
 def _query_files(cfg, split: str) -> list[dict[str, str]]:
-    """The files an embeddings split's questions are read from: the questions, and the qrels that choose them."""
+    """The files an embeddings split's questions are read from: the questions, and the qrels (or answers) that
+    choose them."""
     from spar.lineage import source
-    from spar.question_sets import UNNAMED, configured_splits, embeddings_key, set_files
+    from spar.question_sets import UNNAMED, configured_splits, embeddings_key
 
-    files = set_files(cfg)
+    d = cfg.data
     for name, part in configured_splits(cfg):
         if split == f"queries-{embeddings_key(name, part)}":
             if name == UNNAMED:
-                holdout = cfg.data.dev_holdout_fraction is not None
-                keys = ["queries", "qrels_test" if part == "test" or holdout else "qrels_dev"]
+                holdout = d.dev_holdout_fraction is not None
+                files = [d.queries, d.qrels_test if part == "test" or holdout else d.qrels_dev]
             else:
-                keys = [f"{name}.{part}", f"{name}.qrels_{part}", f"{name}.answers"]
-            return [source(files[key], "file") for key in keys if key in files]
+                qs = d.question_sets[name]
+                files = [getattr(qs, part), getattr(qs, f"qrels_{part}"), qs.answers]
+            return [source(path, "file") for path in files if path]
     return []
 
 
