@@ -4,6 +4,7 @@
     spar <stage> [--config CONFIG] [overrides ...]   # one stage
     spar <stage> --help                              # every option of the stage, with defaults
     spar search MODEL_OR_INDEX_DIR "query text"      # top-k passages with the published model
+    spar index --model MODEL --corpus C --output DIR # index any corpus with a published model (then search DIR)
     spar frontier -c CONFIG [--kinds ..] [--dims ..] [--storages ..] # quality per byte: SPAR vs bytes/passage
 
 The command sits above the stages (``pipelines/``), which sit above the library (``spar/``): nothing in ``spar/``
@@ -89,6 +90,10 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=summary, description=summary, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         _add_common(sp)
+        if name == "index":
+            from pipelines.corpus_index import add_arguments
+
+            add_arguments(sp)
     frontier = sub.add_parser("frontier", help="Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against "
                               "index size -> frontier/, results/", formatter_class=argparse.RawDescriptionHelpFormatter,
                               description=_frontier_doc())
@@ -105,6 +110,8 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
     search.add_argument("query", nargs="+", help="query text")
     search.add_argument("-k", type=int, default=10, help="hits to print")
     search.add_argument("--mu", type=float, default=None, help="override the tuned mu at query time")
+    search.add_argument("--model", default=None, help="the model of an index directory (default: the one it was "
+                        "built with, or the run's model/ beside a run's index)")
     return parser
 
 
@@ -170,12 +177,14 @@ def _print_stats(stage: str, stats: dict, seconds: float) -> None:
 
 
 def _read_stats(path: Path, seconds: float) -> dict:
-    """A stage process's statistics (written by :func:`_print_stats`), with the wall time its parent measured."""
+    """A stage process's statistics (written by :func:`_print_stats`): ``stage_seconds``, the stage's own time (its
+    ``done in`` line), and ``seconds``, the process's wall time its parent measured (with start-up)."""
     try:
         stats = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         stats = {}
-    return {**stats, "seconds": seconds}
+    own = stats.pop("seconds", None)
+    return {**stats, "seconds": seconds, **({"stage_seconds": own} if own is not None else {})}
 
 
 def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dict]:
@@ -239,6 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pipelines.search import search_command
 
             return search_command(args)
+        if args.command == "index":
+            from pipelines.corpus_index import run_from_args, wants_corpus_index
+
+            if wants_corpus_index(args):  # a published model on any corpus: no run, no config
+                started = time.time()
+                _print_stats("index", run_from_args(args), time.time() - started)
+                return 0
         cfg = _load(args)
         hold_output_lock(cfg.output_dir, run_lock_name(args.command, cfg))  # one run per output directory
         if args.command == "frontier":

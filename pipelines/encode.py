@@ -3,19 +3,22 @@
 Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), and each question
 set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.question_sets`, the
-splits tune and evaluate use). Every
-split is its own resumable artifact; see :mod:`spar.embeddings`.
+splits tune and evaluate use). Every split is its own resumable artifact; see :mod:`spar.embeddings`.
+``encode.backend`` picks what runs a transformer encoder (torch, or ONNX Runtime on the CPU: :mod:`spar.onnx_encoder`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
 from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
 from spar.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
+from spar.encode_engines import resolve_devices
 from spar.lineage import source as lineage_source
+from spar.onnx_encoder import backend_name, with_backend
 from spar.passages import experiment_passages
 from spar.run_context import RunContext
 from spar.stage import Stage, Unit
@@ -115,11 +118,14 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
     queries = query_sets(cfg)
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
+    device = resolve_devices(enc.accelerator, enc.devices)[0]
     for name in enc.encoders:
         encoder, weights, extra = load_encoder(cfg, name)
         made_from = encoder_sources(cfg, name)
+        # Exported (or found in the cache) once for all splits; `auto` may fall back to torch: the splits follow.
+        encoder = with_backend(encoder, enc.backend, device)
         common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
-                      options=options)
+                      options=replace(options, backend=backend_name(encoder)))
         unit = passages_unit(encoder, source, run.embeddings(name, "passages"), corpus_format=cfg.data.corpus_format,
                              on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
                              inputs=extra, **common)
@@ -154,11 +160,13 @@ def summary(cfg, results: dict[str, dict], unit: None) -> dict:
         truncated = f", {s['truncated']:,} truncated at {s['max_length']} tokens" if s["truncated"] else ""
         speed = f", {s['items_per_second']:,.1f}/s" if s.get("items_per_second") else ""
         resumed = f", {s['resumed_shards']} shards resumed" if s.get("resumed_shards") else ""
-        result[name] = f"{s['count']:,} x {s['dim']} {s['dtype']}{truncated}{speed}{resumed}"
+        backend = f" ({s['backend']})" if s.get("backend") else ""
+        result[name] = f"{s['count']:,} x {s['dim']} {s['dtype']}{backend}{truncated}{speed}{resumed}"
     return result
 
 
-STAGE = Stage(name="encode", sections=("experiment", "data", "encode"), plan=plan, work=work, on_skip=on_skip,
+STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "evaluate"), plan=plan, work=work,
+              on_skip=on_skip,
               finish=summary,
               summary="encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/")
 run = STAGE.run

@@ -30,6 +30,7 @@ def settings_fingerprint(cfg, kind: str) -> str:
 
     shared = {"label": settings(cfg.label), "tune": settings(cfg.tune), "data": settings(cfg.data),
               "projection": cfg.train.lexical.projection,
+              **({"nonzeros": cfg.train.lexical.nonzeros} if cfg.train.lexical.projection == "sparse" else {}),
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
     if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
         shared["train"] = settings(cfg.train)

@@ -1,14 +1,16 @@
 """Stage ``publish``: export the combined SPAR encoders as one self-contained model directory -> ``model/``.
 
-Reads ``lambda/`` (Λ), ``tune/tune.json`` (μ and the variant), ``index/`` (recorded so ``spar search MODEL_DIR``
-finds it; copied in with ``publish.copy_index=true``) and the base retriever from ``encode.base``; writes the model
-directory (``publish.output``, default ``<output_dir>/model``) with a model card, and uploads it when
-``publish.push_to_hub=REPO_ID`` is set. Logic and layout: :mod:`spar.publish`.
+Reads ``lambda/`` (Λ), ``tune/tune.json`` (μ and the variant), ``index/`` (checked against the run; copied in with
+``publish.copy_index=true``, else found beside the model by ``spar search MODEL_DIR``) and the base retriever from
+``encode.base``; writes the model directory (``publish.output``, default ``<output_dir>/model``) with a model card,
+and uploads it when ``publish.push_to_hub=REPO_ID`` is set. The model records no absolute path (its config's paths
+are relative to it). Logic and layout: :mod:`spar.publish`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
@@ -50,14 +52,15 @@ def plan(cfg, force: bool = False) -> Unit:
         inputs["results"] = file_fingerprint(results_md)
     if is_complete(artifact_dir(cfg.output_dir, "evaluation")):  # the card quotes its results
         sources.append(lineage_source(artifact_dir(cfg.output_dir, "evaluation")))
-    # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint.
-    config = {"publish": settings(cfg.publish), "base": settings(cfg.encode.base)}
+    # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint; nor does
+    # where it is written (publish.output), and the manifest that ships with the model names no directory.
+    publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
+    config = {"publish": publish, "base": settings(cfg.encode.base)}
     return Unit(model_output(cfg), kind="model", config=config, inputs=inputs,
                 payload=(source, tuned, index_dir, results_md), sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    from spar.config import dump_config
     from spar.encoders import BiEncoder
     from spar.index import check_serves
     from spar.model_card import gather_card_facts, model_provenance
@@ -74,24 +77,72 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     _check_index_is_current(cfg, index_dir, index_info)
     base = BiEncoder.from_section(cfg.encode.base)
-    provenance = model_provenance(cfg, source, tuned.payload, index_info)
+    out = unit.output
+    provenance = _portable_provenance(model_provenance(cfg, source, tuned.payload, index_info), out)
     encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
     manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
-    facts = gather_card_facts(cfg, encoder, tuned.payload, manifests,
-                              results_md.read_text(encoding="utf-8") if results_md.exists() else None,
-                              RunContext(cfg).command_line("run"), source.describe())
+    config_yaml = portable_config_yaml(cfg, out)
+    command = RunContext(cfg).command_line("run")
+    results_text = results_md.read_text(encoding="utf-8") if results_md.exists() else None
+    if results_text is not None:  # the results table ends with the command that made it
+        results_text = results_text.replace(command, _portable_command(command))
+    facts = gather_card_facts(cfg, encoder, tuned.payload, manifests, results_text, _portable_command(command),
+                              source.describe())
+    facts = replace(facts, config_yaml=config_yaml)
     passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
-    publish_model(encoder, w.path, facts, dump_config(cfg), index_dir=index_dir,
+    publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
     w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
-               "index": "copied" if cfg.publish.copy_index else str(index_dir.resolve())}
+               "index": "copied into the model" if cfg.publish.copy_index else "none (the run's index/ beside it)"}
     w.schema = {"spar_model.json": "format, variant, mu, dims, encoders, index, provenance",
                 "modules.json": "sentence-transformers Router (query/document routes)"}
-    out = unit.output
     return {"output": str(out), "variant": variant, "mu": encoder.mu, "dim": encoder.dim,
             "load": f'SentenceTransformer("{out}", trust_remote_code=True) or SparEncoder.from_pretrained("{out}")',
             "search": f'spar search {out} "your query"'}
+
+
+def portable_config_yaml(cfg, model_dir: Path) -> str:
+    """The resolved config as YAML, its paths relative to the model directory: ``spar run spar_config.yaml`` in
+    place reads the same files, and the model names no directory of the machine that made it."""
+    import yaml
+
+    from spar.config import SparConfig
+    from spar.config_fields import relative_paths
+
+    tree = cfg.model_dump(mode="json", by_alias=True)
+    relative_paths(tree, SparConfig, Path(model_dir).resolve())
+    return yaml.safe_dump(tree, sort_keys=False, allow_unicode=True)
+
+
+def _portable_provenance(provenance: dict, model_dir: Path) -> dict:
+    """``spar_model.json``'s provenance without absolute paths (Λ's location goes; paths become relative)."""
+    from spar.publish import portable_path
+
+    base = Path(model_dir).resolve()
+    out = {k: portable_path(v, base) for k, v in provenance.items()}
+    source = dict(provenance.get("lambda_source") or {})
+    source.pop("path", None)  # the resolved location: `spec` says what was asked for
+    out["lambda_source"] = {k: portable_path(v, base) for k, v in source.items()} or None
+    return out
+
+
+def _portable_command(command: str) -> str:
+    """The reproducing command with absolute paths written relative to the current directory."""
+    import os
+    import shlex
+
+    def portable(token: str) -> str:
+        key, sep, value = token.partition("=") if "=" in token and not token.startswith("/") else ("", "", token)
+        if os.path.isabs(value):
+            value = os.path.relpath(value)
+        return f"{key}{sep}{value}"
+
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        return command
+    return shlex.join(portable(t) for t in tokens)
 
 
 def _manifest_or_empty(path: Path) -> dict:

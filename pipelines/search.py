@@ -1,8 +1,9 @@
-"""``spar search PATH "query text" [-k 10] [--mu M]``: top-k passages with a published SPAR model.
+"""``spar search PATH "query text" [-k 10] [--mu M] [--model MODEL]``: top-k passages with a published SPAR model.
 
-``PATH`` is a published model directory (``spar publish`` records the run's index in it, or copies it in with
-``publish.copy_index=true``) or a run's ``index/`` directory (the run's published ``model/`` beside it encodes the
-query). Logic: :class:`spar.search.SparSearcher`.
+``PATH`` is a published model directory (searching the index copied into it with ``publish.copy_index=true``, or the
+index of the run it was published in), a run's ``index/`` directory (the run's published ``model/`` beside it, or
+``--model``, encodes the query) or an index built by ``spar index --model`` (searched with that model). Logic:
+:class:`spar.search.SparSearcher`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ def search_command(args: argparse.Namespace) -> int:
     from spar.search import SparSearcher
 
     query = " ".join(args.query)
-    searcher = SparSearcher.open(args.index_dir)
+    searcher = SparSearcher.open(args.index_dir, model=args.model)
     mu = searcher.encoder.mu if args.mu is None else args.mu
     hits = searcher.search([query], k=args.k, mu=mu)[0]
     console = Console(highlight=False)
     console.print(f"[bold]{escape(query)}[/bold]  μ={mu:g} ({searcher.encoder.variant}), "
-                  f"{len(searcher.index):,} passages, model {searcher.model_dir}")
+                  f"{len(searcher.index):,} passages in {searcher.index_dir}, model {searcher.model_dir}")
     for hit in hits:
         text = " ".join(hit.text.split())
         text = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS].rstrip() + "…"

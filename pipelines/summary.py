@@ -1,22 +1,100 @@
-"""The one summary ``spar run`` prints at the end: time per stage, the result table sized to the console, where the
-model, index, results and W&B runs are, and the next commands."""
+"""The one summary ``spar run`` prints at the end: per stage its time and what it dropped or skipped, the result
+table with the index it was measured on (type, storage, bytes per passage), where the model, index, results and W&B
+runs are, and the next commands.
+
+Two times per stage, labelled: the stage's own (what its ``<stage>: done in`` line says) and its process's wall time
+(``spar run`` starts each stage in a process of its own: the difference is Python, torch and model start-up). What a
+stage dropped or skipped is read from its artifact's manifest (label's queries with too few hits, sample's bad
+records and sentence fragments, encode's truncated passages, evaluate's skipped judgments), so an up-to-date stage
+still reports it. Headings are wrapped between phrases, never inside one.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from spar.artifacts import artifact_dir
 
 
-def _results_table(payload: dict, experiment: str):
+def _manifest_stats(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "manifest.json").read_text()).get("stats") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}"
+
+
+def stage_losses(cfg, results: dict[str, Any] | None = None) -> dict[str, str]:
+    """What each stage dropped or skipped, named with its count, from the artifacts' manifests ("none" when a stage
+    that can drop records dropped none; absent for stages that never do)."""
+    out: dict[str, str] = {}
+    queries = _manifest_stats(artifact_dir(cfg.output_dir, "queries"))
+    if queries:
+        skipped = (queries.get("read") or {}).get("skipped") or {}
+        parts = [_count(n, f"corpus records skipped ({reason})") for reason, n in skipped.items() if n]
+        fragments = (queries.get("sampling") or {}).get("fragments_dropped") or 0
+        if fragments:
+            parts.append(_count(fragments, f"sentences dropped (< {cfg.sample.min_words} words)"))
+        out["sample"] = "; ".join(parts) or "none"
+    labels = _manifest_stats(artifact_dir(cfg.output_dir, "labels"))
+    if "dropped" in labels:
+        dev = labels.get("dropped_dev") or 0
+        out["label"] = (_count(labels["dropped"], "queries dropped (too few teacher hits") + f", {dev:,} dev)"
+                        if labels["dropped"] else "none")
+    encoded = []
+    for name in ("base", "lambda"):
+        stats = _manifest_stats(artifact_dir(cfg.output_dir, "embeddings") / name / "passages")
+        if stats.get("truncated"):
+            encoded.append(_count(stats["truncated"], f"passages truncated at {stats.get('max_length')} tokens "
+                                                      f"({name})"))
+        elif stats:
+            encoded.append("")
+    if encoded:
+        out["encode"] = "; ".join(e for e in encoded if e) or "none"
+    if results is not None:
+        skipped_records = results.get("skipped_records") or {}
+        parts = [f"{n:,} {reason} ({key})" for key, reasons in skipped_records.items() for reason, n in reasons.items()]
+        not_run = sorted((results.get("skipped_systems") or results.get("details", {}).get("skipped_systems") or {}))
+        if not_run:
+            parts.append(f"not run: {', '.join(not_run)}")
+        out["evaluate"] = "; ".join(parts) or "none"
+    return out
+
+
+def index_summary(cfg) -> str | None:
+    """``index flat, sq4: 2,880 B/passage (2,904 B/passage on disk)``: the index the results were measured on."""
+    stats = _manifest_stats(artifact_dir(cfg.output_dir, "index"))
+    if not stats.get("storage"):
+        return None
+    code = f"{stats['code_bytes']:,} B/passage" if stats.get("code_bytes") else None
+    disk = f"{stats['bytes_per_passage']:,.0f} B/passage on disk" if stats.get("bytes_per_passage") else None
+    size = f"{code} ({disk})" if code and disk else code or disk or ""
+    return f"index {stats.get('type')}, {stats['storage']}" + (f": {size}" if size else "")
+
+
+def wrap_phrases(phrases: list[str], width: int, sep: str = "; ") -> list[str]:
+    """Join ``phrases`` into lines of at most ``width`` characters, breaking only between phrases (a phrase longer
+    than the width gets a line of its own)."""
+    lines: list[str] = []
+    for phrase in phrases:
+        if lines and len(lines[-1]) + len(sep) + len(phrase) <= width:
+            lines[-1] += sep + phrase
+        else:
+            lines.append(phrase)
+    return lines
+
+
+def _results_table(payload: dict):
     from rich.table import Table
 
     systems = payload.get("systems", {})
     metrics = list(next(iter(systems.values()), {}))
-    table = Table(title=f"{experiment} ({payload.get('dataset', '')} test): μ = {payload.get('mu')}, "
-                        f"α = {payload.get('alpha')}",
-                  title_justify="left", header_style="bold")
+    table = Table(header_style="bold")
     table.add_column("system")
     for metric in metrics:
         table.add_column(metric, justify="right")
@@ -30,15 +108,14 @@ def _results_table(payload: dict, experiment: str):
     return table
 
 
-def _sets_table(payload: dict, experiment: str):
+def _sets_table(payload: dict):
     """Several question sets: the first shared measure, systems x sets."""
     from rich.table import Table
 
     summary = payload.get("summary", {})
     measure = next(iter(summary), None)
     sets = list(payload.get("sets", {}))
-    table = Table(title=f"{experiment}: {measure} by question set (test)", title_justify="left",
-                  header_style="bold")
+    table = Table(header_style="bold")
     table.add_column("system")
     for name in sets:
         table.add_column(name, justify="right")
@@ -47,34 +124,60 @@ def _sets_table(payload: dict, experiment: str):
     return table
 
 
-def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str, int]] | None = None) -> None:
-    """Print the summary of a ``spar run`` whose stages reported ``stages`` (name -> statistics with seconds)."""
-    from rich.console import Console
+def _timing_table(stages: dict[str, dict], losses: dict[str, str]):
     from rich.table import Table
 
-    console = Console()
-    timing = Table(title="spar run", title_justify="left", header_style="bold")
+    timing = Table(header_style="bold")
     timing.add_column("stage")
     timing.add_column("status")
     timing.add_column("time", justify="right")
+    timing.add_column("with start-up", justify="right")
+    timing.add_column("dropped / skipped")
+    own_total = wall_total = 0.0
     for name, stats in stages.items():
         status = "not needed" if stats.get("why") else "up to date" if stats.get("skipped") else "done"
-        timing.add_row(name, status, f"{stats.get('seconds', 0.0):.1f} s")
-    timing.add_row("total", "", f"{sum(s.get('seconds', 0.0) for s in stages.values()):.1f} s")
-    console.print(timing)
+        wall = float(stats.get("seconds", 0.0))
+        own = float(stats.get("stage_seconds", wall))
+        own_total, wall_total = own_total + own, wall_total + wall
+        timing.add_row(name, status, f"{own:.1f} s", f"{wall:.1f} s", "" if stats.get("why") else losses.get(name, ""))
+    timing.add_row("total", "", f"{own_total:.1f} s", f"{wall_total:.1f} s", "")
+    return timing
+
+
+def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str, int]] | None = None,
+                      console=None) -> None:
+    """Print the summary of a ``spar run`` whose stages reported ``stages`` (name -> statistics: ``seconds``, the
+    stage process's wall time, and ``stage_seconds``, the stage's own)."""
+    from rich.console import Console
 
     from spar.run_context import RunContext
 
+    console = console or Console()
+    width = console.width
+
+    def heading(phrases: list[str]) -> None:
+        for i, line in enumerate(wrap_phrases(phrases, width)):
+            console.print(f"[bold]{line}[/bold]" if i == 0 else line, highlight=False, soft_wrap=True)
+
     context = RunContext(cfg)
     results = context.results[0]
+    payloads = {stem: json.loads(path.read_text()) for stem in context.results_groups
+                for path in [context.results_file(stem)[0]] if path.exists()}
+    heading(["spar run", f"experiment {cfg.experiment.name}",
+             "time: each stage's own, and with its process's start-up"])
+    console.print(_timing_table(stages, stage_losses(cfg, next(iter(payloads.values()), None))))
     lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
-    for stem in context.results_groups:
-        path = context.results_file(stem)[0]
-        if path.exists():
-            payload = json.loads(path.read_text())
-            title = f"experiment {cfg.experiment.name}" + (f" ({stem})" if stem != cfg.experiment.name else "")
-            printer = _sets_table if "sets" in payload else _results_table
-            console.print(printer(payload, f"{title}, Λ {lam}"))
+    index = index_summary(cfg)
+    for stem, payload in payloads.items():
+        named = f" {stem}" if stem != cfg.experiment.name else ""
+        if "sets" in payload:
+            measure = next(iter(payload.get("summary", {})), "")
+            phrases = [f"results{named}: {measure} by question set (test)", f"Λ {lam}"]
+        else:
+            phrases = [f"results{named} ({payload.get('dataset', '')} test)", f"Λ {lam}",
+                       f"μ = {payload.get('mu')}, α = {payload.get('alpha')}"]
+        heading(phrases + ([index] if index else []))
+        console.print(_sets_table(payload) if "sets" in payload else _results_table(payload))
     if skipped:
         from spar.preflight import describe_skipped
 
@@ -82,9 +185,10 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
                       + describe_skipped(skipped), highlight=False, soft_wrap=True)
     where = []
     model = artifact_dir(cfg.output_dir, "model") if not cfg.publish.output else Path(cfg.publish.output)
+    index_dir = artifact_dir(cfg.output_dir, "index")
     for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)",
                          artifact_dir(cfg.output_dir, "lambda")),
-                        ("model", model), ("index", artifact_dir(cfg.output_dir, "index")),
+                        ("model", model), ("index", index_dir),
                         ("results", results), ("W&B runs (offline)", Path(cfg.output_dir) / "wandb")):
         if path.exists():
             where.append(f"  {label}: {path}")
@@ -92,7 +196,10 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         console.print("[bold]where[/bold]\n" + "\n".join(where), highlight=False, soft_wrap=True)
     nexts = []
     if model.exists():
-        nexts.append(f'spar search {model} "your query"')
+        beside_run = model.resolve().parent == index_dir.resolve().parent or (model / "index").is_dir()
+        nexts.append(f'spar search {model} "your query"' if beside_run
+                     else f'spar search {index_dir} --model {model} "your query"')
+        nexts.append(f"spar index --model {model} --corpus YOUR_CORPUS --output DIR   # any corpus, then search DIR")
     wandb_dir = Path(cfg.output_dir) / "wandb"
     if any(wandb_dir.glob("offline-run-*")):
         nexts.append(f"wandb sync {wandb_dir}/offline-run-*   # upload the runs to W&B")

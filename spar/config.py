@@ -165,9 +165,13 @@ class DataSection(Section):
                 judged = getattr(qs, f"qrels_{split}")
                 if judged and getattr(qs, split) and Path(judged).resolve() == Path(getattr(qs, split)).resolve():
                     raise ValueError(f"data.question_sets.{name}: qrels_{split} is the questions file itself")
-            if qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve():
-                raise ValueError(f"data.question_sets.{name}: dev and test are the same file: never tune on the "
-                                 "test split")
+            # one questions file may serve both splits when their qrels tell them apart (SQuAD's BEIR layout)
+            same_questions = qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve()
+            same_qrels = qs.qrels_dev and qs.qrels_test and \
+                Path(qs.qrels_dev).resolve() == Path(qs.qrels_test).resolve()
+            if (same_questions and not (qs.qrels_dev and qs.qrels_test)) or same_qrels:
+                raise ValueError(f"data.question_sets.{name}: dev and test are the same questions: never tune on "
+                                 "the test split")
         return self
 
 
@@ -281,16 +285,29 @@ class LexicalSection(Section):
     """Settings of the term-based Λ kinds (``projection`` and ``static``)."""
 
     dim: int = Field(384, gt=0, description="Output dimension of a projection or static Λ.")
-    projection: Literal["gaussian", "countsketch"] = Field(
+    projection: Literal["gaussian", "countsketch", "sparse"] = Field(
         "gaussian", description="Random matrix of the projection (and the static Λ's initialisation): Gaussian "
-        "N(0, 1/dim), or count-sketch (each term hashed to one dimension with a random sign)."
+        "N(0, 1/dim) (a dense [vocabulary, dim] table in memory), count-sketch (each term hashed to one dimension "
+        "with a random sign), or sparse (each term hashed to `nonzeros` dimensions, ±1/√nonzeros: nothing "
+        "stored, for Wikipedia-size vocabularies)."
     )
+    nonzeros: int = Field(8, ge=1, json_schema_extra=ADDED_LATER,
+                          description="Entries per term of projection 'sparse' (one per block of dim/nonzeros).")
     seed: int | None = Field(None, description="Seed of the random matrix (default: experiment.seed).")
     objective: Literal["kl", "mse"] = Field(
         "kl", description="Static Λ: listwise KL between the teacher's and Λ's softmax over the batch's passages "
         "(exact teacher scores), or squared error of the scores."
     )
     temperature: float = Field(1.0, gt=0, description="Static Λ 'kl': both score lists are divided by it.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LexicalSection":
+        if self.projection == "sparse" and self.nonzeros > self.dim:
+            raise ValueError(f"train.lexical.nonzeros={self.nonzeros} exceeds train.lexical.dim={self.dim}")
+        if self.projection != "sparse" and self.nonzeros != type(self).model_fields["nonzeros"].default:
+            raise ValueError(f"train.lexical.nonzeros applies to projection 'sparse' only (projection is "
+                             f"{self.projection!r})")
+        return self
 
 
 class TrainSection(Section):
@@ -414,6 +431,13 @@ class EncodeSection(Section):
     )
     strategy: str = Field(
         "auto", json_schema_extra=RUNTIME, description="Lightning strategy for several devices ('auto': ddp_spawn).")
+    backend: Literal["torch", "onnx", "auto", "onnx-int8"] = Field(
+        "torch", description="What runs a transformer encoder: 'torch'; 'onnx' (exported once, cached under "
+        "$SPAR_CACHE_DIR or ~/.cache/spar/onnx, run by ONNX Runtime on the CPU: the same vectors within 1e-6; its "
+        "speed against torch depends on the CPU, see bench/README.md); 'auto': onnx on the CPU, torch on GPUs; "
+        "'onnx-int8' (dynamic int8 weights: faster but lossy, SciFact base nDCG@10 -1.5 points). Part of the "
+        "embeddings' fingerprint, except 'torch' (fingerprints as before backends existed)."
+    )
 
     @field_validator("lambda_", mode="before")
     @classmethod

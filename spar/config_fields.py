@@ -9,6 +9,9 @@ Example::
     >>> resolve_paths(tree, SparConfig, Path("/project/configs"))
     >>> tree["data"]["corpus"], tree["encode"]["base"]["model"]
     ('/project/data/corpus.jsonl', 'all-MiniLM-L6-v2')
+    >>> relative_paths(tree, SparConfig, Path("/project/runs/demo/model"))
+    >>> tree["data"]["corpus"]
+    '../../../data/corpus.jsonl'
 """
 
 from __future__ import annotations
@@ -103,3 +106,32 @@ def _resolved(value: Any, rule: str, base: Path) -> Any:
     if rule == "path" or value.startswith(".") or (base / value).exists():
         return os.path.normpath(base.resolve() / value)
     return value
+
+
+def relative_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
+    """The inverse of :func:`resolve_paths`: make the absolute path options of a config ``tree`` relative to
+    ``base``, so a config written into ``base`` (a published model's ``spar_config.yaml``) names no directory of the
+    machine that wrote it and still resolves to the same files there."""
+    if not isinstance(tree, dict):
+        return
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = tree.get(key)
+        mapped = section_map_type(field.annotation)
+        if mapped is not None:
+            for item in (value or {}).values() if isinstance(value, dict) else ():
+                relative_paths(item, mapped, base)
+            continue
+        section = section_type(field.annotation)
+        if section is not None:
+            relative_paths(value, section, base)
+            continue
+        rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
+            else None
+        if rule is None or key not in tree:
+            continue
+        tree[key] = [_relative(item, base) for item in value] if isinstance(value, list) else _relative(value, base)
+
+
+def _relative(value: Any, base: Path) -> Any:
+    return os.path.relpath(value, base) if isinstance(value, str) and value and Path(value).is_absolute() else value

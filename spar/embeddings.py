@@ -61,6 +61,7 @@ from spar.artifacts import (ArtifactWriter, atomic_file, directory_fingerprint, 
 from spar.encoders import BiEncoder
 from spar.encode_engines import Side, encode_shard_lightning, encode_shard_loop, resolve_devices, tokenize_shard
 from spar.errors import ArtifactError
+from spar.onnx_encoder import OnnxBiEncoder, backend_name, with_backend
 from spar.readers import OnBad
 from spar.schemas import EMBEDDING_IDS, read_table, write_table
 from spar.stage import Unit, run_unit
@@ -213,16 +214,20 @@ def encoder_fingerprint(weights: str, encoder) -> str:
     """Identifies what produced a vector: the weights' fingerprint plus every setting that changes the vector.
 
     ``weights`` is :func:`spar.models.model_fingerprint` of the base model, or the Λ artifact's manifest
-    fingerprint. Queries and passages of one encoder share this fingerprint; the index compares it.
+    fingerprint. Queries and passages of one encoder share this fingerprint; the index compares it. An encoder run
+    by ONNX Runtime adds its backend and exported files (:meth:`spar.onnx_encoder.OnnxBiEncoder.backend_record`).
     """
     if not isinstance(encoder, BiEncoder):  # a term-based Λ: its description holds every vector-changing setting
         return fingerprint_dict({"weights": weights, "lambda": encoder.describe()})
     s = encoder.settings
-    return fingerprint_dict({
+    identity = {
         "weights": weights, "pooling": s.pooling, "normalize": s.normalize, "query_prefix": s.query_prefix,
         "passage_prefix": s.passage_prefix, "query_max_length": s.query_max_length,
         "passage_max_length": s.passage_max_length,
-    })
+    }
+    if isinstance(encoder, OnnxBiEncoder):  # torch adds nothing: its fingerprints predate the other backends
+        identity["backend"] = encoder.backend_record()
+    return fingerprint_dict(identity)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -232,7 +237,8 @@ def encoder_fingerprint(weights: str, encoder) -> str:
 
 @dataclass
 class EncodeOptions:
-    """How encoding runs (none of these change the vectors, so none is part of the output's fingerprint)."""
+    """How encoding runs. None of these is part of the output's fingerprint, except ``backend`` (``torch``,
+    ``onnx``, ``onnx-int8`` or ``auto``: :mod:`spar.onnx_encoder`), which enters it through the encoder it makes."""
 
     batch_size: int = 64
     accelerator: str = "auto"
@@ -241,6 +247,7 @@ class EncodeOptions:
     precision: str = "auto"
     strategy: str = "auto"
     show_progress: bool = True
+    backend: str = "torch"
 
 
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
@@ -273,6 +280,7 @@ def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, 
                reusable: bool = True) -> Unit:
     """The artifact of one encoded split (resumable per shard). ``reusable=False`` (a one-pass iterator nothing
     vouches for) is never up to date and never resumed."""
+    encoder = with_backend(encoder, options.backend, resolve_devices(options.accelerator, options.devices)[0])
     model_fp = encoder_fingerprint(weights_fingerprint, encoder)
     config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
               "dtype": dtype}
@@ -294,6 +302,8 @@ def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
     encoder_name, side, shard_size, dtype, model_fp = (unit.config[k] for k in ("encoder", "side", "shard_size",
                                                                                  "dtype", "model_fingerprint"))
     device, n_devices = resolve_devices(options.accelerator, options.devices)
+    if isinstance(encoder, OnnxBiEncoder):  # ONNX Runtime runs on the CPU, in the plain loop
+        device, n_devices = "cpu", 1
     engine = options.engine
     if engine == "auto":
         engine = "lightning" if n_devices > 1 else "loop"
@@ -363,6 +373,10 @@ def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
         "items_per_second": round(encoded / seconds, 2) if seconds else None,
         "engine": engine, "device": device, "devices": n_devices,
     }
+    if isinstance(encoder, BiEncoder):
+        w.stats["backend"] = backend_name(encoder)
+        if isinstance(encoder, OnnxBiEncoder):
+            w.stats["onnx"] = encoder.manifest_record()
     if truncated:
         log.info("%s: %d of %d items were longer than %d tokens and truncated", out_dir, truncated, count,
                  w.stats["max_length"])

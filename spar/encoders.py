@@ -229,9 +229,13 @@ class BiEncoder(nn.Module):
         return tokenize_passages(self.tokenizer, self.settings, passages)
 
     # -- forward ----------------------------------------------------------------------------------------------
+    def _hidden(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The transformer's last hidden state (another backend runs it elsewhere: :mod:`spar.onnx_encoder`)."""
+        return model(**inputs).last_hidden_state
+
     def _embed(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-        hidden = model(**inputs).last_hidden_state
+        hidden = self._hidden(model, inputs)
         vec = pool(hidden, inputs["attention_mask"], self.settings.pooling)
         if self.settings.normalize:
             vec = torch.nn.functional.normalize(vec.float(), dim=-1)

@@ -158,7 +158,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
     sum_index = None
     if base_p.shape[1] == lambda_p.shape[1]:
-        sum_index = build_spar_index(np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32), "sum", "flat")
+        sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
     context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
     reports = {}
     for test in test_splits(cfg):

@@ -55,14 +55,34 @@ def split_queries(cfg, split: str) -> SplitQueries:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def top_k(queries: np.ndarray, passages: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first."""
+#: Passage rows scored at a time when the passages are not in memory (:func:`top_k` over a streamed corpus).
+STREAM_BLOCK = 65_536
+#: Passage embeddings larger than this are streamed from their shards instead of copied into memory
+#: (:meth:`ExperimentInputs.passage_vectors`): a 663k-passage corpus with a 3072-d Λ is 8 GB of float32.
+STREAM_BYTES = 1 << 30
+
+
+def top_k(queries: np.ndarray, passages: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first.
+
+    ``passages`` in memory are scored at once; a streamed matrix (anything that is not an ndarray but slices into
+    one: :class:`spar.embeddings.ShardedVectors`, :class:`spar.index.ServedVectors`) block of rows by block, the
+    running top-k kept in FAISS's result heap, so memory stays flat in the corpus size.
+    """
     import faiss
 
     k = min(k, passages.shape[0])
-    scores, rows = faiss.knn(np.ascontiguousarray(queries, dtype=np.float32),
-                             np.ascontiguousarray(passages, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
-    return scores, rows
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if isinstance(passages, np.ndarray):
+        return faiss.knn(queries, np.ascontiguousarray(passages, dtype=np.float32), k,
+                         metric=faiss.METRIC_INNER_PRODUCT)
+    heap = faiss.ResultHeap(queries.shape[0], k, keep_max=True)
+    for start in range(0, passages.shape[0], STREAM_BLOCK):
+        block = np.ascontiguousarray(passages[start:start + STREAM_BLOCK], dtype=np.float32)
+        scores, rows = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+        heap.add_result(scores, np.where(rows >= 0, rows + start, -1))
+    heap.finalize()
+    return heap.D, heap.I
 
 
 def dense_search(queries: np.ndarray, passages: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
@@ -108,8 +128,13 @@ class ExperimentInputs:
     def doc_ids(self) -> list[str]:
         return self.passages["base"].ids
 
-    def passage_vectors(self, encoder: str) -> np.ndarray:
-        return self.passages[encoder].vectors
+    def passage_vectors(self, encoder: str) -> Any:
+        """The encoder's passage vectors: in memory, or streamed from their shards (a
+        :class:`spar.embeddings.ShardedVectors`) when they exceed :data:`STREAM_BYTES`."""
+        embeddings = self.passages[encoder]
+        if len(embeddings) * embeddings.dim * 4 > STREAM_BYTES:
+            return embeddings.sharded
+        return embeddings.vectors
 
     # -- encoders ----------------------------------------------------------------------------------------------
     def encoder(self, name: str):

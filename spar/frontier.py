@@ -376,6 +376,7 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
     from spar.lexical.projection import ProjectionLambda
 
     inputs = FrontierInputs(cfg)
+    lex = cfg.train.lexical
     work = Path(work_dir) if work_dir else cfg.output_dir / "frontier"
     points: list[FrontierPoint] = list(known)
     done = {(p.kind, p.dim, p.seed, p.storage) for p in points}
@@ -394,7 +395,8 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
 
     for dim in dims:
         for seed in seeds:
-            projection = ProjectionLambda(inputs.weights, dim, cfg.train.lexical.projection, seed)
+            projection = ProjectionLambda(inputs.weights, dim, lex.projection, seed,
+                                          lex.nonzeros if lex.projection == "sparse" else None)
             timed = seed == timed_seed
             todo = [st for st in storages if ("projection", dim, seed, st) not in done]
             if "projection" in kinds and todo:

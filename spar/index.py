@@ -275,23 +275,58 @@ def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index
     return index
 
 
-def served_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Variant = "concat",
-                           index_type: IndexType = "flat", options: IndexOptions | None = None
-                           ) -> tuple[np.ndarray, np.ndarray]:
+class ServedVectors:
+    """One part (base or Λ) of the SPAR passage vectors as an index stores them, decoded on demand: row slices and
+    row gathers, like :class:`spar.embeddings.ShardedVectors`, without a decoded copy of the corpus in memory.
+
+    Each access codes the ``[P, PΛ]`` rows it needs and decodes them (a scalar quantizer or PQ codes a vector
+    alone, so a row decodes to the same values whichever rows it comes with).
+    """
+
+    def __init__(self, codec, sources: Sequence[Any], columns: slice):
+        self.codec, self.sources, self.columns = codec, sources, columns
+        width = len(range(*columns.indices(int(codec.d))))
+        self.shape = (int(sources[0].shape[0]), width)
+        self.dtype = np.dtype(np.float32)
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        if not isinstance(key, slice):
+            key = np.asarray(key, dtype=np.int64)
+        combined = spar_passage_vectors(self.sources[0][key], self.sources[1][key], "concat")
+        if len(combined) == 0:
+            return np.zeros((0, self.shape[1]), np.float32)
+        return np.ascontiguousarray(self.codec.sa_decode(self.codec.sa_encode(combined))[:, self.columns])
+
+
+def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
+                           index_type: IndexType = "flat", options: IndexOptions | None = None) -> tuple[Any, Any]:
     """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
 
     Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
     the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
-    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it.
+    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it. Inputs that
+    are not in memory (:class:`spar.embeddings.ShardedVectors`, a corpus too large to copy) give
+    :class:`ServedVectors`, decoded row block by row block as they are read (concat).
     """
     options = options or IndexOptions()
-    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
+    streamed = not isinstance(base_p, np.ndarray) or not isinstance(lambda_p, np.ndarray)
     if options.served_storage(index_type) == "float32":
-        return base_p.astype(np.float32, copy=False), lambda_p.astype(np.float32, copy=False)
-    _check_pair(base_p[:1], lambda_p[:1], variant, "passage vectors")
+        if streamed:
+            return base_p, lambda_p
+        return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
+    _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     faiss = _faiss()
     index = trained_faiss_index([base_p, lambda_p], variant, index_type, options)
     codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
+    if streamed and variant == "concat":
+        dim = base_p.shape[1]
+        return ServedVectors(codec, [base_p, lambda_p], slice(0, dim)), \
+            ServedVectors(codec, [base_p, lambda_p], slice(dim, None))
+    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
     n = base_p.shape[0]
     decoded = np.empty((n, index.d), dtype=np.float32)
     for start, chunk in zip(range(0, n, ADD_BATCH), _batches([base_p, lambda_p], variant, n)):

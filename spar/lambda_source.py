@@ -39,15 +39,12 @@ Example::
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from spar.errors import ArtifactError
-
-#: A Hugging Face Hub model id: ``owner/name`` (no such local path).
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+from spar.models import HUB_ID as _HUB_ID  # a hub id: ``owner/name`` (when no such local path exists)
 
 
 @dataclass

@@ -24,12 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import importlib.util
+import re
 from importlib import resources
 from pathlib import Path
 
 from spar.errors import ConfigError
 
 _MINILM_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+#: A Hugging Face Hub model id: ``owner/name`` (taken as one when no such local path exists).
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: Files one of which holds a tokenizer's vocabulary (fast tokenizer, WordPiece, BPE, SentencePiece). Without
 #: any, transformers silently builds a useless tokenizer and every text encodes to nearly the same vector.
 TOKENIZER_VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",

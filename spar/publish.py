@@ -8,8 +8,9 @@ The directory is at once
   ``sim(q, p) + μ·simΛ(q, p)``;
 - plain **Hugging Face** models (each ``config.json``, ``model.safetensors`` and tokenizer files) for
   ``transformers.AutoModel``, and a term-based Λ's term bag;
-- a **spar** model (``spar_model.json``: μ, variant, each encoder's settings and Λ's kind, where the index and
-  passages of the run are) for :class:`SparEncoder` and ``spar search`` (:mod:`spar.search`);
+- a **spar** model (``spar_model.json``: μ, variant, each encoder's settings and Λ's kind, an index copied into it)
+  for :class:`SparEncoder`, ``spar index --model`` (:mod:`spar.corpus_index`) and ``spar search``
+  (:mod:`spar.search`). It records no absolute path: copy it, download it, or push it anywhere;
 - a model card (``README.md``) with Hugging Face metadata.
 
 Each weight is stored once: an encoder whose query and document sides hold the same weights (the base; a
@@ -23,6 +24,7 @@ two sets of weights (a DPR Λ) in ``query/<name>/`` and ``document/<name>/``. La
       modules.json, router_config.json,    sentence-transformers model (Router over the two routes)
       config_sentence_transformers.json
       spar_modules.py, spar_analysis.py    copies of spar/st_modules.py and the analyzer (trust_remote_code loading)
+      spar_random_tables.py                and of the projection's table generator (its table is not stored)
       base/                                the base encoder (AutoModel), shared by both routes
       lambda/ or query/lambda/ + document/lambda/
       query/spar_combination.json          query route: weights 1 and μ
@@ -44,6 +46,7 @@ Loading (skipped in the doctest run: it needs a published run under ``runs/``)::
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -184,9 +187,10 @@ class SparEncoder:
             "similarity_fn_name": "dot",
         })
         shutil.copyfile(st_modules.__file__, d / st_modules.SHIPPED_MODULE_FILE)
-        from spar.lexical import analysis
+        from spar.lexical import analysis, random_tables
 
         shutil.copyfile(analysis.__file__, d / st_modules.SHIPPED_ANALYSIS_FILE)
+        shutil.copyfile(random_tables.__file__, d / st_modules.SHIPPED_TABLES_FILE)
         _write_json(d / MODEL_CONFIG, {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
@@ -221,9 +225,20 @@ class SparEncoder:
         from spar.st_modules import SparCombination
 
         encoders = self._encoders()
+        sharing = {name for name, enc in encoders.items() if enc.shares_sides()}
+        shared: dict[str, tuple[Any, Any]] = {}
         routes = {}
         for route, specs in self._routes().items():
-            modules = {s["name"]: encoders[s["name"]].published_module(SIDES[route]) for s in specs}
+            modules = {}
+            for spec in specs:
+                name, side = spec["name"], SIDES[route]
+                if name in shared:  # one module for both routes: one copy in memory
+                    module, tokenizer = shared[name]
+                    modules[name] = (module.with_side(side) if hasattr(module, "with_side") else module, tokenizer)
+                    continue
+                modules[name] = encoders[name].published_module(side)
+                if name in sharing:
+                    shared[name] = modules[name]
             routes[route] = SparCombination(specs, self.variant, {n: m for n, (m, _) in modules.items()},
                                             {n: t for n, (_, t) in modules.items() if t is not None})
         router = Router.for_query_document([routes["query"]], [routes["document"]])
@@ -382,13 +397,13 @@ def push_to_hub(model_dir: str | Path, repo_id: str, private: bool = True, token
 def publish_model(encoder: SparEncoder, directory: str | Path, facts: ModelCardFacts | None = None,
                   config_yaml: str | None = None, index_dir: str | Path | None = None,
                   passages: str | Path | None = None, copy_index: bool = False) -> Path:
-    """Write the model directory with its card; record (or copy, with ``copy_index``) the run's index."""
+    """Write the model directory with its card; with ``copy_index``, copy the run's index (and passages) into it.
+
+    The model records no path outside itself: an index copied in is recorded relative to the model (``index/``);
+    without one it records none (:func:`spar.search.resolve_index_location` finds the run's index beside a model
+    published into its run, and ``spar index --model`` indexes any corpus with it)."""
     d = Path(directory)
-    index_meta: dict[str, Any] | None = None
-    if index_dir is not None:
-        index_meta = {"index_dir": str(Path(index_dir).resolve()),
-                      "passages": str(Path(passages).resolve()) if passages else None}
-    encoder.metadata["index"] = index_meta
+    encoder.metadata["index"] = None
     encoder.metadata["published"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     encoder.save_pretrained(d, render_model_card(facts) if facts else None)
     if config_yaml:
@@ -401,3 +416,57 @@ def publish_model(encoder: SparEncoder, directory: str | Path, facts: ModelCardF
         config["index"] = {"index_dir": "index", "passages": "index/passages.arrow" if passages else None}
         _write_json(d / MODEL_CONFIG, config)
     return d
+
+
+def portable_path(value: Any, base: str | Path) -> Any:
+    """An absolute path as a path relative to ``base`` (a published model records no absolute path: it would name
+    directories of the machine that made it, and be uploaded with it); anything else unchanged."""
+    if isinstance(value, str) and value and os.path.isabs(value):
+        return os.path.relpath(value, base)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Opening a model by path or hub id; what identifies it
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def locate_model(spec: str | Path) -> Path:
+    """The local directory of a published model: ``spec`` is its directory or a hub id (downloaded to the Hugging
+    Face cache). One-line errors for a path that is not there and a directory that is not a SPAR model."""
+    from spar.models import HUB_ID
+
+    d = Path(spec).expanduser()
+    if not d.exists() and HUB_ID.match(str(spec)) and not str(spec).startswith((".", "/", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            d = Path(snapshot_download(str(spec)))
+        except Exception as exc:  # offline, unknown repo, no token: one line, naming the id
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ArtifactError(f"{spec}: not a local directory, and downloading it from the Hugging Face Hub failed "
+                                f"({first[:160]})") from None
+    if not d.exists():
+        raise ArtifactError(f"{d}: no such model directory (give a directory written by `spar publish`, or a hub id)")
+    if not d.is_dir():
+        raise ArtifactError(f"{d}: a file, not a model directory (give the directory written by `spar publish`)")
+    if not is_model_dir(d):
+        hint = (f"; did you mean {d / 'model'}, the model published in this run?" if is_model_dir(d / "model")
+                else " (give a directory written by `spar publish`)")
+        raise ArtifactError(f"{d}: not a published SPAR model: no {MODEL_CONFIG}{hint}")
+    return d
+
+
+def published_fingerprint(path: str | Path, config: dict[str, Any] | None = None) -> str:
+    """What identifies a published model's vectors: the content of each encoder's files, their settings, the
+    variant and dimensions (not μ, which only scales the query side at search time). An index built with the
+    model records it; searching it with another model is refused."""
+    from spar.artifacts import fingerprint_dict
+    from spar.embeddings import directory_fingerprint
+
+    d = Path(path)
+    config = config or check_model_dir(d)
+    files = {name: [directory_fingerprint(folder) for folder in dict.fromkeys(encoder_dirs(d, name))]
+             for name in ENCODER_NAMES}
+    return fingerprint_dict({"variant": config["variant"], "dims": config["dims"], "encoders": config["encoders"],
+                             "files": files})

@@ -1,8 +1,9 @@
 """Searching with a published SPAR model: :class:`SparSearcher` (what ``spar search`` runs).
 
-A searcher joins three things a run leaves: the published model directory (:mod:`spar.publish`: the encoders and
-μ), the FAISS index (:class:`spar.index.SparIndex`) and the passages table (:class:`spar.passages.PassagesTable`,
-for titles and texts). μ is the published model's (tuned by ``spar tune``), or the caller's.
+A searcher joins three things: the published model directory (:mod:`spar.publish`: the encoders and μ), a FAISS
+index (:class:`spar.index.SparIndex`: a run's ``index/``, one copied into the model, or one built from any corpus by
+``spar index --model``, :mod:`spar.corpus_index`) and the passages table (:class:`spar.passages.PassagesTable`, for
+titles and texts). μ is the published model's (tuned by ``spar tune``), or the caller's.
 
 Example (skipped in the doctest run: it needs a published run under ``runs/``)::
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -26,22 +28,46 @@ from spar.publish import MODEL_CONFIG, SparEncoder, check_model_dir, is_model_di
 
 
 def resolve_index_location(model_dir: str | Path) -> tuple[Path, Path | None]:
-    """Where a published model's index and passages are: inside it (``index/``) or recorded at publish time."""
+    """Where a published model's index and passages are: inside it (``index/``, ``publish.copy_index``), recorded
+    by an older spar, or the index of the run it was published in (``<output_dir>/index`` beside
+    ``<output_dir>/model``, when its encoders are the ones the model records); else a one-line error that says how
+    to give it one."""
     d = Path(model_dir)
     config = json.loads((d / MODEL_CONFIG).read_text(encoding="utf-8"))
     index = config.get("index") or {}
-    if not index.get("index_dir"):
-        if (d / "index").is_dir():
-            return d / "index", (d / "index" / "passages.arrow") if (d / "index" / "passages.arrow").exists() else None
-        raise ArtifactError(f"{d}: the model records no index (publish with publish.copy_index=true, or pass the "
-                            "run's index directory to `spar search`)")
-    index_dir = Path(index["index_dir"])
-    index_dir = index_dir if index_dir.is_absolute() else d / index_dir
-    passages = index.get("passages")
-    passages_path = None if not passages else (Path(passages) if Path(passages).is_absolute() else d / passages)
-    if not index_dir.exists():
-        raise ArtifactError(f"{d / MODEL_CONFIG}: the recorded index {index_dir} does not exist (moved or deleted?)")
-    return index_dir, passages_path
+    if index.get("index_dir"):
+        index_dir = Path(index["index_dir"])
+        index_dir = index_dir if index_dir.is_absolute() else d / index_dir
+        passages = index.get("passages")
+        passages_path = None if not passages else (Path(passages) if Path(passages).is_absolute() else d / passages)
+        if not index_dir.exists():
+            raise ArtifactError(f"{d / MODEL_CONFIG}: the recorded index {index_dir} does not exist (moved or "
+                                "deleted?)")
+        return index_dir, passages_path
+    if (d / "index").is_dir():
+        return d / "index", (d / "index" / "passages.arrow") if (d / "index" / "passages.arrow").exists() else None
+    run_index = d.parent / "index"
+    if _built_by(run_index, config):
+        return run_index, None
+    raise ArtifactError(f"{d}: the model holds no index; index a corpus with it (`spar index --model {d} --corpus "
+                        "FILE_OR_BEIR_DIR --output DIR`, then `spar search DIR ...`), or publish it with "
+                        "publish.copy_index=true")
+
+
+def _built_by(index_dir: Path, config: dict) -> bool:
+    """Whether ``index_dir`` is the index of the run a model was published from (no encoder fingerprint it records
+    differs from the one the model's provenance records)."""
+    info_file = index_dir / "index.json"
+    if not (index_dir / "index.faiss").exists() or not info_file.exists():
+        return False
+    recorded = (config.get("provenance") or {}).get("index_fingerprints") or {}
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    keys = ("base_fingerprint", "lambda_fingerprint")
+    return not info.get("model") and all(recorded.get(k) == info.get(k) for k in keys
+                                         if recorded.get(k) and info.get(k))
 
 
 def find_passages_file(index_dir: Path) -> Path | None:
@@ -85,22 +111,25 @@ class SparSearcher:
         return PassagesTable(self.passages)
 
     @classmethod
-    def open(cls, path: str | Path, device: str = "cpu") -> "SparSearcher":
+    def open(cls, path: str | Path, device: str = "cpu", model: str | Path | None = None) -> "SparSearcher":
+        """Open a model directory (with the index it holds or its run's) or an index directory: a run's
+        ``index/`` (its model: ``model`` or the run's ``model/`` beside it) or one ``spar index --model`` built
+        (its model: ``model`` or the one it records). An index built with other encoders than the model's is
+        refused in one line."""
         from spar.index import SparIndex
 
         p = Path(path)
         if is_model_dir(p):
+            if model is not None:
+                raise ConfigError(f"{p} is a model directory: --model names the model of an index directory")
             model_dir = p
             check_model_dir(model_dir)
             check_current(model_dir)  # a model made from a Λ, μ or index that has changed since is refused
             index_dir, passages = resolve_index_location(model_dir)
         elif (p / "index.faiss").exists():
-            index_dir, model_dir = p, p.parent / "model"
-            if not is_model_dir(model_dir):
-                raise ArtifactError(f"{p}: found the index but no published model at {model_dir} to encode queries "
-                                    "with (run `spar publish`, or pass the model directory instead)")
+            index_dir, passages = p, None
+            model_dir = _model_of_index(p, model)
             check_current(model_dir)
-            passages = None
         elif not p.exists():
             raise ArtifactError(f"{p}: no such directory")
         else:
@@ -110,16 +139,10 @@ class SparSearcher:
             passages = find_passages_file(index_dir)
         index = SparIndex.load(index_dir)
         encoder = SparEncoder.from_pretrained(model_dir, device=device)
-        recorded = (encoder.metadata.get("provenance") or {}).get("index_fingerprints") or {}
-        for key in ("base_fingerprint", "lambda_fingerprint"):
-            if recorded.get(key) and index.info.get(key) and recorded[key] != index.info[key]:
-                raise ArtifactError(f"{index_dir} was built with another {key.split('_')[0]} encoder "
-                                    f"({index.info[key]}) than the model in {model_dir} ({recorded[key]}); "
-                                    "re-run `spar publish` after `spar index`")
-        tuned_storage = ((encoder.metadata.get("provenance") or {}).get("tuning") or {}).get("storage")
-        if tuned_storage and tuned_storage != index.storage:
-            raise ArtifactError(f"{index_dir} stores passages as {index.storage}, but the μ of {model_dir} was tuned "
-                                f"against {tuned_storage}; re-run `spar tune`, `spar index` and `spar publish`")
+        if index.info.get("model"):
+            _check_corpus_index(index, index_dir, model_dir)
+        else:
+            _check_run_index(index, index_dir, encoder, model_dir)
         if index.variant != encoder.variant:
             raise ArtifactError(f"{index_dir} is a '{index.variant}' index but {model_dir} is a "
                                 f"'{encoder.variant}' model")
@@ -157,3 +180,57 @@ class SparSearcher:
                 hits.append(Hit(rank, pid, float(score), passage.get("title", ""), passage.get("text", "")))
             results.append(hits)
         return results
+
+
+def _model_of_index(index_dir: Path, model: str | Path | None) -> Path:
+    """The model that encodes queries for an index directory: ``model`` when given; for an index built by
+    ``spar index --model``, the model it records (relative to the index, or a hub id); for a run's index, the
+    run's published ``model/`` beside it."""
+    from spar.publish import locate_model
+
+    if model is not None:
+        return locate_model(model)
+    try:
+        recorded = (json.loads((index_dir / "index.json").read_text(encoding="utf-8")).get("model") or {})
+    except (OSError, ValueError):
+        recorded = {}
+    if recorded.get("location"):
+        where = recorded["location"]
+        local = Path(os.path.normpath(index_dir / where))
+        if local.exists() or not recorded.get("hub"):
+            if not local.exists():
+                raise ArtifactError(f"{index_dir}: it was built with the model at {local}, which is not there (moved "
+                                    "or deleted?); name the model with --model")
+            return locate_model(local)
+        return locate_model(where)
+    model_dir = index_dir.parent / "model"
+    if not is_model_dir(model_dir):
+        raise ArtifactError(f"{index_dir}: found the index but no published model at {model_dir} to encode queries "
+                            "with (run `spar publish`, pass the model directory instead, or name it with --model)")
+    return model_dir
+
+
+def _check_corpus_index(index, index_dir: Path, model_dir: Path) -> None:
+    """An index built by ``spar index --model`` is searched with that model only (its recorded fingerprint)."""
+    from spar.publish import published_fingerprint
+
+    recorded = index.info["model"].get("fingerprint")
+    current = published_fingerprint(model_dir)
+    if recorded != current:
+        raise ArtifactError(f"{index_dir} was built with another model (fingerprint {recorded}) than {model_dir} "
+                            f"({current}); search it with its own model, or re-index with `spar index --model "
+                            f"{model_dir} --corpus ... --output ...`")
+
+
+def _check_run_index(index, index_dir: Path, encoder: SparEncoder, model_dir: Path) -> None:
+    """A run's index: built with the encoders the model's provenance records, storing passages as μ was tuned."""
+    recorded = (encoder.metadata.get("provenance") or {}).get("index_fingerprints") or {}
+    for key in ("base_fingerprint", "lambda_fingerprint"):
+        if recorded.get(key) and index.info.get(key) and recorded[key] != index.info[key]:
+            raise ArtifactError(f"{index_dir} was built with another {key.split('_')[0]} encoder "
+                                f"({index.info[key]}) than the model in {model_dir} ({recorded[key]}); "
+                                "re-run `spar publish` after `spar index`")
+    tuned_storage = ((encoder.metadata.get("provenance") or {}).get("tuning") or {}).get("storage")
+    if tuned_storage and tuned_storage != index.storage:
+        raise ArtifactError(f"{index_dir} stores passages as {index.storage}, but the μ of {model_dir} was tuned "
+                            f"against {tuned_storage}; re-run `spar tune`, `spar index` and `spar publish`")

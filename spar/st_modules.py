@@ -18,7 +18,8 @@ loads with ``transformers.AutoModel``.
 A term-based Λ (``projection`` or ``static`` kind) is a :class:`LexicalBag` instead of a Hugging Face model: the
 teacher's analyzer and BM25 statistics turn text into term weights (counts for queries, BM25 weights for passages)
 and the vector is their weighted sum of term embeddings. Its folder holds ``lexical_bag.json``, ``vocab.txt`` and
-``model.safetensors`` (``embeddings`` [V, dim], ``df`` [V]).
+``model.safetensors`` (``embeddings`` [V, dim], ``df`` [V]); a projection's random table is not stored but
+regenerated from its seed, checked against the checksum ``lexical_bag.json`` records.
 
 This file imports nothing from ``spar`` outside ``try`` blocks: :mod:`spar.publish` copies it into every published
 model directory as ``spar_modules.py`` (and the analyzer as ``spar_analysis.py``) so that
@@ -38,8 +39,10 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,11 +60,17 @@ try:  # inside spar
     from spar.lexical.analysis import LuceneAnalyzer, bm25_weights, idf_weights
 except ImportError:  # a published model loaded without spar: the copy shipped beside this file
     from .spar_analysis import LuceneAnalyzer, bm25_weights, idf_weights  # type: ignore[no-redef]
+try:
+    from spar.lexical.random_tables import check_table, sparse_value
+except ImportError:
+    from .spar_random_tables import check_table, sparse_value  # type: ignore[no-redef]
 
 COMBINATION_CONFIG = "spar_combination.json"
 LEXICAL_CONFIG = "lexical_bag.json"
 #: The analyzer module shipped beside SHIPPED_MODULE_FILE in published models.
 SHIPPED_ANALYSIS_FILE = "spar_analysis.py"
+#: The projection's table generator shipped beside it (a term table regenerated from its seed).
+SHIPPED_TABLES_FILE = "spar_random_tables.py"
 #: The class reference written into published models (the module file is shipped beside them).
 SHIPPED_MODULE_FILE = "spar_modules.py"
 SHIPPED_CLASS_REF = "spar_modules.SparCombination"
@@ -84,28 +93,64 @@ class LexicalBag(nn.Module):
 
     ``side="query"`` weights each term by its count in the text, ``side="passage"`` by its BM25 weight, so the dot
     product of a query and a passage vector is the Λ score ``Σ_t,t' c(t,q) w(t',p) E[t]·E[t']``.
+
+    A projection's table is not stored: ``table`` records how to regenerate it from its seed and the checksum of
+    the result (:mod:`spar.lexical.random_tables`, shipped as ``spar_random_tables.py``); a ``gaussian`` table is
+    then regenerated dense, a ``sparse`` one kept as its (column, value) pairs per term. ``embeddings`` (a stored
+    table, e.g. a learnt one, or a model published before tables were regenerated) is used as given.
     """
 
     def __init__(self, vocab: list[str], df: torch.Tensor, num_docs: int, avg_length: float, k1: float, b: float,
-                 embeddings: torch.Tensor, side: str, analyzer: dict[str, Any] | None = None):
+                 embeddings: torch.Tensor | None, side: str, analyzer: dict[str, Any] | None = None,
+                 table: dict[str, Any] | None = None, source: str = LEXICAL_CONFIG):
         super().__init__()
         if side not in ("query", "passage"):
-            raise ValueError(f"{LEXICAL_CONFIG}: side must be 'query' or 'passage', got {side!r}")
-        if embeddings.shape[0] != len(vocab) or df.shape[0] != len(vocab):
-            raise ValueError(f"{LEXICAL_CONFIG}: {len(vocab)} terms but embeddings {tuple(embeddings.shape)}, "
-                             f"df {tuple(df.shape)}")
+            raise ValueError(f"{source}: side must be 'query' or 'passage', got {side!r}")
+        self.table = dict(table) if table else None
+        cols = values = None
+        if embeddings is None:
+            if self.table is None:
+                raise ValueError(f"{source}: neither term embeddings nor a table to regenerate")
+            arrays = check_table(self.table, vocab, source)
+            if len(arrays) == 1:
+                embeddings = torch.from_numpy(arrays[0])
+            else:
+                cols = torch.from_numpy(arrays[0].astype("int64"))
+                values = torch.from_numpy(arrays[1].astype("float32") * sparse_value(arrays[1].shape[1]))
+        rows = len(vocab) if embeddings is None else embeddings.shape[0]
+        if rows != len(vocab) or df.shape[0] != len(vocab):
+            raise ValueError(f"{source}: {len(vocab)} terms but a table of {rows} rows, df {tuple(df.shape)}")
         self.vocab, self.index = list(vocab), {t: i for i, t in enumerate(vocab)}
         self.num_docs, self.avg_length, self.k1, self.b, self.side = int(num_docs), float(avg_length), k1, b, side
         self.analyzer_config = dict(analyzer or {})
         self.analyzer = LuceneAnalyzer(self.analyzer_config.get("stemmer", "porter"),
                                        self.analyzer_config.get("stopwords", True))
         self.register_buffer("df", df.to(torch.int64))
-        self.embeddings = nn.Parameter(embeddings.float(), requires_grad=False)
+        self.embeddings: nn.Parameter | None
+        if embeddings is not None:
+            self.embeddings = nn.Parameter(embeddings.float(), requires_grad=False)
+        else:
+            self.register_parameter("embeddings", None)
+        self.register_buffer("sparse_cols", cols, persistent=False)
+        self.register_buffer("sparse_values", values, persistent=False)
         self.idf = idf_weights(df.numpy(), self.num_docs).astype("float32")
 
     @property
     def dim(self) -> int:
-        return int(self.embeddings.shape[1])
+        return int(self.embeddings.shape[1]) if self.embeddings is not None else int(self.table["dim"])  # type: ignore[index]
+
+    def with_side(self, side: str) -> "LexicalBag":
+        """This bag for ``side``, holding the very same term table, statistics and analyzer (the query and document
+        routes of a model share one copy in memory: ``parameters()`` counts the table once)."""
+        if side not in ("query", "passage"):
+            raise ValueError(f"{LEXICAL_CONFIG}: side must be 'query' or 'passage', got {side!r}")
+        if side == self.side:
+            return self
+        twin = copy.copy(self)  # the same tensors and Python objects in a second module with its own registries
+        twin._parameters, twin._buffers, twin._modules = (self._parameters.copy(), self._buffers.copy(),
+                                                          self._modules.copy())
+        twin.side = side
+        return twin
 
     def bags(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """``F.embedding_bag`` inputs of each text: term ids, offsets, weights (counts or BM25 weights)."""
@@ -131,8 +176,18 @@ class LexicalBag(nn.Module):
                 "weights": torch.tensor(weights, dtype=torch.float32)}
 
     def forward(self, indices: torch.Tensor, offsets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.embedding_bag(indices, self.embeddings, offsets, mode="sum",
-                                                 per_sample_weights=weights)
+        if self.embeddings is not None:
+            return torch.nn.functional.embedding_bag(indices, self.embeddings, offsets, mode="sum",
+                                                     per_sample_weights=weights)
+        # A sparse table: every (term, weight) of a bag adds weight·value at the term's columns.
+        assert self.sparse_cols is not None and self.sparse_values is not None
+        out = torch.zeros(offsets.numel(), self.dim, dtype=torch.float32, device=weights.device)
+        if indices.numel():
+            bag = torch.bucketize(torch.arange(indices.numel(), device=offsets.device), offsets, right=True) - 1
+            cols = self.sparse_cols[indices]
+            out.index_put_((bag.unsqueeze(1).expand_as(cols).reshape(-1), cols.reshape(-1)),
+                           (weights.unsqueeze(1) * self.sparse_values[indices]).reshape(-1), accumulate=True)
+        return out
 
     def save(self, path: str) -> None:
         from safetensors.torch import save_file
@@ -140,11 +195,15 @@ class LexicalBag(nn.Module):
         os.makedirs(path, exist_ok=True)
         with open(os.path.join(path, "vocab.txt"), "w", encoding="utf-8") as fh:
             fh.write("\n".join(self.vocab) + "\n")
-        save_file({"embeddings": self.embeddings.detach().cpu().contiguous(), "df": self.df.cpu().contiguous()},
-                  os.path.join(path, "model.safetensors"))
+        tensors = {"df": self.df.cpu().contiguous()}
+        if self.table is None:  # a stored table; a regenerated one is its spec in lexical_bag.json
+            assert self.embeddings is not None
+            tensors["embeddings"] = self.embeddings.detach().cpu().contiguous()
+        save_file(tensors, os.path.join(path, "model.safetensors"))
         with open(os.path.join(path, LEXICAL_CONFIG), "w") as fh:
             json.dump({"side": self.side, "num_docs": self.num_docs, "avg_length": self.avg_length, "k1": self.k1,
-                       "b": self.b, "analyzer": self.analyzer_config, "dim": self.dim}, fh, indent=2)
+                       "b": self.b, "analyzer": self.analyzer_config, "dim": self.dim,
+                       **({"table": self.table} if self.table else {})}, fh, indent=2)
 
     @classmethod
     def load(cls, path: str, side: str | None = None) -> "LexicalBag":
@@ -159,8 +218,13 @@ class LexicalBag(nn.Module):
         with open(os.path.join(path, "vocab.txt"), encoding="utf-8") as fh:
             vocab = fh.read().split("\n")[:-1]
         tensors = load_file(os.path.join(path, "model.safetensors"))
+        table = config.get("table")
+        if "embeddings" not in tensors and not table:
+            raise ValueError(f"{os.path.join(path, 'model.safetensors')}: no 'embeddings' tensor and "
+                             f"{LEXICAL_CONFIG} records no table to regenerate")
         return cls(vocab, tensors["df"], config["num_docs"], config["avg_length"], config["k1"], config["b"],
-                   tensors["embeddings"], side or config["side"], config.get("analyzer"))
+                   tensors.get("embeddings"), side or config["side"], config.get("analyzer"),
+                   table=None if "embeddings" in tensors else table, source=os.path.join(path, LEXICAL_CONFIG))
 
 
 def _check_encoder_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -352,20 +416,53 @@ class SparCombination(InputModule):
         trust_remote_code = bool(kwargs.get("trust_remote_code", False))  # for custom encoder architectures
         models, tokenizers = {}, {}
         for spec in config["encoders"]:
-            sub = _encoder_subfolder(subfolder, spec)
+            name, sub = spec["name"], _encoder_subfolder(subfolder, spec)
             if spec.get("type") == "lexical":
-                models[spec["name"]] = LexicalBag.load(cls.load_dir_path(model_name_or_path, subfolder=sub, **hub),
-                                                       side=spec.get("input"))
+                local = cls.load_dir_path(model_name_or_path, subfolder=sub, **hub)
+                shared = _claim_shared(spec, local)
+                if shared:
+                    models[name] = shared[0].with_side(spec.get("input"))
+                    continue
+                models[name] = LexicalBag.load(local, side=spec.get("input"))
+                _offer_shared(spec, local, models[name], None)
                 continue
             for required in ("config.json", "model.safetensors"):
                 if cls.load_file_path(model_name_or_path, filename=required, subfolder=sub, **hub) is None:
                     raise FileNotFoundError(f"{os.path.join(str(model_name_or_path), sub, required)}: missing "
                                             "(the SPAR model directory is incomplete)")
             local = cls.load_dir_path(model_name_or_path, subfolder=sub, **hub)
-            models[spec["name"]] = AutoModel.from_pretrained(local, use_safetensors=True,
-                                                             trust_remote_code=trust_remote_code, **model_kwargs)
-            tokenizers[spec["name"]] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
+            claimed = _claim_shared(spec, local)
+            if claimed:
+                models[name], tokenizers[name] = claimed
+                continue
+            models[name] = AutoModel.from_pretrained(local, use_safetensors=True, trust_remote_code=trust_remote_code,
+                                                     **model_kwargs)
+            tokenizers[name] = AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
+            _offer_shared(spec, local, models[name], tokenizers[name])
         return cls(config["encoders"], config.get("variant", "concat"), models, tokenizers)
+
+
+#: Encoders that both routes of a model name (one folder, ``"path"`` in each route's config), loaded by the first
+#: route and not yet taken by the second: ``Router.load`` loads each route on its own, and without this the query and
+#: document routes held two copies of the base (and of a term table) in memory. The second route takes the entry
+#: (so a later load of the same directory gets its own copy); the module is held weakly, so a failed load leaves
+#: nothing alive.
+_SHARED: dict[str, tuple[Any, Any]] = {}
+
+
+def _claim_shared(spec: dict[str, Any], local: str) -> tuple[nn.Module, Any] | None:
+    if not spec.get("path"):
+        return None
+    entry = _SHARED.pop(os.path.realpath(local), None)
+    if entry is None:
+        return None
+    module = entry[0]()
+    return (module, entry[1]) if module is not None else None
+
+
+def _offer_shared(spec: dict[str, Any], local: str, module: nn.Module, tokenizer: Any) -> None:
+    if spec.get("path"):
+        _SHARED[os.path.realpath(local)] = (weakref.ref(module), tokenizer)
 
 
 def _encoder_subfolder(route: str, spec: dict[str, Any]) -> str:

@@ -162,9 +162,9 @@ def settings(section: BaseModel) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name, info in type(section).model_fields.items():
         key = info.alias or name
+        value = getattr(section, name)
         if is_runtime_only(info):
             continue
-        value = getattr(section, name)
         if is_omitted_at_default(info) and value == info.get_default(call_default_factory=True):
             continue
         values[key] = settings(value) if isinstance(value, BaseModel) else dump[key]

@@ -152,7 +152,7 @@ FULL_MATRIX_LIMIT = 32 << 20
 def _part_top_k(queries: np.ndarray, passages: np.ndarray, k: int) -> tuple[np.ndarray | None, np.ndarray]:
     """(all scores or None, top-k rows) of one score part: the full matrix for small problems, else FAISS."""
     n_q, n_p = queries.shape[0], passages.shape[0]
-    if n_q * n_p > FULL_MATRIX_LIMIT:
+    if n_q * n_p > FULL_MATRIX_LIMIT or not isinstance(passages, np.ndarray):  # large, or streamed: blocked top-k
         return None, top_k(queries, passages, k)[1]
     full = np.asarray(queries, dtype=np.float32) @ np.asarray(passages, dtype=np.float32).T
     if k >= n_p:
@@ -316,8 +316,10 @@ def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lam
     from spar.index import build_spar_index, spar_query_vectors
 
     depth = depth or measure_depth(metric)
-    index = build_spar_index(np.asarray(base_p, dtype=np.float32), np.asarray(lambda_p, dtype=np.float32),
-                             variant, index_type, **(options.faiss_options() if options is not None else {}))
+    if isinstance(base_p, np.ndarray) and isinstance(lambda_p, np.ndarray):
+        base_p, lambda_p = np.asarray(base_p, dtype=np.float32), np.asarray(lambda_p, dtype=np.float32)
+    index = build_spar_index(base_p, lambda_p, variant, index_type,  # streamed inputs are added batch by batch
+                             **(options.faiss_options() if options is not None else {}))
     q = spar_query_vectors(base_q, lambda_q, mu, variant)
     scores, rows = index.search(np.ascontiguousarray(q, dtype=np.float32), min(depth, len(doc_ids)))
     ranked = ranked_run(query_ids, rows, scores, doc_ids)

@@ -22,3 +22,35 @@ def test_missing_datasets_fail_instead_of_skipping(tmp_path: Path):
     assert done.returncode == 1, output
     assert "1 error" in output and "skipped" not in output, output
     assert f"real datasets missing under {env_datasets}: scifact/corpus.jsonl" in output, output
+
+
+def _pip_installs(text: str) -> list[str]:
+    """The package arguments of each ``pip install`` in ``text``, in order, without quiet flags, index options and
+    shell variables (``-q``, ``--index-url URL``, ``"${TORCH_INDEX[@]}"``); commented-out lines are left out."""
+    import shlex
+
+    installs = []
+    for line in text.splitlines():
+        code = line.split("#", 1)[0]
+        for part in code.split("&&"):
+            if not part.strip().startswith("pip install "):
+                continue
+            words = [w for w in shlex.split(part.strip()[len("pip install "):]) if w != "-q" and not w.startswith("$")]
+            while "--index-url" in words:
+                i = words.index("--index-url")
+                del words[i:i + 2]
+            if words and words != ["--upgrade", "pip"]:
+                installs.append(" ".join(words))
+    return installs
+
+
+def test_readme_install_and_ci_install_agree():
+    """The README's install block and .ci/run install the same packages in the same order: torch, spar, then
+    Pyserini last with --no-deps (so pip prints no resolver error); the README's torch line is the CPU index."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    expected = ["torch==2.13.0", "-e .[test]", "--no-deps pyserini==1.6.0"]
+    assert _pip_installs(block) == expected
+    assert _pip_installs(ci) == expected
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in block

@@ -349,7 +349,8 @@ def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_pa
     """Acc@k of every system from a QA file, checked against Pyserini's has_answers over the written TREC runs."""
     from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
 
-    from spar.evaluation import evaluate_experiment, split_queries
+    from spar.evaluation import evaluate_experiment
+    from spar.experiment import split_queries
     from spar.readers import read_corpus
 
     corpus = {p.id: p.text for p in read_corpus(SAMPLE_CORPUS)}

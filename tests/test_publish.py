@@ -133,7 +133,7 @@ def test_publish_writes_a_complete_model_directory(tiny_run):
     assert config["dims"] == {"base": 384, "lambda": 384, "combined": 768}
     assert config["encoders"]["base"]["pooling"] == "mean" and config["encoders"]["base"]["normalize"] is True
     assert config["encoders"]["lambda"]["pooling"] == "cls" and config["encoders"]["lambda"]["normalize"] is False
-    assert Path(config["index"]["index_dir"]) == (tiny_run["run"] / "index").resolve()
+    assert config["index"] is None  # no path outside the model: `spar search` finds the run's index beside it
     for rel in required_files(model, config):
         assert (model / rel).is_file(), rel
     assert read_manifest(model)["kind"] == "model"
@@ -283,6 +283,51 @@ def test_a_term_based_lambda_is_stored_once_and_loads_back(tiny_run, tmp_path):
     np.testing.assert_allclose(st.encode_query(QUERIES, convert_to_numpy=True), expected_q, atol=1e-5)
     np.testing.assert_allclose(st.encode_document(passages, convert_to_numpy=True),
                                expected_p, atol=1e-5)
+
+
+def _stored_weights(model_dir: Path) -> int:
+    """The weights a model directory stores (each file holds distinct weights: see the test above), float tensors
+    only (a term bag's document frequencies and BERT's position ids are integer buffers, not parameters)."""
+    import math
+
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(model_dir.rglob("*.safetensors")):
+        with safe_open(str(path), "pt") as fh:
+            total += sum(math.prod(fh.get_slice(k).get_shape()) for k in fh.keys()
+                         if fh.get_slice(k).get_dtype() in ("F32", "F16", "BF16"))
+    return total
+
+
+def test_sentence_transformers_hold_each_weight_once_in_memory(tiny_run, tmp_path):
+    """#30 item 2: the query and document routes share the base (and a term-based Λ's table) instead of each
+    loading its own copy: the parameters in memory are the distinct weights on disk, for every way to load."""
+    from spar.lexical.projection import ProjectionLambda
+    from spar.publish import SparEncoder
+    from spar.st_modules import load_sentence_transformer
+
+    term_based = tmp_path / "projection"
+    SparEncoder(tiny_run["base"], ProjectionLambda.fit(tiny_run["passages"][:200], dim=64, seed=0),
+                mu=0.4).save_pretrained(term_based)
+    minilm = 22_713_216  # all-MiniLM-L6-v2's parameters
+    terms = len((term_based / "lambda" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    # The DPR Λ's two encoders and the base once; the base and the term table once.
+    for model_dir, expected in ((tiny_run["model"], 3 * minilm), (term_based, minilm + terms * 64)):
+        stored = _stored_weights(model_dir)
+        assert stored == expected, model_dir.name
+        loads = {"load_sentence_transformer": load_sentence_transformer(str(model_dir), device="cpu"),
+                 "to_sentence_transformer": SparEncoder.from_pretrained(model_dir).to_sentence_transformer("cpu")}
+        for how, st in loads.items():
+            assert sum(p.numel() for p in st.parameters()) == stored, (model_dir.name, how)
+        # A second load is its own model (the routes of one model share; two models do not).
+        again = load_sentence_transformer(str(model_dir), device="cpu")
+        first = {id(p) for p in loads["load_sentence_transformer"].parameters()}
+        assert not {id(p) for p in again.parameters()} & first
+    q = loads["load_sentence_transformer"].encode_query(QUERIES[:1], convert_to_numpy=True)
+    d = loads["load_sentence_transformer"].encode_document(QUERIES[:1], convert_to_numpy=True)
+    np.testing.assert_allclose(q, SparEncoder.from_pretrained(term_based).encode_queries(QUERIES[:1]), atol=1e-5)
+    np.testing.assert_allclose(d, SparEncoder.from_pretrained(term_based).encode_passages(QUERIES[:1]), atol=1e-5)
 
 
 def test_sum_variant_round_trips(tmp_path, tiny_run):
@@ -661,3 +706,169 @@ def test_publish_into_a_mount_point(tiny_run, tmp_path):
     finally:
         if mounted:
             subprocess.run(["umount", str(target)], check=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A published model works anywhere: no absolute path; index any corpus with it and search it (#30 item 1)
+# ----------------------------------------------------------------------------------------------------------------
+
+INDEXED_ELSEWHERE = 40
+
+
+def _beir_dir(tiny_run, directory: Path, start: int, n: int) -> Path:
+    directory.mkdir(parents=True)
+    with (directory / "corpus.jsonl").open("w", encoding="utf-8") as fh:
+        for pid, (title, text) in zip(tiny_run["ids"][start:start + n], tiny_run["passages"][start:start + n]):
+            fh.write(json.dumps({"_id": pid, "title": title, "text": text}) + "\n")
+    return directory
+
+
+def test_the_published_model_records_no_absolute_path(tiny_run):
+    """spar_model.json, the shipped config, the card and the manifest name no directory of the machine that made the
+    model (they would be uploaded with it, and point nowhere on another machine)."""
+    import re
+
+    model = tiny_run["model"]
+    machine_paths = {str(tiny_run["run"]), str(tiny_run["run"].resolve()), str(REPO), "/tmp/", "/home/", "/work/"}
+    for name in ("spar_model.json", "spar_config.yaml", "README.md", "manifest.json"):
+        text = (model / name).read_text(encoding="utf-8")
+        # as an absolute path: at the start of a value or word (a relative '../x' may pass through those names)
+        found = [path for path in machine_paths if re.search(r"(^|[\s\"'=:(\[])" + re.escape(path), text, re.M)]
+        assert not found, (name, found)
+    # The shipped config still resolves, from the model directory, to the files the run read.
+    from spar.config import load_config
+
+    shipped = load_config(model / "spar_config.yaml")
+    assert Path(shipped.data.corpus) == Path(tiny_run["cfg"].data.corpus)
+    assert Path(shipped.output_dir) == Path(tiny_run["cfg"].output_dir)
+
+
+def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, capsys):
+    """Copy the model away from its run, index a BEIR directory with it (no run, no config), search: the hits are
+    the brute-force SPAR ranking of the fixture's own encoders, with the model's μ."""
+    from pipelines import cli
+    from spar.errors import ArtifactError
+    from spar.search import SparSearcher, resolve_index_location
+
+    moved = _linked_copy(tiny_run["model"], tmp_path / "elsewhere" / "model")
+    with pytest.raises(ArtifactError, match="the model holds no index; index a corpus with it"):
+        resolve_index_location(moved)  # nothing ties the copy to its run
+    start = N_INDEXED  # passages the run never indexed
+    corpus = _beir_dir(tiny_run, tmp_path / "my-corpus", start, INDEXED_ELSEWHERE)
+    out = tmp_path / "indexes" / "mine"
+    assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
+                     "--storage", "float32", "--type", "flat"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{INDEXED_ELSEWHERE:,} records read" in printed and "B/passage" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["ids.arrow", "index.faiss", "index.json", "manifest.json",
+                                                     "passages.arrow"]
+    info = json.loads((out / "index.json").read_text())
+    assert info["model"]["location"] == "../../elsewhere/model" and info["model"]["mu"] == pytest.approx(MU)
+    assert not list(tmp_path.glob("indexes/*.partial")) and not list(tmp_path.glob("indexes/*.tmp-*"))
+
+    texts = tiny_run["passages"][start:start + INDEXED_ELSEWHERE]
+    ids = tiny_run["ids"][start:start + INDEXED_ELSEWHERE]
+    base_p, lam_p = tiny_run["base"].encode_passage(texts), tiny_run["lambda"].encode_passage(texts)
+    query = texts[7][0]  # the title of an indexed passage
+    bq, lq = tiny_run["base"].encode_query([query]), tiny_run["lambda"].encode_query([query])
+    brute = (bq @ base_p.T + MU * lq @ lam_p.T)[0]
+    hits = SparSearcher.open(out).search([query], k=5)[0]
+    assert [h.id for h in hits] == [ids[i] for i in np.argsort(-brute)[:5]]
+    np.testing.assert_allclose([h.score for h in hits], np.sort(brute)[::-1][:5], atol=1e-4)
+    assert hits[0].title == texts[int(np.argmax(brute))][0]
+    assert cli.main(["search", str(out), *query.split(), "-k", "2"]) == 0
+    assert ids[int(np.argmax(brute))] in capsys.readouterr().out
+    # Up to date: nothing is re-encoded. Without --storage/--type the model's own index options are the defaults
+    # (configs/default.yaml's, shipped in spar_config.yaml: 4-bit scalar codes, flat).
+    assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
+                     "--storage", "float32", "--type", "flat"]) == 0
+    assert "skipped (up to date)" in capsys.readouterr().out
+    assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out)]) == 0
+    capsys.readouterr()
+    info = json.loads((out / "index.json").read_text())
+    assert (info["storage"], info["type"]) == (tiny_run["cfg"].index.storage, tiny_run["cfg"].index.type) == ("sq4",
+                                                                                                          "flat")
+
+
+def test_a_tsv_corpus_with_another_storage_and_index_type(tiny_run, tmp_path):
+    from spar.corpus_index import index_corpus
+    from spar.search import SparSearcher
+
+    texts = tiny_run["passages"][:30]
+    tsv = tmp_path / "passages.tsv"
+    tsv.write_text("id\ttext\ttitle\n" + "".join(f"p{i}\t{text}\t{title}\n" for i, (title, text)
+                                                 in enumerate(texts)), encoding="utf-8")
+    stats = index_corpus(tiny_run["model"], tsv, tmp_path / "hnsw", index={"storage": "sq8", "type": "hnsw"},
+                         show_progress=False)
+    assert stats["type"] == "hnsw" and stats["storage"].startswith("8-bit scalar quantizer (768 B/passage)")
+    searcher = SparSearcher.open(tmp_path / "hnsw")
+    assert searcher.index.storage == "sq8" and searcher.index.info["type"] == "hnsw"
+    assert searcher.search([texts[3][0]], k=1)[0][0].id == "p3"
+    # A BEIR directory whose corpus is gzip-compressed.
+    import gzip
+
+    beir = tmp_path / "beir-gz"
+    beir.mkdir()
+    with gzip.open(beir / "corpus.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps({"_id": f"g{i}", "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(texts[:10]))
+    assert index_corpus(tiny_run["model"], beir, tmp_path / "gz", show_progress=False)["passages"] == 10
+    assert SparSearcher.open(tmp_path / "gz").search([texts[4][0]], k=1)[0][0].id == "g4"
+
+
+def _one_line_error(capsys, argv) -> str:
+    from pipelines import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spar: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_corpus_index_bad_input_is_one_line_and_deletes_nothing(tiny_run, tmp_path, capsys):
+    """#31 item 6 on this surface: garbled and missing corpus lines name file and line; a directory that is not a
+    model, an index searched with another model, a foreign output directory: one line each, nothing deleted."""
+    from spar.lexical.projection import ProjectionLambda
+    from spar.publish import SparEncoder
+
+    model = str(tiny_run["model"])
+    corpus = _beir_dir(tiny_run, tmp_path / "bad", 0, 3)
+    lines = (corpus / "corpus.jsonl").read_text().splitlines()
+    (corpus / "corpus.jsonl").write_text("\n".join([lines[0], lines[1][:25], lines[2]]) + "\n")
+    out = tmp_path / "idx"
+    err = _one_line_error(capsys, ["index", "--model", model, "--corpus", str(corpus), "--output", str(out)])
+    assert f"{corpus / 'corpus.jsonl'}:2: malformed JSON" in err
+    assert not out.exists() and not list(tmp_path.glob("idx.*"))  # no litter of a refused input
+    (corpus / "corpus.jsonl").write_text(lines[0] + "\n" + json.dumps({"_id": "x", "title": "t"}) + "\n")
+    err = _one_line_error(capsys, ["index", "--model", model, "--corpus", str(corpus), "--output", str(out)])
+    assert f"{corpus / 'corpus.jsonl'}:2: missing text" in err
+    err = _one_line_error(capsys, ["index", "--model", model, "--corpus", str(tmp_path / "nope"),
+                                   "--output", str(out)])
+    assert "nope: file not found" in err
+    empty_dir = tmp_path / "not-beir"
+    empty_dir.mkdir()
+    err = _one_line_error(capsys, ["index", "--model", model, "--corpus", str(empty_dir), "--output", str(out)])
+    assert "not-beir: a directory without corpus.jsonl" in err
+    # Not a model: the run directory (with a hint), a plain directory, a missing path; --corpus without --model.
+    good = _beir_dir(tiny_run, tmp_path / "good", 0, 12)
+    err = _one_line_error(capsys, ["index", "--model", str(tiny_run["run"]), "--corpus", str(good),
+                                   "--output", str(out)])
+    assert "not a published SPAR model: no spar_model.json; did you mean" in err
+    err = _one_line_error(capsys, ["index", "--model", str(empty_dir), "--corpus", str(good), "--output", str(out)])
+    assert "not-beir: not a published SPAR model: no spar_model.json" in err
+    err = _one_line_error(capsys, ["index", "--corpus", str(good), "--output", str(out)])
+    assert "--model missing" in err
+    # A foreign output directory is never replaced.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    err = _one_line_error(capsys, ["index", "--model", model, "--corpus", str(good), "--output", str(mine)])
+    assert "not empty and not a spar artifact" in err and (mine / "notes.txt").read_text() == "my notes"
+    # An index searched with another model than the one that built it.
+    from pipelines import cli
+
+    assert cli.main(["index", "--model", model, "--corpus", str(good), "--output", str(out)]) == 0
+    capsys.readouterr()
+    other = SparEncoder(tiny_run["base"], ProjectionLambda.fit(tiny_run["passages"][:50], dim=384, seed=0), mu=MU)
+    other.save_pretrained(tmp_path / "other-model")
+    err = _one_line_error(capsys, ["search", str(out), "scurvy", "--model", str(tmp_path / "other-model")])
+    assert f"{out} was built with another model" in err

@@ -165,6 +165,8 @@ def _first_doc() -> str:
     (("data.question_sets={a: {test: x.jsonl}}", "tune.sets=[b]"), "tune.sets names 'b'"),
     (("data.question_sets={a: {test: x.jsonl}}", "tune.sets=[a]"), "has no dev questions"),
     (("data.question_sets={a: {dev: x.jsonl, test: x.jsonl}}",), "never tune on the test split"),
+    (("data.question_sets={a: {dev: x.jsonl, test: x.jsonl, qrels_dev: q.tsv, qrels_test: q.tsv}}",),
+     "never tune on the test split"),
     (("data.question_sets={'a b': {test: x.jsonl}}",), "question set name"),
     (("data.question_sets={a: {test: x.jsonl}}", "data.queries=q.jsonl"), "not both"),
 ])

@@ -306,7 +306,6 @@ def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_e
         return real(data, split, seed, **known)
 
     monkeypatch.setattr(spar.readers, "evaluation_qrels", recording)
-    monkeypatch.setattr("spar.experiment.evaluation_qrels", recording)
     stats = tune_stage.run(cfg, force=True)
     assert splits and set(splits) == {"dev"}
 

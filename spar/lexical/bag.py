@@ -43,33 +43,56 @@ class TermLambda(LexicalModel):
         return {"type": "lexical", "input": "query" if side == "query" else "passage", "pooling": "sum",
                 "normalize": False, "prefix": "", "max_length": 0, "weight": float(weight)}
 
+    def published_table(self) -> tuple[np.ndarray | None, dict[str, Any] | None]:
+        """(the dense table a published bag holds in memory, or None; the spec that regenerates it instead of storing
+        it, or None: stored as is). A learnt table is stored."""
+        return self.term_table(), None
+
     def published_module(self, side: str) -> tuple[Any, None]:
         import torch
 
         from spar.st_modules import LexicalBag
 
         w = self.weights
-        table = torch.from_numpy(np.ascontiguousarray(self.term_table(), dtype=np.float32))
-        return LexicalBag(w.vocab, torch.from_numpy(w.df), w.num_docs, w.avg_length, w.k1, w.b, table,
-                          "query" if side == "query" else "passage", w.analyzer.config()), None
+        table, spec = self.published_table()
+        dense = None if table is None else torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32))
+        return LexicalBag(w.vocab, torch.from_numpy(w.df), w.num_docs, w.avg_length, w.k1, w.b, dense,
+                          "query" if side == "query" else "passage", w.analyzer.config(), table=spec), None
+
+    @staticmethod
+    def published_bag(directory: Path):
+        """The :class:`~spar.st_modules.LexicalBag` of a published route folder (a regenerated table checked)."""
+        from spar.st_modules import LexicalBag
+
+        try:
+            return LexicalBag.load(str(directory))
+        except (ValueError, FileNotFoundError) as exc:
+            raise ArtifactError(str(exc)) from None
+
+    @staticmethod
+    def published_weights(bag, entry: dict[str, Any]):
+        """The teacher's statistics a published bag holds, as :class:`~spar.lexical.terms.BM25Weights`."""
+        from spar.lexical.terms import DEFAULT_FIELDS, BM25Weights
+
+        fields = tuple(entry.get("teacher", {}).get("fields", DEFAULT_FIELDS))
+        return BM25Weights(bag.vocab, bag.df.numpy(), bag.num_docs, bag.avg_length, bag.k1, bag.b, bag.analyzer,
+                           fields=fields)
 
     @classmethod
     def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
                        device: str = "cpu") -> LexicalModel:
-        """A published term-based Λ as a :class:`~spar.lexical.static.StaticLambda` (a projection's random matrix
-        was published as its term embeddings, so the vectors are the same)."""
+        """A published term-based Λ as a :class:`~spar.lexical.static.StaticLambda` (a projection published with
+        its whole table as term embeddings gives the same vectors)."""
         from spar.lexical import lambda_class
-        from spar.lexical.terms import DEFAULT_FIELDS, BM25Weights
-        from spar.st_modules import LexicalBag
 
-        bag = LexicalBag.load(str(query_dir))
-        if document_dir != query_dir and LexicalBag.load(str(document_dir)).embeddings.shape != bag.embeddings.shape:
+        bag = cls.published_bag(query_dir)
+        if document_dir != query_dir and cls.published_bag(document_dir).dim != bag.dim:
             raise ArtifactError(f"{query_dir} and {document_dir} hold term embeddings of different shapes")
-        fields = tuple(entry.get("teacher", {}).get("fields", DEFAULT_FIELDS))
-        weights = BM25Weights(bag.vocab, bag.df.numpy(), bag.num_docs, bag.avg_length, bag.k1, bag.b, bag.analyzer,
-                              fields=fields)
+        if bag.embeddings is None:
+            raise ArtifactError(f"{query_dir}: a regenerated sparse table is a projection Λ's, not a {cls.kind} Λ's")
         static = lambda_class("static")
-        return static(weights, bag.embeddings.detach(), init={"from": "published model"}).eval()
+        return static(cls.published_weights(bag, entry), bag.embeddings.detach(),
+                      init={"from": "published model"}).eval()
 
     def _card_facts(self, cfg, train_details: dict[str, Any]) -> dict[str, Any]:
         return {"train_details": train_details,

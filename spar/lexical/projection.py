@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Literal
@@ -34,42 +33,58 @@ import scipy.sparse as sp
 import torch
 
 from spar.errors import ConfigError
+from spar.lexical import random_tables
 from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
-from spar.lexical.base import PassageLike, encode_in_batches, passage_text, read_lambda_config
+from spar.lexical.base import LexicalModel, PassageLike, encode_in_batches, passage_text, read_lambda_config
 from spar.lexical.terms import BM25Weights
 
-Projection = Literal["gaussian", "countsketch"]
-#: Rows of R generated per step (bounds the transient memory of a large vocabulary).
-_ROW_BLOCK = 8192
+Projection = Literal["gaussian", "countsketch", "sparse"]
+PROJECTIONS = ("gaussian", "countsketch", "sparse")
+#: ``train.lexical.nonzeros`` of a ``sparse`` projection when unset (chosen on SciFact's frontier: README, Λ kinds).
+DEFAULT_NONZEROS = 8
+
+
+def nonzeros_of(projection: str, nonzeros: int | None) -> int | None:
+    """Entries per term of a sparse table: ``nonzeros`` for ``sparse``, 1 for ``countsketch``, None (dense) for
+    ``gaussian``."""
+    if projection == "sparse":
+        return DEFAULT_NONZEROS if nonzeros is None else int(nonzeros)
+    return 1 if projection == "countsketch" else None
 
 
 def random_matrix(vocab: list[str], dim: int, projection: Projection = "gaussian",
-                  seed: int = 0) -> np.ndarray | sp.csr_matrix:
-    """The projection matrix [V, dim]: dense Gaussian N(0, 1/dim), or a sparse count-sketch.
+                  seed: int = 0, nonzeros: int | None = None) -> np.ndarray | sp.csr_matrix:
+    """The projection matrix [V, dim]: dense Gaussian N(0, 1/dim), or a sparse table with ``nonzeros`` entries
+    ±1/√nonzeros per term (``countsketch``: one) (:mod:`spar.lexical.random_tables`).
 
-    Gaussian rows are drawn in vocabulary order from ``numpy.random.default_rng(seed)``; count-sketch rows hash each
-    term with the seed (its dimension and sign do not depend on the rest of the vocabulary).
+    Gaussian rows are drawn in vocabulary order from ``numpy.random.default_rng(seed)``; sparse rows hash each term
+    with the seed (their positions and signs do not depend on the rest of the vocabulary).
     """
     if dim <= 0:
         raise ConfigError(f"Λ dimension must be positive, got {dim}")
-    v = len(vocab)
+    if projection not in PROJECTIONS:
+        raise ConfigError(f"unknown projection {projection!r}; use one of {', '.join(PROJECTIONS)}")
     if projection == "gaussian":
-        rng = np.random.default_rng(seed)
-        out = np.empty((v, dim), dtype=np.float32)
-        scale = np.float32(1.0 / np.sqrt(dim))
-        for start in range(0, v, _ROW_BLOCK):
-            stop = min(v, start + _ROW_BLOCK)
-            out[start:stop] = rng.standard_normal((stop - start, dim), dtype=np.float32) * scale
-        return out
-    if projection == "countsketch":
-        cols = np.empty(v, dtype=np.int64)
-        signs = np.empty(v, dtype=np.float32)
-        for i, term in enumerate(vocab):
-            digest = hashlib.blake2b(f"{seed}\0{term}".encode(), digest_size=8).digest()
-            h = int.from_bytes(digest, "little")
-            cols[i], signs[i] = h % dim, 1.0 if (h >> 63) else -1.0
-        return sp.csr_matrix((signs, cols, np.arange(v + 1)), shape=(v, dim))
-    raise ConfigError(f"unknown projection {projection!r}; use 'gaussian' or 'countsketch'")
+        return random_tables.gaussian_table(len(vocab), dim, seed)
+    return sparse_matrix(random_tables.sparse_rows(vocab, dim, _checked_nonzeros(projection, nonzeros, dim), seed),
+                         dim)
+
+
+def sparse_matrix(rows: tuple[np.ndarray, np.ndarray], dim: int) -> sp.csr_matrix:
+    """A sparse table's (columns, signs) [V, s] as a CSR matrix [V, dim] with values ±1/√s."""
+    cols, signs = rows
+    v, s = cols.shape
+    data = signs.astype(np.float32).ravel() * random_tables.sparse_value(s)
+    return sp.csr_matrix((data, cols.ravel().astype(np.int32), np.arange(0, v * s + 1, s, dtype=np.int64)),
+                         shape=(v, dim))
+
+
+def _checked_nonzeros(projection: str, nonzeros: int | None, dim: int) -> int:
+    s = nonzeros_of(projection, nonzeros)
+    assert s is not None
+    if not 1 <= s <= dim:
+        raise ConfigError(f"train.lexical.nonzeros={s} must be between 1 and the dimension {dim}")
+    return s
 
 
 def project(matrix: sp.csr_matrix, r: np.ndarray | sp.csr_matrix) -> np.ndarray:
@@ -84,21 +99,29 @@ class ProjectionLambda(TermLambda):
     Args:
         weights: the corpus's BM25 statistics (analyzer, vocabulary, df, average length, k1, b).
         dim: output dimension.
-        projection: ``gaussian`` or ``countsketch``.
+        projection: ``gaussian``, ``countsketch`` or ``sparse``.
         seed: seed of the random matrix.
+        nonzeros: entries per term of a ``sparse`` projection (default :data:`DEFAULT_NONZEROS`).
     """
 
     kind = "projection"
     trainable = False
     files = {"spar_lambda.json": "kind, dim, projection, seed, teacher statistics", **STATISTICS_FILES}
 
-    def __init__(self, weights: BM25Weights, dim: int, projection: Projection = "gaussian", seed: int = 0):
+    def __init__(self, weights: BM25Weights, dim: int, projection: Projection = "gaussian", seed: int = 0,
+                 nonzeros: int | None = None):
         super().__init__()
         if dim <= 0:
             raise ConfigError(f"Λ dimension must be positive, got {dim}")
-        if projection not in ("gaussian", "countsketch"):
-            raise ConfigError(f"unknown projection {projection!r}; use 'gaussian' or 'countsketch'")
+        if projection not in PROJECTIONS:
+            raise ConfigError(f"unknown projection {projection!r}; use one of {', '.join(PROJECTIONS)}")
+        if projection != "sparse" and nonzeros not in (None, nonzeros_of(projection, None)):
+            raise ConfigError(f"train.lexical.nonzeros={nonzeros} applies to projection 'sparse' only "
+                              f"(projection {projection!r})")
         self.weights, self._dim, self.projection, self.seed = weights, int(dim), projection, int(seed)
+        self.nonzeros = nonzeros_of(projection, nonzeros)
+        if self.nonzeros is not None:
+            _checked_nonzeros(projection, self.nonzeros, self._dim)
 
     @classmethod
     def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
@@ -107,26 +130,38 @@ class ProjectionLambda(TermLambda):
         require_bm25(train.kind, teacher)
         lex = train.lexical
         return cls(cls.fit_weights(passages_arrow, k1, b, fields), lex.dim, lex.projection,
-                   seed if lex.seed is None else lex.seed)
+                   seed if lex.seed is None else lex.seed, lex.nonzeros if lex.projection == "sparse" else None)
 
     @classmethod
     def fingerprint_settings(cls, train: dict[str, Any]) -> dict[str, Any]:
-        """Fitted, not trained: only what changes its vectors."""
-        return {"kind": cls.kind, "lexical": {k: train["lexical"][k] for k in ("dim", "projection", "seed")}}
+        """Fitted, not trained: only what changes its vectors (``nonzeros`` for a sparse projection only, so the
+        fingerprints of Λs made before it existed stay as they were)."""
+        lexical = train["lexical"]
+        keys = ("dim", "projection", "seed") + (("nonzeros",) if lexical["projection"] == "sparse" else ())
+        return {"kind": cls.kind, "lexical": {k: lexical.get(k, DEFAULT_NONZEROS if k == "nonzeros" else None)
+                                              for k in keys}}
 
     @classmethod
     def fit(cls, passages: Iterable[PassageLike], dim: int, projection: Projection = "gaussian", seed: int = 0,
-            k1: float = 0.9, b: float = 0.4) -> "ProjectionLambda":
+            k1: float = 0.9, b: float = 0.4, nonzeros: int | None = None) -> "ProjectionLambda":
         """Count the corpus statistics of ``passages`` (the teacher's corpus) and set up the projection."""
-        return cls(BM25Weights.fit((passage_text(p) for p in passages), k1, b), dim, projection, seed)
+        return cls(BM25Weights.fit((passage_text(p) for p in passages), k1, b), dim, projection, seed, nonzeros)
 
     @property
     def dim(self) -> int:
         return self._dim
 
     @cached_property
+    def sparse_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """A sparse projection's (columns, signs) [V, nonzeros] (:func:`~spar.lexical.random_tables.sparse_rows`)."""
+        assert self.nonzeros is not None, "a Gaussian projection has no sparse rows"
+        return random_tables.sparse_rows(self.weights.vocab, self._dim, self.nonzeros, self.seed)
+
+    @cached_property
     def matrix(self) -> np.ndarray | sp.csr_matrix:
-        return random_matrix(self.weights.vocab, self._dim, self.projection, self.seed)
+        if self.nonzeros is None:
+            return random_matrix(self.weights.vocab, self._dim, self.projection, self.seed)
+        return sparse_matrix(self.sparse_rows, self._dim)
 
     def dense_matrix(self) -> np.ndarray:
         """R as a dense [V, dim] float32 array (the initial term embeddings of a ``static`` Λ)."""
@@ -135,6 +170,26 @@ class ProjectionLambda(TermLambda):
 
     def term_table(self) -> np.ndarray:
         return self.dense_matrix()
+
+    def published_table(self) -> tuple[np.ndarray | None, dict[str, Any] | None]:
+        """Nothing stored: the seed and a checksum of the table (the Gaussian's dense table is held in memory)."""
+        if self.nonzeros is None:
+            table = self.dense_matrix()
+            return table, random_tables.table_spec("gaussian", self._dim, self.seed, None, (table,))
+        return None, random_tables.table_spec("sparse", self._dim, self.seed, self.nonzeros, self.sparse_rows)
+
+    @classmethod
+    def load_published(cls, query_dir: Path, document_dir: Path, entry: dict[str, Any],
+                       device: str = "cpu") -> LexicalModel:
+        """A published projection: the same projection again when its table is regenerated from the seed (the
+        checksum checked), else (a model written with the whole table) the table as a static Λ."""
+        bag = cls.published_bag(query_dir)
+        if bag.table is None:
+            return super().load_published(query_dir, document_dir, entry, device)
+        spec = bag.table
+        projection = entry.get("projection", spec["projection"])
+        return cls(cls.published_weights(bag, entry), int(spec["dim"]), projection, int(spec["seed"]),
+                   spec.get("nonzeros") if projection == "sparse" else None)
 
     def term_vectors(self, weights, matrix) -> np.ndarray | None:
         return project(matrix, self.matrix) if weights is self.weights else None
@@ -153,11 +208,13 @@ class ProjectionLambda(TermLambda):
 
     def with_statistics(self, passages: Iterable[PassageLike]) -> "ProjectionLambda":
         """Refit the BM25 statistics on ``texts``; the random rows of the carried terms are unchanged (Gaussian rows
-        are drawn in vocabulary order and new terms are appended; count-sketch rows depend on the term alone)."""
-        return ProjectionLambda(self.weights.refit(passages), self._dim, self.projection, self.seed)
+        are drawn in vocabulary order and new terms are appended; sparse rows depend on the term alone)."""
+        return ProjectionLambda(self.weights.refit(passages), self._dim, self.projection, self.seed,
+                                self.nonzeros if self.projection == "sparse" else None)
 
     def config_dict(self) -> dict[str, Any]:
-        return {"projection": self.projection, "seed": self.seed, "teacher": self.weights.describe()}
+        extra = {"nonzeros": self.nonzeros} if self.projection == "sparse" else {}
+        return {"projection": self.projection, "seed": self.seed, **extra, "teacher": self.weights.describe()}
 
     def save(self, directory: str | Path) -> None:
         self.weights.save(directory)
@@ -166,4 +223,5 @@ class ProjectionLambda(TermLambda):
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "ProjectionLambda":
         config = read_lambda_config(directory)
-        return cls(BM25Weights.load(directory), int(config["dim"]), config["projection"], int(config["seed"]))
+        return cls(BM25Weights.load(directory), int(config["dim"]), config["projection"], int(config["seed"]),
+                   config.get("nonzeros"))

@@ -120,6 +120,8 @@ class StaticLambda(TermLambda):
     def from_projection(cls, projection, **options: Any) -> "StaticLambda":
         """Start from a :class:`~spar.lexical.projection.ProjectionLambda`: its statistics and random matrix."""
         init = {"from": "projection", "projection": projection.projection, "seed": projection.seed}
+        if projection.projection == "sparse":
+            init["nonzeros"] = projection.nonzeros
         return cls(projection.weights, projection.dense_matrix(), init=init, **options)
 
     @property
@@ -160,7 +162,8 @@ class StaticLambda(TermLambda):
         learnt = self.embedding.weight.detach().cpu().numpy()
         new_terms = weights.vocab_size - learnt.shape[0]
         if self.init.get("from") == "projection" and new_terms:
-            rows = random_matrix(weights.vocab, self.dim, self.init["projection"], int(self.init["seed"]))
+            rows = random_matrix(weights.vocab, self.dim, self.init["projection"], int(self.init["seed"]),
+                                 self.init.get("nonzeros"))
             rows = rows[learnt.shape[0]:]
             rows = rows.toarray() if isinstance(rows, sp.csr_matrix) else rows
         else:

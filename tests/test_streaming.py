@@ -1,0 +1,80 @@
+"""Corpora too large to copy into memory: passage vectors streamed from their shards (and, for quantized storage,
+decoded block by block) give exactly what the in-memory path gives, for tuning and for evaluation.
+
+The sample experiment of tests/test_tune.py is small, so the streaming threshold is lowered to zero and the block
+size to a few dozen rows (the blocks then cross shard and block boundaries many times)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+from spar.embeddings import ShardedVectors  # noqa: E402
+from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
+
+
+def test_top_k_over_a_streamed_matrix_equals_in_memory():
+    from spar.experiment import top_k
+
+    rng = np.random.default_rng(0)
+    passages = rng.standard_normal((1000, 16)).astype(np.float32)
+    queries = rng.standard_normal((7, 16)).astype(np.float32)
+    shards = ShardedVectors([passages[:300], passages[300:301], passages[301:]], 16)
+    import spar.experiment as experiment
+
+    block, experiment.STREAM_BLOCK = experiment.STREAM_BLOCK, 97
+    try:
+        streamed = top_k(queries, shards, 10)
+    finally:
+        experiment.STREAM_BLOCK = block
+    exact = np.argsort(-(queries @ passages.T), axis=1)[:, :10]
+    assert np.array_equal(streamed[1], exact)
+    assert np.allclose(streamed[0], np.take_along_axis(queries @ passages.T, exact, axis=1), atol=1e-5)
+
+
+@pytest.mark.parametrize("storage", ["float32", "sq4"])
+def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_path, monkeypatch,  # noqa: F811
+                                                        storage):
+    import spar.experiment as experiment
+    from spar.evaluation import evaluate_sets
+    from spar.experiment import ExperimentInputs
+    from spar.index import ServedVectors, served_passage_vectors
+    from spar.tuning import tune_experiment
+
+    cfg = experiment_config(sample_experiment, tmp_path / "results", f"index.storage={storage}",
+                            "tune.confirm=false", "tune.tune_both_variants=false")
+    in_memory = tune_experiment(cfg).payload
+    monkeypatch.setattr(experiment, "STREAM_BYTES", 0)
+    monkeypatch.setattr(experiment, "STREAM_BLOCK", 64)
+    inputs = ExperimentInputs(cfg)
+    base, lam = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
+    assert isinstance(base, ShardedVectors) and isinstance(lam, ShardedVectors)
+    if storage == "sq4":
+        from spar.index import IndexOptions
+
+        options = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed)
+        lazy = served_passage_vectors(base, lam, "concat", "flat", options)
+        eager = served_passage_vectors(np.asarray(base[:len(base)]), np.asarray(lam[:len(lam)]), "concat", "flat",
+                                       options)
+        assert isinstance(lazy[0], ServedVectors)
+        rows = np.array([5, 0, 599, 5])
+        for part in (0, 1):
+            assert np.array_equal(lazy[part][rows], eager[part][rows])
+            assert np.array_equal(lazy[part][100:300], eager[part][100:300])
+    streamed = tune_experiment(cfg, inputs).payload
+    for key in ("mu", "alpha", "dev_scores", "scores"):
+        assert streamed[key] == pytest.approx(in_memory[key], abs=1e-6), key
+    if storage == "float32":  # the sample experiment's index stores float32
+        from pipelines import tune as tune_stage
+
+        tune_stage.run(experiment_config(sample_experiment, tmp_path / "results"))  # skipped once tuned
+        monkeypatch.setattr(experiment, "STREAM_BYTES", 1 << 40)
+        memory_reports = evaluate_sets(experiment_config(sample_experiment, tmp_path / "r1", "evaluate.shuffled=false"))
+        monkeypatch.setattr(experiment, "STREAM_BYTES", 0)
+        stream_reports = evaluate_sets(experiment_config(sample_experiment, tmp_path / "r2", "evaluate.shuffled=false"))
+        for system, values in memory_reports[""].systems.items():
+            assert stream_reports[""].systems[system] == pytest.approx(values, abs=1e-6), system
