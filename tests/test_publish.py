@@ -779,15 +779,16 @@ def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, c
     assert cli.main(["search", str(out), *query.split(), "-k", "2"]) == 0
     assert ids[int(np.argmax(brute))] in capsys.readouterr().out
     # Up to date: nothing is re-encoded. Without --storage/--type the model's own index options are the defaults
-    # (configs/default.yaml's, shipped in spar_config.yaml: 4-bit scalar codes, flat).
+    # (shipped in spar_config.yaml: the index it was published with, float32 and flat here, where
+    # configs/default.yaml says sq4), so that index is up to date too.
     assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
                      "--storage", "float32", "--type", "flat"]) == 0
     assert "skipped (up to date)" in capsys.readouterr().out
     assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out)]) == 0
-    capsys.readouterr()
+    assert "skipped (up to date)" in capsys.readouterr().out
     info = json.loads((out / "index.json").read_text())
-    assert (info["storage"], info["type"]) == (tiny_run["cfg"].index.storage, tiny_run["cfg"].index.type) == ("sq4",
-                                                                                                          "flat")
+    assert (info["storage"], info["type"]) == (tiny_run["cfg"].index.storage, tiny_run["cfg"].index.type) == (
+        "float32", "flat")
 
 
 def test_a_tsv_corpus_with_another_storage_and_index_type(tiny_run, tmp_path):
