@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--vocabulary", type=int, default=515_936, help="terms to size the tables at (enwiki-2015)")
     ap.add_argument("--df-kept", type=int, nargs=2, default=[233_898, 163_207],
                     help="enwiki-2015 terms with df >= 2 and df >= 3")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result file (default: bench/results/projection_tables-<name>.json)")
     args = ap.parse_args(argv)
 
 
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
         "vocabulary": {"terms": inputs.weights.vocab_size, "sized_at": args.vocabulary},
         "machine": machine(1), "command": command_line(__file__, argv),
     }
-    return write_result(result, REPO / "bench" / "results" / f"projection_tables-{cfg.experiment.name}.json")
+    out = args.out or REPO / "bench" / "results" / f"projection_tables-{cfg.experiment.name}.json"
+    return write_result(result, out)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spar import schemas
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint,
+from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint, read_manifest,
                             remove_stale_temporaries, require)
 from spar.config import LabelSection, SparConfig
 from spar.java import start_jvm
@@ -85,14 +85,24 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     return unit.output
 
 
-def _teacher(cfg: SparConfig, index_dir: Path):
+def _teacher(cfg: SparConfig, index_dir: Path) -> tuple[object, str]:
+    """The teacher ``label.teacher`` / ``label.engine`` ask for, and a line saying which engine runs it and why."""
+    from spar.bm25_memory import MemoryBM25, choose_engine
     from spar.teachers import BM25Searcher, ImpactTeacher
 
     s = cfg.label
+    qdir = artifact_dir(cfg.output_dir, "queries")
+    total = read_manifest(qdir)["stats"].get("queries")
+    queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
+    engine, why = choose_engine(s.engine, s.teacher, qdir / "passages.arrow", s.fields, queries)
+    passages = qdir / "passages.arrow"
+    if engine == "memory":  # the same labels as Lucene's, checked against the teacher index's statistics
+        teacher = MemoryBM25.from_section(passages, s, index_dir, progress=True)
+        return teacher, f"memory ({why}; postings built in {teacher.stats['start_seconds']} s)"
     if s.teacher == "bm25":
-        return BM25Searcher(index_dir, s.k1, s.b, s.threads, heap=s.java_heap)
+        return BM25Searcher(index_dir, s.k1, s.b, s.threads, heap=s.java_heap), f"lucene ({why})"
     return ImpactTeacher(index_dir, _encoder(s), s.impact_quantization, s.threads, s.impact_query_max_length,
-                         s.impact_batch_size, heap=s.java_heap)
+                         s.impact_batch_size, heap=s.java_heap), f"lucene ({why})"
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
@@ -121,11 +131,12 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.label
     part = unit.kind == "labels-part"
     sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
-    teacher = _teacher(cfg, artifact_dir(cfg.output_dir, "teacher_index"))
+    teacher, engine = _teacher(cfg, artifact_dir(cfg.output_dir, "teacher_index"))
     stats = label_queries(teacher, artifact_dir(cfg.output_dir, "queries"), w.path, s, **sharding)
-    w.stats.update(stats, teacher=s.teacher, **({"job": unit.payload.writer().fingerprint, **sharding} if part else {}))
+    w.stats.update(stats, teacher=s.teacher, engine=engine,
+                   **({"job": unit.payload.writer().fingerprint, **sharding} if part else {}))
     w.schema = {"labels-*.arrow": schemas.LABELS.names}
-    return _summary(stats, unit.output)
+    return {"engine": engine, **_summary(stats, unit.output)}
 
 
 def merge(cfg: SparConfig, stats: dict, unit: Unit) -> dict:

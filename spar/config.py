@@ -207,6 +207,8 @@ class SampleSection(Section):
 
 class LabelSection(Section):
     teacher: Literal["bm25", "impact"] = Field("bm25", description="Sparse teacher: Lucene BM25 or an impact index.")
+    engine: Literal["lucene", "memory", "auto"] = Field("auto", json_schema_extra=RUNTIME, description="BM25 on "
+        "Pyserini or in memory (spar/bm25_memory.py: same labels, faster); auto: memory where it pays and fits.")
     k: int = Field(50, ge=2, description="Teacher hits retrieved per query (K).")
     n_positives: int = Field(10, ge=1, description="Top n_p hits are positives (dev queries keep only the top 1).")
     n_negatives: int = Field(5, ge=0, description="Hard negatives taken from the bottom of the kept rank window.")
@@ -248,6 +250,9 @@ class LabelSection(Section):
         if self.n_positives + self.n_negatives > self.k:
             raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) "
                              f"exceeds k={self.k}")
+        if self.engine == "memory" and self.teacher != "bm25":
+            raise ValueError(f"label.engine=memory runs the BM25 teacher only: use label.engine=lucene or auto with "
+                             f"label.teacher={self.teacher}")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
         if self.negative_window is not None:

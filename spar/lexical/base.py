@@ -233,10 +233,12 @@ def check_lambda_files(directory: str | Path) -> None:
 
 def encode_in_batches(texts: Sequence[str], encode: Callable[[Sequence[str]], np.ndarray], dim: int,
                       batch_size: int) -> np.ndarray:
-    """``encode`` over ``texts`` in slices of ``batch_size`` (bounds a term-based Λ's sparse matrices), stacked
-    into [n, dim] float32."""
-    parts = [encode(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
-    return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+    """``encode`` over ``texts`` in slices of ``batch_size`` (bounds a term-based Λ's sparse matrices), written into
+    one [n, dim] float32 array (no second copy: an encode shard of 100k passages at 3,072 dims is 1.2 GB)."""
+    out = np.empty((len(texts), dim), dtype=np.float32)
+    for i in range(0, len(texts), batch_size):
+        out[i:i + batch_size] = encode(texts[i:i + batch_size])
+    return out
 
 
 def passage_text(passage: PassageLike) -> str:

@@ -5,11 +5,14 @@ term counts ``c(·, q)``; both are multiplied by one random matrix ``R`` [V, dim
 
     Λ(q) · Λ(p) = c(q) R Rᵀ w(p)ᵀ ≈ c(q) · w(p) = BM25(q, p)
 
-``R`` is Gaussian with entries N(0, 1/dim) (Johnson–Lindenstrauss: ``E[R Rᵀ] = I``), or a count-sketch (each term
-hashed to one dimension with a random sign). The dot product is the teacher's score plus zero-mean noise whose
-variance shrinks as 1/dim (Luan et al., 2021, analyse how many dimensions keep BM25's ranking). Nothing is trained:
-"fitting" counts the corpus statistics, in seconds. ``R`` is regenerated from ``seed`` in vocabulary order, so a
-saved Λ holds only its statistics.
+``R`` is Gaussian with entries N(0, 1/dim) (Johnson–Lindenstrauss: ``E[R Rᵀ] = I``), or sparse: ``nonzeros`` entries
+±1/√nonzeros per term, one in each block of dim/nonzeros columns, hashed from the term (sparse JL; ``countsketch`` is
+one entry). The dot product is the teacher's score plus zero-mean noise whose variance shrinks as 1/dim (Luan et al.,
+2021, analyse how many dimensions keep BM25's ranking). Nothing is trained: "fitting" counts the corpus statistics,
+in seconds. ``R`` is regenerated from ``seed`` (:mod:`spar.lexical.random_tables`), so a saved Λ holds only its
+statistics. A Gaussian ``R`` is a dense [V, dim] float32 table in memory (Wikipedia's 516k terms at 3,072 dims:
+6.3 GB); a sparse one is ``nonzeros`` (column, value) pairs per term (37 MB at ``nonzeros`` 8) and encodes by a
+sparse-sparse product — the choice for large vocabularies (README, Λ kinds).
 
 Example::
 
@@ -19,6 +22,10 @@ Example::
     >>> q, p = lam.encode_query(["sparse retrieval"]), lam.encode_passage(corpus)
     >>> exact = (lam.weights.query_matrix(["sparse retrieval"]) @ lam.weights.passage_matrix(corpus).T).toarray()
     >>> bool(abs(q @ p.T - exact).max() < 0.1 * exact.max())   # the teacher's scores, up to small noise
+    True
+    >>> sparse = ProjectionLambda.fit(corpus, dim=4096, projection="sparse", seed=0, nonzeros=8)  # nothing stored
+    >>> noise = sparse.encode_query(["sparse retrieval"]) @ sparse.encode_passage(corpus).T - exact
+    >>> bool(abs(noise).max() < 0.1 * exact.max())
     True
 """
 
