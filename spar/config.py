@@ -289,7 +289,8 @@ class LambdaEncoderSection(EncoderSection):
 class LexicalSection(Section):
     """Settings of the term-based Λ kinds (``projection`` and ``static``)."""
 
-    dim: int = Field(384, gt=0, description="Output dimension of a projection or static Λ.")
+    dim: int = Field(4608, gt=0, description="Output dimension of a projection or static Λ (default: the "
+                     "embedded default's frontier choice, with index.storage sq4; README: Quality per byte).")
     projection: Literal["gaussian", "countsketch", "sparse"] = Field(
         "gaussian", description="Random matrix of the projection (and the static Λ's initialisation): Gaussian "
         "N(0, 1/dim) (a dense [vocabulary, dim] table in memory), count-sketch (each term hashed to one dimension "
@@ -486,9 +487,10 @@ class IndexSection(Section):
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + PQ)."
     )
     storage: Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"] = Field(
-        "float32", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
+        "sq4", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
         "quantizers, fast-scan PQ with a 4-bit code per 1 (fs4) or 2 (fs2) dimensions, or PQ (pq_m codes of pq_nbits "
-        "bits). Queries stay float32; μ is tuned against the stored vectors."
+        "bits). Queries stay float32; μ is tuned against the stored vectors. Default: the embedded default's "
+        "frontier choice (the cheapest point within one seed sd of the best on dev)."
     )
     hnsw_m: int = Field(32, ge=4, description="HNSW graph neighbours per node (M).")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW build-time candidate list size.")
@@ -533,6 +535,30 @@ class PublishSection(Section):
     )
 
 
+class ExecutorSection(Section):
+    """Where the data stages' shards run (:mod:`spar.executor`). Outputs are byte-identical whatever is chosen, so
+    every option is runtime-only: switching executors re-runs nothing and keeps finished shards."""
+
+    kind: Literal["local", "ray"] = Field(
+        "local", json_schema_extra=RUNTIME, description="'local': in this process (no Ray needed); 'ray': the shards "
+        "of sample, label, encode and index run on Ray workers (pip install 'spar[ray]'; README: Data stages at "
+        "scale: Ray).")
+    address: str | None = Field(
+        None, json_schema_extra=RUNTIME, description="Ray cluster to join: 'auto' (the one `ray start` runs on this "
+        "node), 'host:port' or 'ray://host:10001'; default: start Ray on this machine for the stage.")
+    num_workers: int | None = Field(
+        None, ge=1, json_schema_extra=RUNTIME, description="Workers per stage (default: as many as the cluster's "
+        "CPUs, or GPUs for encode with num_gpus_per_worker, allow).")
+    cpus_per_worker: int = Field(
+        1, ge=1, json_schema_extra=RUNTIME, description="CPUs each worker reserves: a label worker's search "
+        "threads, an encode worker's torch threads.")
+    num_gpus_per_worker: float = Field(
+        0, ge=0, json_schema_extra=RUNTIME, description="GPUs each encode worker reserves (e.g. 1 on GPU nodes).")
+    max_retries: int = Field(
+        3, ge=0, json_schema_extra=RUNTIME, description="How often Ray restarts a worker whose process or node died "
+        "and retries its shard.")
+
+
 class SparConfig(Section):
     experiment: ExperimentSection = Field(default_factory=ExperimentSection)
     data: DataSection
@@ -544,6 +570,7 @@ class SparConfig(Section):
     index: IndexSection = Field(default_factory=IndexSection)
     evaluate: EvaluateSection = Field(default_factory=EvaluateSection)
     publish: PublishSection = Field(default_factory=PublishSection)
+    executor: ExecutorSection = Field(default_factory=ExecutorSection)
 
     #: Where the config was read from (relative data paths resolve against it); not part of fingerprints.
     source: str | None = Field(None, exclude=True)

@@ -36,19 +36,23 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
 from spar.config import IndexSection
 from spar.errors import ArtifactError
-from spar.storage import FAST_SCAN, code_bytes
+from spar.executor import Executor, WorkerSpec
+from spar.storage import FAST_SCAN, Storage, code_bytes
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +122,9 @@ class IndexOptions(IndexSection):
 
     seed: int = 42
     threads: int | None = None
+    #: A library call builds an exact float32 index unless told otherwise (the config section's default is the
+    #: frontier's choice, a quantized one).
+    storage: Storage = Field("float32", description="How passage vectors are stored (spar.storage).")
 
     @classmethod
     def from_section(cls, section: IndexSection, seed: int | None = None) -> "IndexOptions":
@@ -258,21 +265,85 @@ def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, ind
         sample = np.sort(rng.choice(n, size=min(n, train_size), replace=False))
         train = (np.ascontiguousarray(matrices[0][sample], dtype=np.float32) if variant is None
                  else spar_passage_vectors(matrices[0][sample], matrices[1][sample], variant))
-        index.train(train)
+        if options.storage in FAST_SCAN:
+            # One small k-means per 1 or 2 dimensions: thousands of tiny OpenMP regions, where a second thread
+            # only waits (SciFact, 3,456 dims, 4,096 points: 28 s on one thread; over 4.5 min on two, load 6).
+            with faiss_threads(1):
+                index.train(train)
+        else:
+            index.train(train)
+    return index
+
+
+def add_passages(index, matrices: Sequence[np.ndarray], variant: str | None):
+    """Add ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices to a trained index, in
+    batches; returns the index."""
+    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
+        index.add(chunk)
     return index
 
 
 def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
-                      options: IndexOptions | None = None):
-    """Fill a FAISS index with ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices."""
+                      options: IndexOptions | None = None, executor: Executor | None = None,
+                      shards: Sequence[tuple[Sequence[Path], int]] | None = None):
+    """Fill a FAISS index with ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices.
+
+    With a Ray ``executor`` and ``shards`` (each matrix's ``.npy`` shard files and dimension, on shared storage)
+    the add phase is spread: workers code :data:`ADD_BATCH` passages each (:class:`CodeWorker`) and this process
+    appends the codes in order, which gives the index ``index.add`` would have built, byte for byte. HNSW graphs and
+    fast-scan codes are always added here (FAISS adds neither from codes).
+    """
     faiss = _faiss()
     options = options or IndexOptions()
     if options.threads:
         faiss.omp_set_num_threads(options.threads)
     index = trained_faiss_index(matrices, variant, index_type, options)
-    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
-        index.add(chunk)
-    return index
+    n = matrices[0].shape[0]
+    if executor is not None and executor.kind != "local" and shards is not None and adds_codes(index_type, options):
+        spec = WorkerSpec(f"index:add:{id(index)}",
+                          functools.partial(CodeWorker, faiss.serialize_index(index), shards, variant),
+                          needs={"embeddings": Path(shards[0][0][0]).parent})
+        bounds = [(start, min(n, start + ADD_BATCH)) for start in range(0, n, ADD_BATCH)]
+        for _, codes in executor.map(spec, bounds, ordered=True):
+            index.add_sa_codes(codes)
+        return index
+    return add_passages(index, matrices, variant)
+
+
+def adds_codes(index_type: str, options: IndexOptions) -> bool:
+    """Whether FAISS can add this index's passages from codes made elsewhere (``add_sa_codes``): flat and IVF
+    indexes of every storage but fast-scan (HNSW builds a graph; fast-scan packs codes in blocks)."""
+    return index_type != "hnsw" and options.served_storage(index_type) not in FAST_SCAN
+
+
+class CodeWorker:
+    """The index's add phase on a worker: the trained empty index (serialized) codes the passages of a row range,
+    read from the embeddings' memory-mapped shards (shared storage) and combined as the index combines them."""
+
+    def __init__(self, index_bytes: np.ndarray, shards: Sequence[tuple[Sequence[Path], int]], variant: str | None):
+        from spar.embeddings import ShardedVectors
+
+        self.index = _faiss().deserialize_index(index_bytes)
+        self.matrices = [ShardedVectors([np.load(p, mmap_mode="r", allow_pickle=False) for p in parts], dim)
+                         for parts, dim in shards]
+        self.variant = variant
+
+    def __call__(self, bounds: tuple[int, int]) -> np.ndarray:
+        return self.index.sa_encode(_rows(self.matrices, self.variant, *bounds))
+
+
+@contextmanager
+def faiss_threads(threads: int) -> Iterator[None]:
+    """FAISS's OpenMP threads set to ``threads`` inside the block, restored after it. On a loaded machine one
+    thread can be many times faster: OpenMP threads wait for each other at every parallel region (training a
+    fast-scan codec runs thousands of them)."""
+    faiss = _faiss()
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 class ServedVectors:
@@ -303,13 +374,15 @@ class ServedVectors:
 
 
 def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
-                           index_type: IndexType = "flat", options: IndexOptions | None = None) -> tuple[Any, Any]:
+                           index_type: IndexType = "flat", options: IndexOptions | None = None,
+                           trained: Any = None) -> tuple[Any, Any]:
     """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
 
     Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
     the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
-    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it. Inputs that
-    are not in memory (:class:`spar.embeddings.ShardedVectors`, a corpus too large to copy) give
+    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it, unless
+    ``trained`` (an index from :func:`trained_faiss_index` for these vectors and options) is given to code with.
+    Inputs that are not in memory (:class:`spar.embeddings.ShardedVectors`, a corpus too large to copy) give
     :class:`ServedVectors`, decoded row block by row block as they are read (concat).
     """
     options = options or IndexOptions()
@@ -320,7 +393,7 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
         return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
     _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     faiss = _faiss()
-    index = trained_faiss_index([base_p, lambda_p], variant, index_type, options)
+    index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
     codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
     if streamed and variant == "concat":
         dim = base_p.shape[1]
@@ -337,18 +410,20 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
 
 
 def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: Variant = "concat",
-                     index_type: IndexType = "flat", **opts: Any):
+                     index_type: IndexType = "flat", executor: Executor | None = None,
+                     shards: Sequence[tuple[Sequence[Path], int]] | None = None, **opts: Any):
     """A FAISS index of SPAR passage vectors (``lambda_p=None``: of ``base_p`` alone, e.g. the base index).
 
     ``opts`` are :class:`IndexOptions` fields (``hnsw_m``, ``hnsw_ef_search``, ``ivf_nlist``, ``pq_m``,
-    ``nprobe``, ...). Inputs may be memory-mapped; they are combined and added in batches.
+    ``nprobe``, ...). Inputs may be memory-mapped; they are combined and added in batches (on ``executor``'s
+    workers, given the inputs' ``shards``: see :func:`build_faiss_index`).
     """
     if lambda_p is None:
-        return build_faiss_index([base_p], None, index_type, IndexOptions(**opts))
+        return build_faiss_index([base_p], None, index_type, IndexOptions(**opts), executor, shards)
     _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     if base_p.shape[0] != lambda_p.shape[0]:
         raise ArtifactError(f"passage vectors: base has {base_p.shape[0]} rows but Λ has {lambda_p.shape[0]}")
-    return build_faiss_index([base_p, lambda_p], variant, index_type, IndexOptions(**opts))
+    return build_faiss_index([base_p, lambda_p], variant, index_type, IndexOptions(**opts), executor, shards)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -368,10 +443,12 @@ class SparIndex:
     @classmethod
     def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
               index_type: IndexType = "flat", options: IndexOptions | None = None,
-              **opts: Any) -> "SparIndex":
-        """Build from two matrices or two :class:`~spar.embeddings.Embeddings` (ids and fingerprints checked)."""
+              executor: Executor | None = None, **opts: Any) -> "SparIndex":
+        """Build from two matrices or two :class:`~spar.embeddings.Embeddings` (ids and fingerprints checked; the
+        add phase of the latter runs on ``executor``'s workers when it is Ray's)."""
         options = options or IndexOptions(**opts)
         base_fp = lambda_fp = None
+        shards = None
         if hasattr(base_p, "model_fingerprint"):
             base_emb, lambda_emb = base_p, lambda_p
             if base_emb.ids != lambda_emb.ids:
@@ -381,13 +458,14 @@ class SparIndex:
                 )
             ids = base_emb.ids if ids is None else ids
             base_fp, lambda_fp = base_emb.model_fingerprint, lambda_emb.model_fingerprint
+            shards = [(base_emb.part_files, base_emb.dim), (lambda_emb.part_files, lambda_emb.dim)]
             # Memory-mapped views across shards: vectors are combined and added in batches, never all loaded.
             base_p, lambda_p = base_emb.sharded, lambda_emb.sharded
         n = base_p.shape[0]
         ids = [str(i) for i in range(n)] if ids is None else list(ids)
         if len(ids) != n:
             raise ArtifactError(f"{len(ids)} ids for {n} passage vectors")
-        index = build_spar_index(base_p, lambda_p, variant, index_type, **options.faiss_options())
+        index = build_spar_index(base_p, lambda_p, variant, index_type, executor, shards, **options.faiss_options())
         storage = options.served_storage(index_type)
         info = {
             "variant": variant, "type": index_type, "count": n, "dim": int(index.d),
