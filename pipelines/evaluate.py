@@ -7,12 +7,15 @@ logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluation.evaluate_ex
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
 from spar.artifacts import write_json_atomic
 from spar.evaluation import evaluate_sets, results_markdown, results_payload
 from spar.experiment import ExperimentInputs
+from spar.index import INDEX_MANIFEST, check_serves
+from spar.lineage import source
 from spar.preflight import check_inputs, skipped_records
 from spar.question_sets import configured_splits, embeddings_key, set_files
 from spar.run_context import RunContext
@@ -28,14 +31,20 @@ def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
     test_keys = [embeddings_key(name, split) for name, split in configured_splits(cfg) if split == "test"]
     fingerprints = inputs.input_fingerprints(test_keys)
+    sources = inputs.sources(test_keys)
     for name in ("tune", "index", "teacher_index"):
         d = artifact_dir(cfg.output_dir, name)
         if is_complete(d):
             fingerprints[name] = read_manifest(d)["fingerprint"]
+            sources.append(source(d))
+    index_info = artifact_dir(cfg.output_dir, "index") / INDEX_MANIFEST
+    if index_info.is_file():  # an override the index cannot honour is refused, also when the results are up to date
+        check_serves(json.loads(index_info.read_text()), cfg.index, cfg.experiment.seed, index_info.parent)
     d = cfg.data
     for name, path in set_files(cfg).items():
         if name not in ("qrels_dev",) and not name.endswith((".dev", ".qrels_dev")):
             fingerprints[name] = file_fingerprint(path)
+            sources.append(source(path, "file"))
     paths = _result_paths(cfg)
     config = {"evaluate": settings(cfg.evaluate),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
@@ -44,8 +53,10 @@ def plan(cfg, force: bool = False) -> Unit:
     if d.question_sets:
         config.update(results=[str(p) for p in paths], question_sets={
             name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
+    if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
+        config["search"] = {k: getattr(cfg.index, k) for k in ("hnsw_ef_search", "nprobe")}
     return Unit(artifact_dir(cfg.output_dir, "evaluation"), kind="evaluation", config=config, inputs=fingerprints,
-                current=lambda: all(p.exists() for p in paths), payload=inputs)
+                current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
@@ -91,7 +102,7 @@ def on_skip(cfg, manifest: dict) -> dict:
     return {"results": ", ".join(str(j) for j, _ in files), "table": "\n".join(md.read_text() for _, md in files)}
 
 
-STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "evaluate"),
+STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
               summary="evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, "
               "evaluation/", plan=plan, work=work, on_skip=on_skip)
 run = STAGE.run

@@ -19,6 +19,7 @@ from spar.embeddings import load_embeddings
 from spar.errors import ArtifactError
 from spar.executor import make_executor
 from spar.experiment import ExperimentInputs
+from spar.lineage import source
 from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
 from spar.run_context import RunContext
 from spar.stage import Stage, Unit, settings
@@ -40,7 +41,7 @@ def plan(cfg, force: bool = False) -> Unit:
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
     return Unit(artifact_dir(cfg.output_dir, "index"), kind="index", config=settings(cfg.index), inputs=inputs,
-                payload=(base_dir, lambda_dir))
+                payload=(base_dir, lambda_dir), sources=[source(base_dir), source(lambda_dir)])
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

@@ -27,6 +27,7 @@ from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, mani
 from spar.config import LabelSection, SparConfig
 from spar.executor import make_executor
 from spar.java import start_jvm
+from spar.lineage import source
 from spar.labelling import label_queries, merge_parts_when_ready, part_dir_name
 from spar.models import model_fingerprint
 from spar.stage import Stage, Unit, run_unit, settings
@@ -61,7 +62,7 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     passages = qdir / "passages.arrow"
     passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
     unit = Unit(artifact_dir(cfg.output_dir, "teacher_index"), kind="teacher_index",
-                config=_teacher_config(section), inputs={"passages": passages_fp})
+                config=_teacher_config(section), inputs={"passages": passages_fp}, sources=[source(passages, "file")])
 
     def work(w: ArtifactWriter) -> dict:
         if section.teacher == "bm25":
@@ -100,13 +101,14 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
     labels_dir = artifact_dir(cfg.output_dir, "labels")
-    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1)
+    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1,
+                 sources=[source(qdir), source(index_dir)])
     if s.num_shards == 1:
         return final
     # A part's payload is the final labels' unit: its fingerprint names the job the parts belong to.
     return Unit(labels_dir.with_name(part_dir_name(s.shard_index, s.num_shards)), kind="labels-part",
                 config={**final.config, "num_shards": s.num_shards, "shard_index": s.shard_index}, inputs=inputs,
-                resumable=True, payload=final)
+                resumable=True, payload=final, sources=final.sources)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

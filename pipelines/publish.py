@@ -30,6 +30,7 @@ def model_output(cfg) -> Path:
 
 def plan(cfg, force: bool = False) -> Unit:
     from spar.lambda_source import experiment_lambda
+    from spar.lineage import model_sources, source as lineage_source
     from spar.models import model_fingerprint
 
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
@@ -45,18 +46,23 @@ def plan(cfg, force: bool = False) -> Unit:
         file_fingerprint(index_dir / "index.faiss"),
         "base_model": model_fingerprint(cfg.encode.base.model),
     }
+    sources = [*source.sources(), lineage_source(tuned.path.parent), lineage_source(index_dir),
+               *model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)]
     if results_md.exists():
         inputs["results"] = file_fingerprint(results_md)
+    if is_complete(artifact_dir(cfg.output_dir, "evaluation")):  # the card quotes its results
+        sources.append(lineage_source(artifact_dir(cfg.output_dir, "evaluation")))
     # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint; nor does
     # where it is written (publish.output), and the manifest that ships with the model names no directory.
     publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
     config = {"publish": publish, "base": settings(cfg.encode.base)}
     return Unit(model_output(cfg), kind="model", config=config, inputs=inputs,
-                payload=(source, tuned, index_dir, results_md))
+                payload=(source, tuned, index_dir, results_md), sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     from spar.encoders import BiEncoder
+    from spar.index import check_serves
     from spar.model_card import gather_card_facts, model_provenance
     from spar.publish import SparEncoder, publish_model
 
@@ -67,6 +73,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
                             f"({tuned.path}); rebuild the index or re-tune with tune.variant")
     if index_info:
+        check_serves(index_info, cfg.index, cfg.experiment.seed, index_dir)  # the card's config is what is served
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     _check_index_is_current(cfg, index_dir, index_info)
     base = BiEncoder.from_section(cfg.encode.base)
@@ -181,7 +188,8 @@ def _push(cfg, out: Path) -> dict:
     return {"hub": url}
 
 
-STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "publish"),
+STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "index",
+                                        "publish"),
               summary="export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> "
               "model/", plan=plan, work=work, finish=finish)
 run = STAGE.run

@@ -12,7 +12,8 @@ from spar import schemas
 from spar.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
 from spar.config import SparConfig
 from spar.executor import make_executor
-from spar.readers import ReadStats, corpus_fingerprint, read_corpus
+from spar.lineage import source as lineage_source
+from spar.readers import ReadStats, corpus_files, corpus_fingerprint, read_corpus
 from spar.sampling import write_query_set
 from spar.stage import Stage, Unit, settings
 
@@ -28,7 +29,8 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
     return Unit(artifact_dir(cfg.output_dir, "queries"), kind="queries", config=config,
-                inputs={"corpus": source["corpus"]})
+                inputs={"corpus": source["corpus"]},
+                sources=[lineage_source(path, "file") for path in corpus_files(cfg.data.corpus)])
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

@@ -17,6 +17,7 @@ from pathlib import Path
 from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
 from spar.config import SparConfig
 from spar.lexical import build_lambda, lambda_class
+from spar.lineage import source
 from spar.stage import Stage, Unit, settings
 from spar.training import is_primary_process, summarize, train_lambda
 
@@ -35,14 +36,16 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     qdir = artifact_dir(cfg.output_dir, "queries")
     require(qdir, "queries")
     inputs = {"queries": manifest_fingerprint(qdir)}
+    sources = [source(qdir)]
     if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
         ldir = artifact_dir(cfg.output_dir, "labels")
         require(ldir, "labels")
         inputs["labels"] = manifest_fingerprint(ldir)
+        sources.append(source(ldir))
     # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in
     # the same work directory, and rank 0 exports and finalises.
     return Unit(artifact_dir(cfg.output_dir, "lambda"), kind="lambda", config=fingerprint_config(cfg),
-                inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process())
+                inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process(), sources=sources)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

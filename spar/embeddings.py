@@ -59,7 +59,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from spar.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, read_manifest
+from spar.artifacts import (ArtifactWriter, atomic_file, directory_fingerprint, file_fingerprint,  # noqa: F401
+                            fingerprint_dict, read_manifest)
 from spar.encoders import BiEncoder
 from spar.encode_engines import Side, resolve_devices
 from spar.encode_workers import PART_PATTERN, EncodeOptions, EncodeTask, PassageShards, ShardEncoder, engine_of
@@ -217,26 +218,6 @@ def load_embeddings(directory: str | Path) -> Embeddings:
 # ----------------------------------------------------------------------------------------------------------------
 # Fingerprints
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def directory_fingerprint(directory: str | Path, full: bool = True) -> str:
-    """Content hash of a model directory's weight/config/vocabulary files (``full=False``: first 64 KiB each).
-
-    Used for Λ: a retrained Λ has new weights even when its config (and so its manifest fingerprint) is unchanged.
-    """
-    d = Path(directory)
-    h = hashlib.sha256()
-    for f in sorted(d.rglob("*")):
-        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model", ".npy"):
-            h.update(str(f.relative_to(d)).encode())
-            h.update(str(f.stat().st_size).encode())
-            with f.open("rb") as fh:
-                if not full:
-                    h.update(fh.read(1 << 16))
-                    continue
-                while block := fh.read(1 << 22):
-                    h.update(block)
-    return h.hexdigest()[:16]
 
 
 def encoder_fingerprint(weights: str, encoder) -> str:
