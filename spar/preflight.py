@@ -119,7 +119,7 @@ def check_inputs(cfg) -> dict[str, Any]:
     corpus = [p for p in (_readable(str(path), "data.corpus") for path in corpus_files(data.corpus)) if p]
     queries = _readable(data.queries, "data.queries")
     qrels = qrels_files(data)
-    if qrels and queries is None:
+    if (data.qrels_dev or data.qrels_test) and queries is None:  # a question set's qrels go with its own questions
         raise ConfigError("data.queries is not set, but qrels are: evaluation needs the query texts")
     answers = _readable(getattr(cfg.evaluate, "answers", None), "evaluate.answers")
     check_models(cfg)

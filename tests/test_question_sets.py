@@ -178,3 +178,22 @@ def test_question_set_config_errors(overrides, message, tmp_path):
         extra = ["data.qrels_dev=null", "data.qrels_test=null"]
     with pytest.raises(ConfigError, match=message):
         load_config(None, [*extra, *overrides])
+
+
+def test_a_set_with_qrels_needs_no_unnamed_queries(sample_experiment, qa_files, tmp_path):  # noqa: F811
+    """A named set's qrels go with its own questions (SQuAD-open: BEIR questions + qrels + answers): the inputs check
+    passed the unnamed set's rule to them and refused every such experiment before its evaluate stage."""
+    from spar.experiment import split_queries
+    from spar.preflight import check_inputs
+
+    test = split_queries(experiment_config(sample_experiment, tmp_path / "results"), "test")
+    ids = [json.loads(line)["_id"] for line in qa_files["test"].read_text().splitlines()]
+    qrels = tmp_path / "claims-test.tsv"
+    qrels.write_text("".join(f"{q}\t{d}\t1\n" for q in ids for d in test.qrels[q.removeprefix("claims-test-")]))
+    cfg = _config(tmp_path / "run", qa_files, f"data.question_sets.claims.qrels_test={qrels}")
+    report = check_inputs(cfg)
+    judged = report["data.question_sets.claims.qrels_test"]["judgments"]
+    assert judged == sum(len(test.qrels[q.removeprefix("claims-test-")]) for q in ids)
+    with pytest.raises(ConfigError, match="data.queries is not set, but qrels are"):
+        check_inputs(experiment_config(tmp_path / "run", tmp_path / "results", "data.queries=null",
+                                       "data.qrels_dev=null", f"data.qrels_test={qrels}"))
