@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     import pipelines.label
     import pipelines.sample
-    from spar import schemas
-    from spar.artifacts import artifact_dir, read_manifest
-    from spar.config import load_config
-    from spar.java import pyserini_module
+    from spar.core import schemas
+    from spar.core.artifacts import artifact_dir, read_manifest
+    from spar.core.config import load_config
+    from spar.core.java import pyserini_module
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="spar-label-bench-"))
     overrides = [

@@ -1,11 +1,12 @@
 """Search latency at k=100 on a 100k-passage corpus: one FAISS search of the SPAR index vs the dense+BM25 hybrid.
 
 - **spar**: one search of the SPAR index ``[P, PΛ]`` (384 + ``--lambda-dim`` dims, stored as each of
-  ``--storages``: float32, or a quantizer such as 4-bit) with query ``[Q, μ·QΛ]`` (:class:`spar.index.SparIndex`).
+  ``--storages``: float32, or a quantizer such as 4-bit) with query ``[Q, μ·QΛ]``
+  (:class:`spar.index.spar_index.SparIndex`).
 - **peer** (hybrid): an ``IndexFlatIP`` search of the base vectors (384 dims) + a Pyserini BM25 search
   (``LuceneSearcher``, k1=0.9 b=0.4, over a Lucene index of the same passages built with
-  :func:`spar.teachers.build_bm25_index`) + score fusion (:func:`spar.tuning.hybrid_fuse`, dense + α·BM25, both at
-  depth k).
+  :func:`spar.teacher.teachers.build_bm25_index`) + score fusion (:func:`spar.evaluate.tuning.hybrid_fuse`, dense +
+  α·BM25, both at depth k).
 
 Passages: the real SciFact corpus repeated and perturbed to ``--passages`` (copy c > 0 of a passage drops a seeded
 10% of its words), so BM25 sees real text statistics. Dense vectors: encoding 100k passages on CPU is too slow for
@@ -50,8 +51,8 @@ def write_perturbed_corpus(corpus: Path, n: int, arrow: Path, seed: int = 0) -> 
     """The corpus repeated to ``n`` passages; every copy after the first drops a seeded 10% of its words."""
     import pyarrow as pa
 
-    from spar.readers import read_corpus
-    from spar.schemas import PASSAGES, write_table
+    from spar.data.readers import read_corpus
+    from spar.core.schemas import PASSAGES, write_table
 
     base = list(read_corpus(corpus))
     rng = random.Random(seed)
@@ -89,8 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dim", type=int, default=384, help="base dimension (MiniLM: 384)")
     ap.add_argument("--lambda-dim", type=int, default=None, help="Λ dimension (default: --dim)")
     ap.add_argument("--storages", nargs="+", default=["float32"],
-                    help="passage storages of the SPAR index (spar.storage: float32, float16, sq8, sq6, sq4); each is "
-                    "measured against the hybrid, the first is the headline")
+                    help="passage storages of the SPAR index (spar.index.storage: float32, float16, sq8, sq6, sq4); "
+                    "each is measured against the hybrid, the first is the headline")
     ap.add_argument("--index", nargs="+", default=["flat", "hnsw"], choices=["flat", "hnsw"],
                     help="index types, each measured for both systems; the first is the headline")
     ap.add_argument("--hnsw-m", type=int, default=32)
@@ -108,12 +109,12 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
     import numpy as np
 
-    from spar.index import SparIndex, build_spar_index
-    from spar.java import pyserini_module
-    from spar.metrics import ranked_run
-    from spar.readers import read_qrels, read_queries
-    from spar.teachers import build_bm25_index
-    from spar.tuning import hybrid_fuse
+    from spar.index.spar_index import SparIndex, build_spar_index
+    from spar.core.java import pyserini_module
+    from spar.evaluate.metrics import ranked_run
+    from spar.data.readers import read_qrels, read_queries
+    from spar.teacher.teachers import build_bm25_index
+    from spar.evaluate.tuning import hybrid_fuse
 
     scifact = datasets() / "scifact"
     if not (scifact / "corpus.jsonl").exists():
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
         build_bm25_index(arrow, lucene_dir, threads=args.threads[0])
         print(f"built Lucene index of {args.passages:,} passages ({real:,} real SciFact passages, repeated and "
               f"perturbed) in {time.perf_counter() - start:.0f}s", file=sys.stderr)
-    from spar.schemas import read_table
+    from spar.core.schemas import read_table
 
     doc_ids = read_table(arrow).column("id").to_pylist()
     searcher = lucene.LuceneSearcher(str(lucene_dir))
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     spar = base_index = None
 
     def spar_search(bq, lq):
-        return spar.search(bq, lq, k, mu=args.mu)
+        return spar.publish.search(bq, lq, k, mu=args.mu)
 
     def hybrid_search_one(bq, text):
         scores, rows = base_index.search(bq, k)

@@ -1,10 +1,11 @@
 """Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
 
-Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
+Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.experiment.lambda_source`).
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), and each question
-set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.question_sets`, the
-splits tune and evaluate use). Every split is its own resumable artifact; see :mod:`spar.embeddings`.
-``encode.backend`` picks what runs a transformer encoder (torch, or ONNX Runtime on the CPU: :mod:`spar.onnx_encoder`).
+set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.data.question_sets`, the
+splits tune and evaluate use). Every split is its own resumable artifact; see :mod:`spar.model.embeddings`.
+``encode.backend`` picks what runs a transformer encoder (torch, or ONNX Runtime on the CPU:
+:mod:`spar.model.onnx_encoder`).
 """
 
 from __future__ import annotations
@@ -14,21 +15,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
-from spar.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
-from spar.encode_engines import resolve_devices
-from spar.onnx_encoder import backend_name, with_backend
-from spar.passages import experiment_passages
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit
+from spar.core.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
+from spar.model.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
+from spar.model.engines import resolve_devices
+from spar.model.onnx_encoder import backend_name, with_backend
+from spar.data.passages import experiment_passages
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit
 
 log = logging.getLogger(__name__)
 
 
 def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
     """``{"queries-dev": [(id, text)], "queries-test-nq": [...]}`` for every split of every question set the config
-    defines (:mod:`spar.question_sets`): exactly the questions tune and evaluate use."""
-    from spar.question_sets import configured_splits, set_split
+    defines (:mod:`spar.data.question_sets`): exactly the questions tune and evaluate use."""
+    from spar.data.question_sets import configured_splits, set_split
 
     sets = {}
     for name, split in configured_splits(cfg):
@@ -42,7 +43,7 @@ def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
 
 def question_files(cfg, split: str) -> dict[str, str]:
     """The fingerprint of the file a split's questions come from (``queries_file`` of the unnamed set)."""
-    from spar.question_sets import UNNAMED, configured_splits, embeddings_key
+    from spar.data.question_sets import UNNAMED, configured_splits, embeddings_key
 
     for name, part in configured_splits(cfg):
         if split == f"queries-{embeddings_key(name, part)}":
@@ -53,15 +54,15 @@ def question_files(cfg, split: str) -> dict[str, str]:
 
 def load_encoder(cfg, name: str):
     """(BiEncoder, weights fingerprint, extra manifest inputs) of ``base`` or ``lambda``."""
-    from spar.encoders import BiEncoder
-    from spar.models import model_fingerprint
+    from spar.model.encoders import BiEncoder
+    from spar.model.resolve import model_fingerprint
 
     if name == "base":
         section = cfg.encode.base
         weights = fingerprint_dict({"model": model_fingerprint(section.model), "passage_model":
                                     model_fingerprint(section.passage_model) if section.passage_model else None})
         return BiEncoder.from_section(section), weights, {}
-    from spar.lambda_source import experiment_lambda
+    from spar.experiment.lambda_source import experiment_lambda
 
     source = experiment_lambda(cfg)
     model = source.load()

@@ -2,21 +2,22 @@
 
 Also RBO of each dense system with the teacher and the token-shuffled-query analysis. Writes
 ``results/<experiment.name>.json`` and ``.md`` (``experiment.results_dir``), ``evaluation/runs/<system>.trec`` and
-logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluation.evaluate_experiment`.
+logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.evaluation.evaluate_experiment`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
-from spar.artifacts import write_json_atomic
-from spar.evaluation import evaluate_sets, results_markdown, results_payload
-from spar.experiment import ExperimentInputs
-from spar.preflight import check_inputs, skipped_records
-from spar.question_sets import configured_splits, embeddings_key, set_files
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit, settings
+from spar.core.artifacts import (ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete,
+                                 read_manifest)
+from spar.core.artifacts import write_json_atomic
+from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
+from spar.experiment.inputs import ExperimentInputs
+from spar.experiment.preflight import check_inputs, skipped_records
+from spar.data.question_sets import configured_splits, embeddings_key, set_files
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, settings
 
 
 def _result_paths(cfg) -> list[Path]:

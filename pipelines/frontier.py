@@ -7,7 +7,7 @@ section: they are command-line flags of this command): ``--kinds``, ``--dims``, 
 ``section.key=value`` overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed
 earlier under the same settings are kept (``--force`` recomputes them), so a frontier can be grown kind by kind. Writes
 ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*``. Logic:
-:mod:`spar.frontier`.
+:mod:`spar.evaluate.frontier`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from spar.artifacts import artifact_dir, ensure_writable, write_json_atomic
+from spar.core.artifacts import artifact_dir, ensure_writable, write_json_atomic
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
@@ -23,10 +23,10 @@ SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against
 def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
-    from spar.artifacts import fingerprint_dict, manifest_fingerprint
+    from spar.core.artifacts import fingerprint_dict, manifest_fingerprint
     from spar.lexical import lambda_class
-    from spar.run_context import RunContext
-    from spar.stage import settings
+    from spar.core.run_context import RunContext
+    from spar.core.stage import settings
 
     shared = {"label": settings(cfg.label), "tune": settings(cfg.tune), "data": settings(cfg.data),
               "projection": cfg.train.lexical.projection,
@@ -42,10 +42,10 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
         storages=("float32",)) -> dict:
     import json
 
-    from spar.run_context import RunContext
-    from spar.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
+    from spar.core.run_context import RunContext
+    from spar.evaluate.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
     from spar.lexical import KINDS
-    from spar.storage import check_storage
+    from spar.index.storage import check_storage
 
     storages = tuple(check_storage(s) for s in storages)
 

@@ -13,14 +13,14 @@ import logging
 import os
 from pathlib import Path
 
-from spar.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, refresh_checksums,
-                            write_json_atomic)
-from spar.embeddings import load_embeddings
-from spar.errors import ArtifactError
-from spar.experiment import ExperimentInputs
-from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit, settings
+from spar.core.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, refresh_checksums,
+                                 write_json_atomic)
+from spar.model.embeddings import load_embeddings
+from spar.core.errors import ArtifactError
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.spar_index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, settings
 
 #: Options read at search time (marked runtime-only on IndexSection): they live in index.json and are refreshed
 #: without rebuilding.

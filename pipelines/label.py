@@ -1,8 +1,8 @@
 """Stage ``label``: the sparse teacher ranks passages for every sampled query (SPAR §4.1).
 
 Writes ``<output_dir>/teacher_index/`` (Lucene BM25 or impact index of ``queries/passages.arrow``; reused while its
-manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The logic lives in :mod:`spar.teachers` and
-:mod:`spar.labelling`.
+manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The logic lives in :mod:`spar.teacher.teachers` and
+:mod:`spar.teacher.labelling`.
 
     spar label                                   # resumable: a killed run continues at the first missing shard
     spar label label.num_shards=4 label.shard_index=2   # machine 2 of 4 -> labels-part-2-of-4/
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar import schemas
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint,
-                            remove_stale_temporaries, require)
-from spar.config import LabelSection, SparConfig
-from spar.java import start_jvm
-from spar.labelling import label_queries, merge_parts_when_ready, part_dir_name
-from spar.models import model_fingerprint
-from spar.stage import Stage, Unit, run_unit, settings
+from spar.core import schemas
+from spar.core.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint,
+                                 remove_stale_temporaries, require)
+from spar.core.config import LabelSection, SparConfig
+from spar.core.java import start_jvm
+from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
+from spar.model.resolve import model_fingerprint
+from spar.core.stage import Stage, Unit, run_unit, settings
 
 
 def _teacher_config(section: LabelSection) -> dict:
@@ -53,14 +53,14 @@ def _device(name: str) -> str:
 
 
 def _encoder(section: LabelSection):
-    from spar.teachers import SparseEncoder
+    from spar.teacher.teachers import SparseEncoder
 
     return SparseEncoder(section.impact_model, section.impact_model_type, device=_device(section.impact_device))
 
 
 def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists."""
-    from spar.teachers import build_bm25_index, build_impact_index
+    from spar.teacher.teachers import build_bm25_index, build_impact_index
 
     section = cfg.label
     qdir = artifact_dir(cfg.output_dir, "queries")
@@ -85,7 +85,7 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
 
 
 def _teacher(cfg: SparConfig, index_dir: Path):
-    from spar.teachers import BM25Searcher, ImpactTeacher
+    from spar.teacher.teachers import BM25Searcher, ImpactTeacher
 
     s = cfg.label
     if s.teacher == "bm25":

@@ -4,7 +4,7 @@ Reads ``lambda/`` (Λ), ``tune/tune.json`` (μ and the variant), ``index/`` (che
 ``publish.copy_index=true``, else found beside the model by ``spar search MODEL_DIR``) and the base retriever from
 ``encode.base``; writes the model directory (``publish.output``, default ``<output_dir>/model``) with a model card,
 and uploads it when ``publish.push_to_hub=REPO_ID`` is set. The model records no absolute path (its config's paths
-are relative to it). Logic and layout: :mod:`spar.publish`.
+are relative to it). Logic and layout: :mod:`spar.publish.model_dir`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
-                            write_json_atomic)
-from spar.errors import ArtifactError
-from spar.stage import Stage, Unit, settings
-from spar.run_context import RunContext
-from spar.tuning import read_tuned
+from spar.core.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
+                                 write_json_atomic)
+from spar.core.errors import ArtifactError
+from spar.core.stage import Stage, Unit, settings
+from spar.core.run_context import RunContext
+from spar.evaluate.tuning import read_tuned
 
 #: Marker of the last successful upload (dot file: never uploaded itself).
 PUSH_MARKER = ".hub_push.json"
@@ -29,8 +29,8 @@ def model_output(cfg) -> Path:
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    from spar.lambda_source import experiment_lambda
-    from spar.models import model_fingerprint
+    from spar.experiment.lambda_source import experiment_lambda
+    from spar.model.resolve import model_fingerprint
 
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
     index_dir = artifact_dir(cfg.output_dir, "index")
@@ -56,9 +56,9 @@ def plan(cfg, force: bool = False) -> Unit:
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    from spar.encoders import BiEncoder
-    from spar.model_card import gather_card_facts, model_provenance
-    from spar.publish import SparEncoder, publish_model
+    from spar.model.encoders import BiEncoder
+    from spar.publish.card import gather_card_facts, model_provenance
+    from spar.publish.model_dir import SparEncoder, publish_model
 
     source, tuned, index_dir, results_md = unit.payload
     index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
@@ -100,8 +100,8 @@ def portable_config_yaml(cfg, model_dir: Path) -> str:
     place reads the same files, and the model names no directory of the machine that made it."""
     import yaml
 
-    from spar.config import SparConfig
-    from spar.config_fields import relative_paths
+    from spar.core.config import SparConfig
+    from spar.core.config_fields import relative_paths
 
     tree = cfg.model_dump(mode="json", by_alias=True)
     relative_paths(tree, SparConfig, Path(model_dir).resolve())
@@ -110,7 +110,7 @@ def portable_config_yaml(cfg, model_dir: Path) -> str:
 
 def _portable_provenance(provenance: dict, model_dir: Path) -> dict:
     """``spar_model.json``'s provenance without absolute paths (Λ's location goes; paths become relative)."""
-    from spar.publish import portable_path
+    from spar.publish.model_dir import portable_path
 
     base = Path(model_dir).resolve()
     out = {k: portable_path(v, base) for k, v in provenance.items()}
@@ -152,10 +152,10 @@ def _check_index_is_current(cfg, index_dir: Path, index_info: dict) -> None:
     (Λ re-encoded but not re-indexed would pair the new query Λ with old passages)."""
     from types import SimpleNamespace
 
-    from spar.evaluation import check_index_is_current
-    from spar.experiment import ExperimentInputs
-    from spar.index import IDS_FILE
-    from spar.schemas import read_table
+    from spar.evaluate.evaluation import check_index_is_current
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.index.spar_index import IDS_FILE
+    from spar.core.schemas import read_table
 
     inputs = ExperimentInputs(cfg)
     if not all(is_complete(inputs.passage_dir(name)) for name in ("base", "lambda")):
@@ -166,7 +166,7 @@ def _check_index_is_current(cfg, index_dir: Path, index_info: dict) -> None:
 
 
 def _push(cfg, out: Path) -> dict:
-    from spar.publish import push_to_hub
+    from spar.publish.model_dir import push_to_hub
 
     marker = out / PUSH_MARKER
     manifest = read_manifest(out)

@@ -1,19 +1,19 @@
 """Stage ``sample``: corpus sentences become training queries (SPAR §4.1).
 
 Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` = reading order) and
-``queries-NNNNN.arrow`` shards (train and dev queries). The logic lives in :mod:`spar.sampling`.
+``queries-NNNNN.arrow`` shards (train and dev queries). The logic lives in :mod:`spar.data.sampling`.
 
     spar sample --config configs/experiments/wiki-vital.yaml sample.max_queries=1000
 """
 
 from __future__ import annotations
 
-from spar import schemas
-from spar.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
-from spar.config import SparConfig
-from spar.readers import ReadStats, corpus_fingerprint, read_corpus
-from spar.sampling import write_query_set
-from spar.stage import Stage, Unit, settings
+from spar.core import schemas
+from spar.core.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
+from spar.core.config import SparConfig
+from spar.data.readers import ReadStats, corpus_fingerprint, read_corpus
+from spar.data.sampling import write_query_set
+from spar.core.stage import Stage, Unit, settings
 
 
 def _passages_source(cfg: SparConfig) -> dict:

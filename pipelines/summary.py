@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spar.artifacts import artifact_dir
+from spar.core.artifacts import artifact_dir
 
 
 def _manifest_stats(path: Path) -> dict[str, Any]:
@@ -150,7 +150,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     stage process's wall time, and ``stage_seconds``, the stage's own)."""
     from rich.console import Console
 
-    from spar.run_context import RunContext
+    from spar.core.run_context import RunContext
 
     console = console or Console()
     width = console.width
@@ -179,7 +179,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         heading(phrases + ([index] if index else []))
         console.print(_sets_table(payload) if "sets" in payload else _results_table(payload))
     if skipped:
-        from spar.preflight import describe_skipped
+        from spar.experiment.preflight import describe_skipped
 
         console.print("[bold]skipped input records[/bold] (experiment.on_bad_record=skip): "
                       + describe_skipped(skipped), highlight=False, soft_wrap=True)

@@ -4,7 +4,8 @@ Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` (not 
 ``<output_dir>/lambda/``: the best-``valid_mrr`` Λ saved by its kind (``spar_lambda.json`` and the kind's ``files``),
 ``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's figures. Training runs in
 ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic lives in
-:mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to ``<output_dir>/wandb``.
+:mod:`spar.train.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to
+``<output_dir>/wandb``.
 
     spar train                                            # the embedded SciFact sample, on CPU in minutes
     spar train -c configs/experiments/scifact.yaml train.devices=4 train.wandb_mode=online
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
-from spar.config import SparConfig
+from spar.core.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
+from spar.core.config import SparConfig
 from spar.lexical import build_lambda, lambda_class
-from spar.stage import Stage, Unit, settings
-from spar.training import is_primary_process, summarize, train_lambda
+from spar.core.stage import Stage, Unit, settings
+from spar.train.training import is_primary_process, summarize, train_lambda
 
 
 def fingerprint_config(cfg: SparConfig) -> dict:
@@ -82,8 +83,8 @@ def refuse_replacing_another_kind(cfg: SparConfig, unit: Unit) -> None:
     out = unit.output
     if not is_complete(out):
         return
-    from spar.artifacts import read_manifest
-    from spar.errors import ArtifactError
+    from spar.core.artifacts import read_manifest
+    from spar.core.errors import ArtifactError
 
     earlier = read_manifest(out).get("stats", {}).get("lambda", {})
     if earlier.get("kind") and earlier["kind"] != cfg.train.kind:
@@ -104,8 +105,8 @@ CARD_SCHEMA = {"README.md": "model card: kind, dim, teacher, training data, stat
 
 def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: dict | None = None) -> None:
     """The Λ's model card ``README.md`` (:mod:`spar.lexical.card`), from the run's config and query manifest."""
-    from spar.artifacts import read_manifest
-    from spar.run_context import RunContext
+    from spar.core.artifacts import read_manifest
+    from spar.core.run_context import RunContext
     from spar.lexical.card import lambda_card, lambda_card_facts
 
     queries = read_manifest(artifact_dir(cfg.output_dir, "queries")).get("stats", {})

@@ -2,18 +2,18 @@
 
 Reads ``embeddings/`` (passages; dev query vectors when present, else encodes the dev queries), ``lambda/`` and
 ``teacher_index/``; writes ``tune/tune.json`` and ``tune/mu_curve.png`` (+ ``alpha_curve.png``) and logs them to
-W&B (``evaluate.wandb_mode``). Logic: :func:`spar.tuning.tune_experiment`.
+W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.tuning.tune_experiment`.
 """
 
 from __future__ import annotations
 
-from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write_json_atomic
-from spar.experiment import ExperimentInputs
-from spar.index import IndexOptions
-from spar.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit, settings
-from spar.tuning import plot_curve, tune_experiment
+from spar.core.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write_json_atomic
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.spar_index import IndexOptions
+from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, settings
+from spar.evaluate.tuning import plot_curve, tune_experiment
 
 
 def _data_inputs(cfg) -> dict[str, str]:

@@ -57,7 +57,7 @@ def test_every_registered_kind_answers_the_contract():
 
 
 def test_an_unknown_kind_is_one_line():
-    from spar.errors import ConfigError
+    from spar.core.errors import ConfigError
     from spar.lexical import lambda_class
 
     with pytest.raises(ConfigError, match="unknown Λ kind 'sparse'; use one of transformer, projection, static"):

@@ -13,18 +13,18 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from spar.embeddings import ShardedVectors  # noqa: E402
+from spar.model.embeddings import ShardedVectors  # noqa: E402
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 
 def test_top_k_over_a_streamed_matrix_equals_in_memory():
-    from spar.experiment import top_k
+    from spar.experiment.inputs import top_k
 
     rng = np.random.default_rng(0)
     passages = rng.standard_normal((1000, 16)).astype(np.float32)
     queries = rng.standard_normal((7, 16)).astype(np.float32)
     shards = ShardedVectors([passages[:300], passages[300:301], passages[301:]], 16)
-    import spar.experiment as experiment
+    import spar.experiment.inputs as experiment
 
     block, experiment.STREAM_BLOCK = experiment.STREAM_BLOCK, 97
     try:
@@ -39,11 +39,11 @@ def test_top_k_over_a_streamed_matrix_equals_in_memory():
 @pytest.mark.parametrize("storage", ["float32", "sq4"])
 def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_path, monkeypatch,  # noqa: F811
                                                         storage):
-    import spar.experiment as experiment
-    from spar.evaluation import evaluate_sets
-    from spar.experiment import ExperimentInputs
-    from spar.index import ServedVectors, served_passage_vectors
-    from spar.tuning import tune_experiment
+    import spar.experiment.inputs as experiment
+    from spar.evaluate.evaluation import evaluate_sets
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.index.spar_index import ServedVectors, served_passage_vectors
+    from spar.evaluate.tuning import tune_experiment
 
     cfg = experiment_config(sample_experiment, tmp_path / "results", f"index.storage={storage}",
                             "tune.confirm=false", "tune.tune_both_variants=false")
@@ -54,7 +54,7 @@ def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_p
     base, lam = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
     assert isinstance(base, ShardedVectors) and isinstance(lam, ShardedVectors)
     if storage == "sq4":
-        from spar.index import IndexOptions
+        from spar.index.spar_index import IndexOptions
 
         options = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed)
         lazy = served_passage_vectors(base, lam, "concat", "flat", options)

@@ -15,7 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from spar.errors import ConfigError
+from spar.core.errors import ConfigError
 import torch
 
 from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
@@ -34,7 +34,7 @@ def lambda_class(kind: str) -> type[LexicalModel]:
 
 def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
     """Open any Λ directory written by ``spar train`` (or :meth:`LexicalModel.save`)."""
-    from spar.models import check_weight_files
+    from spar.model.resolve import check_weight_files
 
     config = read_lambda_config(directory)
     check_weight_files(directory)
@@ -43,25 +43,25 @@ def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> Le
 
 def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:
     """Every passage of ``passages.arrow`` as the teacher indexed it (the ``label.fields`` joined by a space)."""
-    from spar.passages import PassagesTable
-    from spar.teachers import passage_contents
+    from spar.data.passages import PassagesTable
+    from spar.teacher.teachers import passage_contents
 
     for batch in PassagesTable.open(passages_arrow).iter_columns(("id", *fields)):
         yield from passage_contents(fields, batch)
 
 
 def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
-    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as ``(title, text)``: the
+    """Every passage an experiment encodes (:func:`spar.data.passages.experiment_passages`) as ``(title, text)``: the
     target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
     its own fields."""
-    from spar.passages import PassagesTable, experiment_passages
+    from spar.data.passages import PassagesTable, experiment_passages
 
     source = experiment_passages(cfg)
     if isinstance(source, Path) and source.suffix == ".arrow":
         for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
             yield from zip(batch["title"], batch["text"])
         return
-    from spar.readers import read_corpus
+    from spar.data.readers import read_corpus
 
     for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
         yield passage.title, passage.text

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spar.errors import ArtifactError, ConfigError
+from spar.core.errors import ArtifactError, ConfigError
 
 LAMBDA_CONFIG = "spar_lambda.json"
 #: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use). A new
@@ -218,6 +218,6 @@ def passage_text(passage: PassageLike) -> str:
     """A passage as the BM25 teacher indexes it: non-empty title and text joined by one space."""
     if isinstance(passage, str):
         return passage
-    from spar.passages import indexed_text
+    from spar.data.passages import indexed_text
 
     return indexed_text(passage)

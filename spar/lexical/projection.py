@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from spar.errors import ConfigError
+from spar.core.errors import ConfigError
 from spar.lexical import random_tables
 from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
 from spar.lexical.base import LexicalModel, PassageLike, encode_in_batches, passage_text, read_lambda_config

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from spar.errors import ArtifactError
+from spar.core.errors import ArtifactError
 from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
 from spar.lexical.base import PassageLike, TrainingContext, encode_in_batches, read_lambda_config
 from spar.lexical.terms import BM25Weights
