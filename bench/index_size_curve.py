@@ -49,7 +49,8 @@ def main() -> None:
 
     from spar.core.config import load_config
     from spar.evaluate.evaluation import passage_texts
-    from spar.experiment.inputs import ExperimentInputs, dense_search
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.evaluate.exact import dense_search
     from spar.index.spar_index import IndexOptions, served_passage_vectors
     from spar.evaluate.metrics import answer_accuracy, evaluate_run
     from spar.data.passages import PassagesTable

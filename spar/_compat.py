@@ -76,11 +76,15 @@ ALIASES: dict[str, str] = {
 
 
 def _caller_stacklevel() -> int:
-    """The stack level of the first frame outside the import machinery and this module."""
-    frame, level = sys._getframe(1), 1
+    """The ``stacklevel`` of the first frame outside the import machinery and this module, for a warning issued by
+    this module's caller (``warnings`` skips importlib's bootstrap frames when it counts, so they are not counted)."""
+    frame, level = sys._getframe(2), 2
     while frame is not None:
         name = frame.f_code.co_filename
-        if not (name.startswith("<frozen importlib") or name == __file__):
+        if "importlib" in name and "_bootstrap" in name:
+            frame = frame.f_back
+            continue
+        if name != __file__ and name != importlib.__file__:
             return level
         frame, level = frame.f_back, level + 1
     return 1

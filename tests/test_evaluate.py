@@ -17,8 +17,8 @@ from spar.core.artifacts import artifact_dir  # noqa: E402
 from spar.core.errors import BadRecordError  # noqa: E402
 from spar.evaluate.evaluation import SYSTEMS, shuffle_query, shuffled_queries  # noqa: E402
 from spar.experiment.inputs import SplitQueries  # noqa: E402
-from spar.evaluate.metrics import (answer_accuracy, evaluate_run, has_answer, mean_rbo, rbo, read_answers,
-                                   read_trec_run, write_trec_run)
+from spar.evaluate.metrics import answer_accuracy, evaluate_run, mean_rbo, rbo, read_trec_run, write_trec_run
+from spar.data.answers import has_answer, read_answers
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "scifact-sample" / "corpus.jsonl"
@@ -191,7 +191,8 @@ def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
     import pyarrow as pa
 
     from spar.core.config import load_config
-    from spar.experiment.inputs import ExperimentInputs, split_queries
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.data.question_sets import split_queries
     from spar.data.readers import read_corpus
     from spar.core.schemas import PASSAGES, write_table
 
@@ -246,7 +247,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     assert report["command"].startswith("spar ")
 
     # Every system's TREC run, re-read and re-evaluated, gives the reported figures.
-    from spar.experiment.inputs import split_queries
+    from spar.data.question_sets import split_queries
 
     test = split_queries(cfg, "test")
     runs = artifact_dir(sample_experiment, "evaluation") / "runs"
@@ -340,7 +341,7 @@ def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_pa
     from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
 
     from spar.evaluate.evaluation import evaluate_experiment
-    from spar.experiment.inputs import split_queries
+    from spar.data.question_sets import split_queries
     from spar.data.readers import read_corpus
 
     corpus = {p.id: p.text for p in read_corpus(SAMPLE_CORPUS)}

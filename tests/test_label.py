@@ -201,7 +201,8 @@ def test_parts_on_several_machines_merge_into_the_single_run(labelled, corpus, t
 
 def test_impact_teacher_scores_are_integer_dot_products(corpus, tmp_path):
     from spar.data.passages import PassagesTable
-    from spar.teacher.teachers import ImpactTeacher, SparseEncoder, build_impact_index, passage_contents
+    from spar.teacher.teachers import ImpactTeacher, SparseEncoder, build_impact_index
+    from spar.data.passages import passage_contents
 
     import pipelines.sample
 

@@ -32,7 +32,7 @@ def _answers(corpus: dict[str, str], qrels: dict[str, dict[str, int]], ids) -> d
 @pytest.fixture(scope="module")
 def qa_files(sample_experiment, tmp_path_factory):  # noqa: F811
     """dev/test JSONL ({_id, question, answers}) of set 'claims' and a DPR TSV test file of set 'dpr'."""
-    from spar.experiment.inputs import split_queries
+    from spar.data.question_sets import split_queries
     from spar.data.readers import read_corpus
 
     root = tmp_path_factory.mktemp("qa-files")

@@ -470,3 +470,18 @@ def remove_stale_temporaries(directory: str | Path) -> list[Path]:
             entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Input file names
+# ----------------------------------------------------------------------------------------------------------------
+
+def is_compressed(path: str | Path) -> bool:
+    """Whether ``path`` is read through gzip (its name ends in ``.gz``)."""
+    return Path(path).suffix == ".gz"
+
+
+def plain_name(path: str | Path) -> Path:
+    """The file's name without a compression suffix (``corpus.jsonl.gz`` -> ``corpus.jsonl``)."""
+    p = Path(path)
+    return p.with_suffix("") if is_compressed(p) else p

@@ -69,7 +69,7 @@ class RunContext:
     def dataset(self) -> str:
         """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``); the
         experiment's name for a corpus of several files."""
-        from spar.data.readers import plain_name
+        from spar.core.artifacts import plain_name
 
         if not isinstance(self.cfg.data.corpus, str):
             return self.cfg.experiment.name

@@ -151,3 +151,14 @@ def experiment_passages(cfg) -> Path | list[Path]:
         return arrow
     return Path(cfg.data.corpus) if isinstance(cfg.data.corpus, str) else corpus_files(cfg.data.corpus)
 
+
+def passage_contents(fields: Sequence[str], batch: dict[str, list]) -> list[str]:
+    """The indexed text of each passage of a batch: the non-empty ``fields`` joined by one space."""
+    columns = [batch[f] for f in fields]
+    return [indexed_text(values) for values in zip(*columns)]
+
+
+def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:
+    """Every passage of ``passages.arrow`` as the teacher indexed it (the ``label.fields`` joined by a space)."""
+    for batch in PassagesTable.open(passages_arrow).iter_columns(("id", *fields)):
+        yield from passage_contents(fields, batch)

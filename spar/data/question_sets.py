@@ -144,7 +144,7 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
 
 def _split_answers(qs, path: str, questions, wanted: set[str]) -> dict[str, list[str]] | None:
     if qs.answers:
-        from spar.evaluate.metrics import read_answers
+        from spar.data.answers import read_answers
 
         answers = {q: a for q, a in read_answers(qs.answers).items() if q in wanted}
         if not answers:
@@ -180,7 +180,7 @@ def _unnamed_split(cfg, split: str) -> SplitQueries:
                              f"{missing[:3]} (qrels and queries files do not match)")
     answers = None
     if split == "test" and cfg.evaluate.answers:
-        from spar.evaluate.metrics import read_answers
+        from spar.data.answers import read_answers
 
         answers = {q: a for q, a in read_answers(cfg.evaluate.answers).items() if q in texts}
         if not answers:
@@ -267,7 +267,7 @@ def dev_pool(cfg, names: Sequence[str] | None = None) -> SplitQueries:
 
 @dataclass
 class AnswerJudge:
-    """Whether passages hold a question's answer (DPR's ``has_answer``, :func:`spar.evaluate.metrics.has_answer`), as qrels.
+    """Whether passages hold a question's answer (DPR's ``has_answer``, :func:`spar.data.answers.has_answer`), as qrels.
 
     ``texts(rows)`` returns the passage texts of passage rows (DPR and Pyserini match answers in the text, not the
     title); ``names(rows)`` their ids (default: the row number as a string). Judgments are memoised, so judging the
@@ -283,7 +283,7 @@ class AnswerJudge:
     def qrels(self, rows_by_query: Mapping[str, Sequence[int]]) -> dict[str, dict[str, int]]:
         """Grades (1: holds an answer, 0: does not) of every given passage row of every question with answers; a
         question whose passages hold no answer keeps its zero grades, so Acc@k counts it as a miss."""
-        from spar.evaluate.metrics import has_answer
+        from spar.data.answers import has_answer
 
         wanted = sorted({int(r) for q, rows in rows_by_query.items() if q in self.answers for r in rows
                          if int(r) >= 0 and (q, int(r)) not in self._memo})
@@ -333,3 +333,8 @@ def set_config_path(cfg, name: str) -> Path | None:
         return Path(cfg.data.queries) if cfg.data.queries else None
     dev = cfg.data.question_sets[name].dev
     return Path(dev) if dev else None
+
+
+def split_queries(cfg, split: str) -> SplitQueries:
+    """The unnamed question set's ``split`` ("dev" or "test"): see :func:`spar.data.question_sets.set_split`."""
+    return set_split(cfg, UNNAMED, split)

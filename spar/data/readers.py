@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Literal, Sequence, TypeGuard, Union
 
+from spar.core.artifacts import is_compressed, plain_name
 from spar.core.errors import BadRecordError
 
 OnBad = Literal["fail", "skip"]
@@ -95,17 +96,6 @@ class ReadStats:
             return f"{self.read:,} records read"
         reasons = ", ".join(f"{n} {r}" for r, n in self.skipped.most_common())
         return f"{self.read:,} records read, {self.total_skipped:,} skipped ({reasons})"
-
-
-def is_compressed(path: str | Path) -> bool:
-    """Whether ``path`` is read through gzip (its name ends in ``.gz``)."""
-    return Path(path).suffix == ".gz"
-
-
-def plain_name(path: str | Path) -> Path:
-    """The file's name without a compression suffix (``corpus.jsonl.gz`` -> ``corpus.jsonl``)."""
-    p = Path(path)
-    return p.with_suffix("") if is_compressed(p) else p
 
 
 def open_binary(path: str | Path) -> BinaryIO:

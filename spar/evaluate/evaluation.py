@@ -40,7 +40,8 @@ import numpy as np
 
 from spar.core.artifacts import artifact_dir, is_complete, read_manifest
 from spar.core.errors import ArtifactError
-from spar.experiment.inputs import ExperimentInputs, dense_search
+from spar.experiment.inputs import ExperimentInputs
+from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
 from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run
 from spar.core.run_context import RunContext

@@ -175,7 +175,7 @@ class FrontierReport:
 
 
 def _top_run(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], k: int):
-    from spar.experiment.inputs import dense_search
+    from spar.evaluate.exact import dense_search
 
     return dense_search(np.ascontiguousarray(q, dtype=np.float32), np.ascontiguousarray(p, dtype=np.float32),
                         query_ids, doc_ids, k)
@@ -186,8 +186,9 @@ class FrontierInputs:
 
     def __init__(self, cfg):
         from spar.model.embeddings import load_embeddings
-        from spar.experiment.inputs import ExperimentInputs, split_queries
-        from spar.lexical import corpus_texts
+        from spar.experiment.inputs import ExperimentInputs
+        from spar.data.question_sets import split_queries
+        from spar.data.passages import corpus_texts
         from spar.lexical.terms import BM25Weights
 
         self.cfg = cfg

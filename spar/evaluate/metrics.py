@@ -13,7 +13,8 @@ A ranking ("ranked run") is ``{qid: [(docid, score), ...]}`` best first; ir_meas
 
 Example::
 
-    >>> from spar.evaluate.metrics import evaluate_run, rbo, has_answer
+    >>> from spar.evaluate.metrics import evaluate_run, rbo
+    >>> from spar.data.answers import has_answer
     >>> qrels = {"q1": {"d1": 1}, "q2": {"d3": 1}}
     >>> ranked = {"q1": [("d1", 2.0), ("d2", 1.0)], "q2": [("d2", 2.0), ("d3", 1.0)]}
     >>> evaluate_run(qrels, ranked, ["MRR@10", "R@1"])
@@ -26,12 +27,11 @@ Example::
 
 from __future__ import annotations
 
-import functools
-import json
 from pathlib import Path
 from typing import Iterable, Literal, Mapping, Sequence
 
 from spar.core.errors import BadRecordError
+from spar.data.answers import has_answer
 
 Ranked = Mapping[str, Sequence[tuple[str, float]]]
 Qrels = Mapping[str, Mapping[str, int]]
@@ -220,28 +220,6 @@ def mean_rbo(first: Ranked, second: Ranked, p: float = 0.9, depth: int = 100,
 # Answer accuracy (DPR has_answer)
 # ----------------------------------------------------------------------------------------------------------------
 
-def has_answer(answers: Iterable[str], text: str, match: Literal["string", "regex"] = "string") -> bool:
-    """Whether a passage contains one of the answers: Pyserini's ``has_answers`` (DPR's code), so Acc@k is
-    comparable with DPR's and the SPAR paper's figures.
-
-    ``string``: the answer's DPR ``SimpleTokenizer`` tokens (NFD text, lower-cased, punctuation kept as tokens,
-    accents kept as combining marks) occur contiguously in the passage's. ``regex``: an answer is a regular
-    expression (CuratedTREC) searched case-insensitively; an invalid pattern never matches.
-    """
-    if match not in ("string", "regex"):
-        raise ValueError(f"match must be 'string' or 'regex', not {match!r}")
-    from pyserini.eval.evaluate_dpr_retrieval import has_answers
-
-    return bool(has_answers(text, list(answers), _dpr_tokenizer(), regex=match == "regex"))
-
-
-@functools.cache
-def _dpr_tokenizer():
-    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer
-
-    return SimpleTokenizer()
-
-
 def answer_accuracy(ranked: Ranked, answers: Mapping[str, Sequence[str]], passage_text: Mapping[str, str],
                     ks: Iterable[int] = (20, 100), match: Literal["string", "regex"] = "string") -> dict[str, float]:
     """Top-k retrieval accuracy (``Acc@k``): the share of queries with an answer in one of their top k passages.
@@ -262,40 +240,3 @@ def answer_accuracy(ranked: Ranked, answers: Mapping[str, Sequence[str]], passag
             hits[k] += first_hit is not None and first_hit <= k
     return {f"Acc@{k}": hits[k] / len(answers) for k in ks}
 
-
-def read_answers(path: str | Path) -> dict[str, list[str]]:
-    """QA answers by query id: JSONL (``{"id"|"_id"|"qid": ..., "answers": [...]}``) or TSV (``qid<TAB>answers``,
-    the answers a JSON list or one string)."""
-    p = Path(path)
-    if not p.exists():
-        raise BadRecordError(str(p), None, "file not found")
-    out: dict[str, list[str]] = {}
-    with p.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if p.suffix in (".jsonl", ".json"):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise BadRecordError(str(p), number, f"malformed JSON: {exc.msg}") from None
-                qid = obj.get("_id", obj.get("id", obj.get("qid")))
-                gold = obj.get("answers", obj.get("answer"))
-            else:
-                parts = line.split("\t")
-                if len(parts) != 2:
-                    raise BadRecordError(str(p), number, f"wrong column count: expected 2, found {len(parts)}")
-                qid, raw = parts
-                try:
-                    gold = json.loads(raw) if raw.lstrip().startswith("[") else raw
-                except json.JSONDecodeError as exc:
-                    raise BadRecordError(str(p), number, f"malformed JSON answer list: {exc.msg}") from None
-            if qid is None or gold is None:
-                raise BadRecordError(str(p), number, "missing query id or answers")
-            gold = [str(a) for a in (gold if isinstance(gold, list) else [gold])]
-            if not gold or not all(a.strip() for a in gold):
-                # DPR's matching finds an empty answer in every passage: it would count as a hit.
-                raise BadRecordError(str(p), number, "empty answer")
-            out[str(qid)] = gold
-    return out

@@ -27,7 +27,8 @@ import numpy as np
 
 from spar.core.artifacts import artifact_dir, is_complete
 from spar.core.errors import ArtifactError
-from spar.experiment.inputs import ExperimentInputs, dense_search, top_k
+from spar.experiment.inputs import ExperimentInputs
+from spar.evaluate.exact import dense_search, top_k
 from spar.evaluate.grid import GridSearch, grid_search, grid_values
 from spar.evaluate.metrics import Qrels, evaluate_run, measure_depth, ranked_run
 

@@ -9,11 +9,11 @@ from spar._compat import lazy_exports
 
 _EXPORTS = {
     "ENCODERS": "spar.experiment.inputs",
-    "split_queries": "spar.experiment.inputs",
-    "STREAM_BLOCK": "spar.experiment.inputs",
+    "split_queries": "spar.data.question_sets",
+    "STREAM_BLOCK": "spar.evaluate.exact",
     "STREAM_BYTES": "spar.experiment.inputs",
-    "top_k": "spar.experiment.inputs",
-    "dense_search": "spar.experiment.inputs",
+    "top_k": "spar.evaluate.exact",
+    "dense_search": "spar.evaluate.exact",
     "ExperimentInputs": "spar.experiment.inputs",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

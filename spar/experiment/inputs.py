@@ -1,22 +1,21 @@
-"""An experiment's inputs for tuning and evaluation: the query splits, exact dense search, the artifacts.
+"""An experiment's inputs for tuning and evaluation: its passage and query vectors, its Λ and base encoders, BM25.
 
 The one owner of
 
 - the question splits' vectors (:meth:`ExperimentInputs.query_vectors`; the splits themselves are
-  :mod:`spar.data.question_sets`'): ``encode`` stores the query vectors of exactly these queries, ``tune`` reads the dev
-  split, ``evaluate`` the test split;
-- **exact dense search** (:func:`top_k`, :func:`dense_search`);
+  :mod:`spar.data.question_sets`'): ``encode`` stores the query vectors of exactly these queries, ``tune`` reads
+  the dev split, ``evaluate`` the test split;
 - lazy access to the artifacts tuning and evaluation read (:class:`ExperimentInputs`).
 
-:mod:`spar.evaluate.tuning` and :mod:`spar.evaluate.evaluation` both build on this module; it imports neither.
+:mod:`spar.evaluate.tuning` and :mod:`spar.evaluate.evaluation` both build on this module (and rank with
+:mod:`spar.evaluate.exact`); it imports neither.
 
 Example::
 
-    >>> import numpy as np
-    >>> from spar.experiment.inputs import dense_search
-    >>> ranked = dense_search(np.eye(2, dtype="float32"), np.eye(2, dtype="float32"), ["q1", "q2"], ["d1", "d2"], 1)
-    >>> ranked["q2"]
-    [('d2', 1.0)]
+    >>> from spar.core.config import load_config
+    >>> inputs = ExperimentInputs(load_config(None))
+    >>> inputs.passage_dir("lambda").parts[-3:]
+    ('embeddings', 'lambda', 'passages')
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ import numpy as np
 
 from spar.core.artifacts import artifact_dir, is_complete, read_manifest
 from spar.core.errors import ArtifactError, ConfigError
-from spar.evaluate.metrics import ranked_run
 from spar.core.run_context import RunContext
-from spar.data.question_sets import UNNAMED, SplitQueries, set_split
+from spar.data.question_sets import SplitQueries
 
 log = logging.getLogger(__name__)
 
@@ -41,55 +39,13 @@ ENCODERS = ("base", "lambda")
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Queries and qrels of a split
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def split_queries(cfg, split: str) -> SplitQueries:
-    """The unnamed question set's ``split`` ("dev" or "test"): see :func:`spar.data.question_sets.set_split`."""
-    return set_split(cfg, UNNAMED, split)
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # Dense inputs: passage embeddings, query vectors, encoders
 # ----------------------------------------------------------------------------------------------------------------
 
 
-#: Passage rows scored at a time when the passages are not in memory (:func:`top_k` over a streamed corpus).
-STREAM_BLOCK = 65_536
 #: Passage embeddings larger than this are streamed from their shards instead of copied into memory
 #: (:meth:`ExperimentInputs.passage_vectors`): a 663k-passage corpus with a 3072-d Λ is 8 GB of float32.
 STREAM_BYTES = 1 << 30
-
-
-def top_k(queries: np.ndarray, passages: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first.
-
-    ``passages`` in memory are scored at once; a streamed matrix (anything that is not an ndarray but slices into
-    one: :class:`spar.model.embeddings.ShardedVectors`, :class:`spar.index.spar_index.ServedVectors`) block of rows by
-    block, the running top-k kept in FAISS's result heap, so memory stays flat in the corpus size.
-    """
-    import faiss
-
-    k = min(k, passages.shape[0])
-    queries = np.ascontiguousarray(queries, dtype=np.float32)
-    if isinstance(passages, np.ndarray):
-        return faiss.knn(queries, np.ascontiguousarray(passages, dtype=np.float32), k,
-                         metric=faiss.METRIC_INNER_PRODUCT)
-    heap = faiss.ResultHeap(queries.shape[0], k, keep_max=True)
-    for start in range(0, passages.shape[0], STREAM_BLOCK):
-        block = np.ascontiguousarray(passages[start:start + STREAM_BLOCK], dtype=np.float32)
-        scores, rows = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
-        heap.add_result(scores, np.where(rows >= 0, rows + start, -1))
-    heap.finalize()
-    return heap.D, heap.I
-
-
-def dense_search(queries: np.ndarray, passages: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
-                 k: int) -> dict[str, list[tuple[str, float]]]:
-    """Exact inner-product top-``k`` of every query (FAISS brute force) as a ranked run."""
-    scores, rows = top_k(queries, passages, k)
-    return ranked_run(query_ids, rows, scores, doc_ids)
 
 
 class ExperimentInputs:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from spar.core.errors import ArtifactError
 from spar.model.resolve import HUB_ID as _HUB_ID  # a hub id: ``owner/name`` (when no such local path exists)
@@ -212,11 +212,28 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
 
 def experiment_lambda(cfg) -> LambdaSource:
     """The Λ of an experiment: ``encode.lambda`` when set, else its own ``lambda/``; a ``statistics: target`` Λ
-    refits on the experiment's passages (:func:`spar.lexical.experiment_corpus_passages`)."""
-    from spar.lexical import experiment_corpus_passages
+    refits on the experiment's passages (:func:`spar.experiment.lambda_source.experiment_corpus_passages`)."""
+    from spar.experiment.lambda_source import experiment_corpus_passages
     from spar.data.passages import experiment_passages
 
     source = resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
     if source.statistics == "target":
         source.target, source.target_passages = experiment_passages(cfg), lambda: experiment_corpus_passages(cfg)
     return source
+
+
+def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
+    """Every passage an experiment encodes (:func:`spar.data.passages.experiment_passages`) as ``(title, text)``: the
+    target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
+    its own fields."""
+    from spar.data.passages import PassagesTable, experiment_passages
+
+    source = experiment_passages(cfg)
+    if isinstance(source, Path) and source.suffix == ".arrow":
+        for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
+            yield from zip(batch["title"], batch["text"])
+        return
+    from spar.data.readers import read_corpus
+
+    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
+        yield passage.title, passage.text

@@ -60,7 +60,7 @@ def qrels_files(data) -> dict[str, Path]:
 def _check_question_sets(data, on_bad, found: set[str], report: dict[str, Any]) -> None:
     """Each named set's question files (every question, its answers), answers file and qrels (against the
     questions and the corpus)."""
-    from spar.evaluate.metrics import read_answers
+    from spar.data.answers import read_answers
     from spar.data.readers import read_questions
 
     for name, qs in data.question_sets.items():

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
+from spar._compat import lazy_exports
 from spar.core.errors import ConfigError
 import torch
 
 from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
-__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_passages", "lambda_class",
-           "load_lambda", "read_lambda_config"]
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "lambda_class", "load_lambda", "read_lambda_config"]
+
+#: Names that lived here before spar 0.2, kept for one release (:mod:`spar._compat`).
+_EXPORTS = {"corpus_texts": "spar.data.passages", "experiment_corpus_passages": "spar.experiment.lambda_source"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
@@ -39,32 +43,6 @@ def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> Le
     config = read_lambda_config(directory)
     check_weight_files(directory)
     return lambda_class(config["kind"]).load(directory, device=device)
-
-
-def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:
-    """Every passage of ``passages.arrow`` as the teacher indexed it (the ``label.fields`` joined by a space)."""
-    from spar.data.passages import PassagesTable
-    from spar.teacher.teachers import passage_contents
-
-    for batch in PassagesTable.open(passages_arrow).iter_columns(("id", *fields)):
-        yield from passage_contents(fields, batch)
-
-
-def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
-    """Every passage an experiment encodes (:func:`spar.data.passages.experiment_passages`) as ``(title, text)``: the
-    target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
-    its own fields."""
-    from spar.data.passages import PassagesTable, experiment_passages
-
-    source = experiment_passages(cfg)
-    if isinstance(source, Path) and source.suffix == ".arrow":
-        for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
-            yield from zip(batch["title"], batch["text"])
-        return
-    from spar.data.readers import read_corpus
-
-    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
-        yield passage.title, passage.text
 
 
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,

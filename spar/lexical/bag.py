@@ -103,7 +103,7 @@ class TermLambda(LexicalModel):
 
     @staticmethod
     def fit_weights(passages_arrow: str | Path, k1: float, b: float, fields: Sequence[str]):
-        from spar.lexical import corpus_texts
+        from spar.data.passages import corpus_texts
         from spar.lexical.terms import BM25Weights
 
         return BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b, fields=fields)

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.java import pyserini_module, start_jvm
-from spar.data.passages import PassagesTable, indexed_text
+from spar.data.passages import PassagesTable, passage_contents
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,6 @@ FILES_PER_THREAD = 2
 # ----------------------------------------------------------------------------------------------------------------
 # Collections and indexing
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def passage_contents(fields: Sequence[str], batch: dict[str, list]) -> list[str]:
-    """The indexed text of each passage of a batch: the non-empty ``fields`` joined by one space."""
-    columns = [batch[f] for f in fields]
-    return [indexed_text(values) for values in zip(*columns)]
 
 
 def _check_fields(fields: Sequence[str]) -> list[str]:
