@@ -10,6 +10,7 @@ splits tune and evaluate use). Every split is its own resumable artifact; see :m
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Iterator
 from spar.core.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
 from spar.model.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
 from spar.model.engines import resolve_devices
+from spar.core.executor import make_executor
 from spar.model.onnx_encoder import backend_name, with_backend
 from spar.data.passages import experiment_passages
 from spar.core.run_context import RunContext
@@ -52,25 +54,35 @@ def question_files(cfg, split: str) -> dict[str, str]:
     return {}
 
 
+def configured_encoder(cfg, name: str):
+    """The encoder ``base`` or ``lambda`` as the config makes it: the one factory of the stage and of its Ray
+    workers (``functools.partial(configured_encoder, cfg, name)`` is picklable; each worker loads its own)."""
+    from spar.model.encoders import BiEncoder
+
+    if name == "base":
+        return BiEncoder.from_section(cfg.encode.base)
+    from spar.experiment.lambda_source import experiment_lambda
+
+    # The encode engines drive what the Λ names (a transformer's bi-encoder: tokenised, length-sorted, multi-device).
+    return experiment_lambda(cfg).load().batch_encoder()
+
+
 def load_encoder(cfg, name: str):
     """(BiEncoder, weights fingerprint, extra manifest inputs) of ``base`` or ``lambda``."""
-    from spar.model.encoders import BiEncoder
     from spar.model.resolve import model_fingerprint
 
     if name == "base":
         section = cfg.encode.base
         weights = fingerprint_dict({"model": model_fingerprint(section.model), "passage_model":
                                     model_fingerprint(section.passage_model) if section.passage_model else None})
-        return BiEncoder.from_section(section), weights, {}
+        return configured_encoder(cfg, name), weights, {}
     from spar.experiment.lambda_source import experiment_lambda
 
     source = experiment_lambda(cfg)
-    model = source.load()
     # The source's fingerprint hashes Λ's files; its origin is recorded without machine-specific paths (the target
-    # corpus's content is in the fingerprint). The encode engines drive what the Λ names (a transformer's
-    # bi-encoder: tokenised, length-sorted, multi-device).
+    # corpus's content is in the fingerprint).
     extra = {"lambda_source": {k: v for k, v in source.describe().items() if k not in ("path", "statistics_from")}}
-    return model.batch_encoder(), source.fingerprint(), extra
+    return configured_encoder(cfg, name), source.fingerprint(), extra
 
 
 def passage_titles(cfg, encoder) -> bool:
@@ -80,7 +92,8 @@ def passage_titles(cfg, encoder) -> bool:
 
 
 def plan(cfg, force: bool = False) -> Iterator[Unit]:
-    """One unit per encoder and split: passages, then the dev/test queries; one encoder in memory at a time."""
+    """One unit per encoder and split: passages, then the dev/test queries; one encoder in memory at a time (with
+    ``executor.kind: ray``, one set of Ray workers at a time, kept for every split of their encoder)."""
     enc = cfg.encode
     run = RunContext(cfg)
     source = experiment_passages(cfg)
@@ -88,19 +101,23 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
     device = resolve_devices(enc.accelerator, enc.devices)[0]
-    for name in enc.encoders:
-        encoder, weights, extra = load_encoder(cfg, name)
-        # Exported (or found in the cache) once for all splits; `auto` may fall back to torch: the splits follow.
-        encoder = with_backend(encoder, enc.backend, device)
-        common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size, dtype=enc.dtype,
-                      options=replace(options, backend=backend_name(encoder)))
-        yield passages_unit(encoder, source, run.embeddings(name, "passages"), corpus_format=cfg.data.corpus_format,
-                            on_bad_record=cfg.experiment.on_bad_record, use_titles=passage_titles(cfg, encoder),
-                            inputs=extra, **common)
-        for split, pairs in queries.items():
-            qinputs = {**extra, **question_files(cfg, split)}
-            yield queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
-        del encoder
+    with make_executor(cfg.executor) as executor:
+        for name in enc.encoders:
+            encoder, weights, extra = load_encoder(cfg, name)
+            # Exported (or found in the cache) once for all splits; `auto` may fall back to torch: the splits
+            # follow. A Ray worker loads the encoder itself and puts it on the same backend
+            # (spar/model/encode_workers.py).
+            encoder = with_backend(encoder, enc.backend, device)
+            common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size,
+                          dtype=enc.dtype, options=replace(options, backend=backend_name(encoder)),
+                          executor=executor, make_encoder=functools.partial(configured_encoder, cfg, name))
+            yield passages_unit(encoder, source, run.embeddings(name, "passages"),
+                                corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
+                                use_titles=passage_titles(cfg, encoder), inputs=extra, **common)
+            for split, pairs in queries.items():
+                qinputs = {**extra, **question_files(cfg, split)}
+                yield queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
+            del encoder
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
@@ -128,8 +145,7 @@ def summary(cfg, results: dict[str, dict], unit: None) -> dict:
     return result
 
 
-STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "evaluate"), plan=plan, work=work,
-              on_skip=on_skip,
-              finish=summary,
+STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "evaluate", "executor"), plan=plan,
+              work=work, on_skip=on_skip, finish=summary,
               summary="encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/")
 run = STAGE.run

@@ -17,6 +17,7 @@ from spar.core.artifacts import (ArtifactWriter, artifact_dir, is_complete, read
                                  write_json_atomic)
 from spar.model.embeddings import load_embeddings
 from spar.core.errors import ArtifactError
+from spar.core.executor import make_executor
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.spar_index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
 from spar.core.run_context import RunContext
@@ -47,14 +48,17 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     base_dir, lambda_dir = unit.payload
     base, lam = load_embeddings(base_dir), load_embeddings(lambda_dir)
     options = IndexOptions.from_section(section, seed=cfg.experiment.seed)
-    index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options)
+    with make_executor(cfg.executor) as executor:  # Ray: workers code the passages, this process adds the codes
+        index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options,
+                                executor=executor)
     index.save(w.path)
     size = os.path.getsize(w.path / INDEX_FILE)
     w.schema = {"index.faiss": f"FAISS {section.type} (inner product), passages stored as {index.storage}",
                 "ids.arrow": "schemas.EMBEDDING_IDS",
                 INDEX_MANIFEST: "variant, type, storage, codec, code bytes, encoder fingerprints and dims, count, "
                                 "options"}
-    w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / max(1, len(index)), 1)}
+    w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / max(1, len(index)), 1),
+               **executor.describe()}
     return {"variant": section.variant, "type": section.type, "storage": index.storage,
             "passages": f"{len(index):,}",
             "dim": f"{index.info['dim']} (base {index.info['base_dim']} + Λ {index.info['lambda_dim']})"
@@ -90,7 +94,7 @@ def refresh_search_params(index_dir: Path, search_params: dict) -> list[str]:
     return changed
 
 
-STAGE = Stage(name="index", sections=("experiment", "data", "label", "encode", "index"), plan=plan, work=work,
-              on_skip=on_skip,
+STAGE = Stage(name="index", sections=("experiment", "data", "label", "encode", "index", "executor"), plan=plan,
+              work=work, on_skip=on_skip,
               summary="build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/")
 run = STAGE.run

@@ -5,25 +5,32 @@ manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The logic live
 :mod:`spar.teacher.labelling`.
 
     spar label                                   # resumable: a killed run continues at the first missing shard
+    spar label executor.kind=ray executor.address=auto  # shards on the workers of a Ray cluster (spar/core/executor.py)
     spar label label.num_shards=4 label.shard_index=2   # machine 2 of 4 -> labels-part-2-of-4/
 
-Several machines: run each part with the same config and ``label.shard_index`` = 0..N-1. Each writes
-``labels-part-<i>-of-<N>/``. When all N part directories sit in one output directory (shared file system, or copy
-them there), the next ``spar label label.num_shards=N label.shard_index=<any>`` merges them into ``labels/``.
+Several machines: with Ray (``executor.kind=ray``), one run schedules the shards on the cluster's workers, retries
+those of dead workers and writes ``labels/``. Without Ray (e.g. a SLURM job array), run each part with the same
+config and ``label.shard_index`` = 0..N-1: a thin layer over the same shard workers, each part labelling its own
+shards into ``labels-part-<i>-of-<N>/``. When all N part directories sit in one output directory (shared file
+system, or copy them there), the next ``spar label label.num_shards=N label.shard_index=<any>`` merges them into
+``labels/``.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from spar.core import schemas
-from spar.core.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint,
+from spar.core.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint, read_manifest,
                                  remove_stale_temporaries, require)
 from spar.core.config import LabelSection, SparConfig
+from spar.core.executor import make_executor
 from spar.core.java import start_jvm
 from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
 from spar.model.resolve import model_fingerprint
 from spar.core.stage import Stage, Unit, run_unit, settings
+from spar.teacher.teachers import configured_teacher
 
 
 def _teacher_config(section: LabelSection) -> dict:
@@ -44,23 +51,9 @@ def _job_config(section: LabelSection) -> dict:
     return config
 
 
-def _device(name: str) -> str:
-    if name != "auto":
-        return name
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _encoder(section: LabelSection):
-    from spar.teacher.teachers import SparseEncoder
-
-    return SparseEncoder(section.impact_model, section.impact_model_type, device=_device(section.impact_device))
-
-
 def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists."""
-    from spar.teacher.teachers import build_bm25_index, build_impact_index
+    from spar.teacher.teachers import build_bm25_index, build_impact_index, impact_encoder
 
     section = cfg.label
     qdir = artifact_dir(cfg.output_dir, "queries")
@@ -74,7 +67,7 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
         if section.teacher == "bm25":
             build_bm25_index(passages, w.path, section.threads, section.fields, heap=section.java_heap)
         else:
-            build_impact_index(passages, w.path, _encoder(section), section.impact_quantization, section.threads,
+            build_impact_index(passages, w.path, impact_encoder(section), section.impact_quantization, section.threads,
                                section.fields, section.impact_max_length, section.impact_batch_size,
                                heap=section.java_heap)
         w.stats.update(passages=stats.get("passages"), teacher=section.teacher)
@@ -84,14 +77,15 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     return unit.output
 
 
-def _teacher(cfg: SparConfig, index_dir: Path):
-    from spar.teacher.teachers import BM25Searcher, ImpactTeacher
+def _engine(cfg: SparConfig) -> tuple[str, str]:
+    """The engine ``label.teacher`` / ``label.engine`` ask for (``lucene`` or ``memory``), and why."""
+    from spar.teacher.bm25_memory import choose_engine
 
     s = cfg.label
-    if s.teacher == "bm25":
-        return BM25Searcher(index_dir, s.k1, s.b, s.threads, heap=s.java_heap)
-    return ImpactTeacher(index_dir, _encoder(s), s.impact_quantization, s.threads, s.impact_query_max_length,
-                         s.impact_batch_size, heap=s.java_heap)
+    qdir = artifact_dir(cfg.output_dir, "queries")
+    total = read_manifest(qdir)["stats"].get("queries")
+    queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
+    return choose_engine(s.engine, s.teacher, qdir / "passages.arrow", s.fields, queries)
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
@@ -119,11 +113,22 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.label
     part = unit.kind == "labels-part"
     sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
-    teacher = _teacher(cfg, artifact_dir(cfg.output_dir, "teacher_index"))
-    stats = label_queries(teacher, artifact_dir(cfg.output_dir, "queries"), w.path, s, **sharding)
-    w.stats.update(stats, teacher=s.teacher, **({"job": unit.payload.writer().fingerprint, **sharding} if part else {}))
+    index_dir = artifact_dir(cfg.output_dir, "teacher_index")
+    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    engine, why = _engine(cfg)
+    with make_executor(cfg.executor) as executor:
+        # The teacher as a factory: this process builds it once, or each Ray worker its own (spar/core/executor.py).
+        teacher = functools.partial(configured_teacher, s, index_dir.resolve(), engine,
+                                    cfg.executor.cpus_per_worker if executor.kind == "ray" else None,
+                                    passages.resolve(), executor.kind == "local")
+        stats = label_queries(teacher, artifact_dir(cfg.output_dir, "queries"), w.path, s, executor=executor,
+                              needs={"teacher index": index_dir}, **sharding)
+    started = stats.pop("teacher_start_seconds", None)
+    engine = f"{engine} ({why}" + (f"; postings built in {started} s)" if engine == "memory" and started else ")")
+    w.stats.update(stats, teacher=s.teacher, engine=engine,
+                   **({"job": unit.payload.writer().fingerprint, **sharding} if part else {}))
     w.schema = {"labels-*.arrow": schemas.LABELS.names}
-    return _summary(stats, unit.output)
+    return {"engine": engine, **_summary(stats, unit.output)}
 
 
 def merge(cfg: SparConfig, stats: dict, unit: Unit) -> dict:
@@ -135,15 +140,17 @@ def merge(cfg: SparConfig, stats: dict, unit: Unit) -> dict:
 
 
 def _summary(stats: dict, out: Path) -> dict:
+    where = (f"{stats['workers']} Ray workers ({stats['worker_restarts']} restarted)"
+             if stats.get("executor") == "ray" else "this process")
     return {
         "queries labelled": f"{stats['labelled']:,} of {stats['queries']:,}",
         "dropped (too few hits)": f"{stats['dropped']:,} ({stats['dropped_dev']:,} dev)",
         "shards": f"{stats['shards_written']} written, {stats['shards_reused']} reused",
-        "throughput": f"{stats['queries_per_second']} queries/s over {stats['seconds']} s",
+        "throughput": f"{stats['queries_per_second']} queries/s over {stats['seconds']} s in {where}",
         "output": str(out),
     }
 
 
-STAGE = Stage(name="label", sections=("experiment", "data", "label"), plan=plan, work=work, finish=merge,
+STAGE = Stage(name="label", sections=("experiment", "data", "label", "executor"), plan=plan, work=work, finish=merge,
               summary="label sampled queries with the sparse teacher (BM25 or impact index) into positives/negatives")
 run = STAGE.run

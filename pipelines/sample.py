@@ -11,6 +11,7 @@ from __future__ import annotations
 from spar.core import schemas
 from spar.core.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
 from spar.core.config import SparConfig
+from spar.core.executor import make_executor
 from spar.data.readers import ReadStats, corpus_fingerprint, read_corpus
 from spar.data.sampling import write_query_set
 from spar.core.stage import Stage, Unit, settings
@@ -33,10 +34,12 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.sample
     read_stats = ReadStats()
-    stats = write_query_set(
-        read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats), w.path, s,
-        seed=cfg.experiment.seed, corpus_name=str(cfg.data.corpus), on_bad_record=cfg.experiment.on_bad_record,
-        read_stats=read_stats)
+    with make_executor(cfg.executor) as executor:  # Ray: workers draw the sentences of chunks of passages.arrow
+        stats = write_query_set(
+            read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats), w.path,
+            s, seed=cfg.experiment.seed, corpus_name=str(cfg.data.corpus), on_bad_record=cfg.experiment.on_bad_record,
+            read_stats=read_stats, executor=executor)
+    stats.update(executor.describe())
     # Identifies passages.arrow for the teacher index (it does not change with the sampling options).
     stats["passages_fingerprint"] = fingerprint_dict(_passages_source(cfg))
     stats["read"] = read_stats.as_dict()
@@ -54,5 +57,5 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
 
 
 STAGE = Stage(name="sample", summary="split corpus passages into sentences and sample training queries (+ a dev split)",
-              sections=("experiment", "data", "sample"), plan=plan, work=work)
+              sections=("experiment", "data", "sample", "executor"), plan=plan, work=work)
 run = STAGE.run

@@ -50,7 +50,7 @@ def test_readme_install_and_ci_install_agree():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     block = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    expected = ["torch==2.13.0", "-e .[test]", "--no-deps pyserini==1.6.0"]
+    expected = ["torch==2.13.0", "-e .[test,ray]", "--no-deps pyserini==1.6.0"]
     assert _pip_installs(block) == expected
     assert _pip_installs(ci) == expected
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in block

@@ -24,9 +24,10 @@ SPAR = ROOT / "spar"
 #: any package of a lower layer; packages of one layer never import each other.
 LAYERS: list[tuple[str, ...]] = [
     ("core",),                  # config, errors, console, artifacts, fingerprints, stage runner, run paths, schemas
-    ("data", "index"),          # corpora, passages table, sampling, question sets, answers | FAISS index, storage
-    ("model",),                 # model resolution, bi-encoder, losses, engines, ONNX backend, embeddings
-    ("teacher", "lexical"),     # Pyserini teachers, labelling | Λ kinds, the modules shipped in a published model
+    ("data",),                  # corpora, passages table, sampling, question sets, answers
+    ("model",),                 # model resolution, bi-encoder, losses, engines, ONNX backend, embeddings on disk
+    ("teacher", "lexical", "index"),  # sparse teachers, labelling | Λ kinds, the modules shipped in a published
+                                      # model | the SPAR FAISS index (built from the embeddings' shards), storage
     ("train", "publish"),       # the Lightning loop and its data | model directory, card, search, corpus index
     ("experiment",),            # which Λ, an experiment's assembled inputs, preflight
     ("evaluate",),              # exact search, metrics, tuning μ/α, the evaluation table, latency, frontier

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines import STAGES
 from spar.core.config import SparConfig, load_config
-from spar.core.config_fields import is_runtime_only
+from spar.core.config_fields import is_omitted_at_default, is_runtime_only
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, run_unit, settings
 
@@ -66,7 +66,7 @@ def test_the_runner_skips_forces_guards_and_never_writes_from_a_worker(tmp_path:
     assert not (tmp_path / "lambda").exists()  # a worker rank never finalises the artifact
 
 
-RUNTIME = {"label": {"threads", "java_heap", "num_shards", "shard_index", "impact_device"},
+RUNTIME = {"label": {"threads", "java_heap", "num_shards", "shard_index", "impact_device", "engine"},
            "train": {"num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
                      "keep_checkpoint", "checkpoint_every_n_steps"},
            "encode": {"batch_size", "accelerator", "devices", "engine", "strategy"},
@@ -81,7 +81,12 @@ def test_runtime_only_options_are_marked_on_their_field_and_left_out_of_settings
         cfg = load_config(None)
         assert not set(settings(getattr(cfg, section))) & expected
     cfg = load_config(None)
-    assert settings(cfg.tune) == cfg.tune.model_dump(mode="json")  # nothing runtime-only there
+    # nothing runtime-only there; an option added later is left out while at its default (earlier runs stay current)
+    added_later = {name for name, info in type(cfg.tune).model_fields.items() if is_omitted_at_default(info)}
+    assert added_later == {"sets"}
+    assert settings(cfg.tune) == {k: v for k, v in cfg.tune.model_dump(mode="json").items() if k not in added_later}
+    assert settings(load_config(None, ["tune.sets=[a]", "data.question_sets={a: {dev: x.jsonl}}", "data.queries=null",
+                                       "data.qrels_dev=null", "data.qrels_test=null"]).tune)["sets"] == ["a"]
 
 
 def test_no_fingerprint_moves_with_a_runtime_option(tmp_path: Path):
@@ -92,7 +97,8 @@ def test_no_fingerprint_moves_with_a_runtime_option(tmp_path: Path):
     import pipelines.train
 
     runtime = ["train.eval_batch_size=7", "train.keep_checkpoint=false", "train.checkpoint_every_n_steps=3",
-               "train.log_every_n_steps=2", "train.wandb_mode=disabled", "label.threads=1", "label.java_heap=2g"]
+               "train.log_every_n_steps=2", "train.wandb_mode=disabled", "label.threads=1", "label.java_heap=2g",
+               "label.engine=memory"]
     plain, changed = load_config(None, ["train.kind=static"]), load_config(None, ["train.kind=static", *runtime])
     assert pipelines.train.fingerprint_config(plain) == pipelines.train.fingerprint_config(changed)
     assert pipelines.label._job_config(plain.label) == pipelines.label._job_config(changed.label)

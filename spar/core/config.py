@@ -207,6 +207,9 @@ class SampleSection(Section):
 
 class LabelSection(Section):
     teacher: Literal["bm25", "impact"] = Field("bm25", description="Sparse teacher: Lucene BM25 or an impact index.")
+    engine: Literal["lucene", "memory", "auto"] = Field("auto", json_schema_extra=RUNTIME, description="BM25 on "
+        "Pyserini or in memory (spar/teacher/bm25_memory.py: same labels, faster); auto: memory where it pays and "
+        "fits.")
     k: int = Field(50, ge=2, description="Teacher hits retrieved per query (K).")
     n_positives: int = Field(10, ge=1, description="Top n_p hits are positives (dev queries keep only the top 1).")
     n_negatives: int = Field(5, ge=0, description="Hard negatives taken from the bottom of the kept rank window.")
@@ -248,6 +251,9 @@ class LabelSection(Section):
         if self.n_positives + self.n_negatives > self.k:
             raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) "
                              f"exceeds k={self.k}")
+        if self.engine == "memory" and self.teacher != "bm25":
+            raise ValueError(f"label.engine=memory runs the BM25 teacher only: use label.engine=lucene or auto with "
+                             f"label.teacher={self.teacher}")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
         if self.negative_window is not None:
@@ -528,6 +534,30 @@ class PublishSection(Section):
     )
 
 
+class ExecutorSection(Section):
+    """Where the data stages' shards run (:mod:`spar.core.executor`). Outputs are byte-identical whatever is chosen, so
+    every option is runtime-only: switching executors re-runs nothing and keeps finished shards."""
+
+    kind: Literal["local", "ray"] = Field(
+        "local", json_schema_extra=RUNTIME, description="'local': in this process (no Ray needed); 'ray': the shards "
+        "of sample, label, encode and index run on Ray workers (pip install 'spar[ray]'; README: Data stages at "
+        "scale: Ray).")
+    address: str | None = Field(
+        None, json_schema_extra=RUNTIME, description="Ray cluster to join: 'auto' (the one `ray start` runs on this "
+        "node), 'host:port' or 'ray://host:10001'; default: start Ray on this machine for the stage.")
+    num_workers: int | None = Field(
+        None, ge=1, json_schema_extra=RUNTIME, description="Workers per stage (default: as many as the cluster's "
+        "CPUs, or GPUs for encode with num_gpus_per_worker, allow).")
+    cpus_per_worker: int = Field(
+        1, ge=1, json_schema_extra=RUNTIME, description="CPUs each worker reserves: a label worker's search "
+        "threads, an encode worker's torch threads.")
+    num_gpus_per_worker: float = Field(
+        0, ge=0, json_schema_extra=RUNTIME, description="GPUs each encode worker reserves (e.g. 1 on GPU nodes).")
+    max_retries: int = Field(
+        3, ge=0, json_schema_extra=RUNTIME, description="How often Ray restarts a worker whose process or node died "
+        "and retries its shard.")
+
+
 class SparConfig(Section):
     experiment: ExperimentSection = Field(default_factory=ExperimentSection)
     data: DataSection
@@ -539,6 +569,7 @@ class SparConfig(Section):
     index: IndexSection = Field(default_factory=IndexSection)
     evaluate: EvaluateSection = Field(default_factory=EvaluateSection)
     publish: PublishSection = Field(default_factory=PublishSection)
+    executor: ExecutorSection = Field(default_factory=ExecutorSection)
 
     #: Where the config was read from (relative data paths resolve against it); not part of fingerprints.
     source: str | None = Field(None, exclude=True)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 
+import functools
 import hashlib
 import heapq
 import random
@@ -43,14 +44,16 @@ from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Iterator, Literal
 
 import blingfire
+import numpy as np
 import pyarrow as pa
 
 from spar.core import schemas
 from spar.core.config import SampleSection
 from spar.core.errors import BadRecordError
+from spar.core.executor import Executor, LocalExecutor, WorkerSpec
 from spar.data.passages import PassagesTable
 from spar.data.readers import Passage, ReadStats
 
@@ -152,6 +155,18 @@ class SamplingStats:
         return (f"{self.truncated:,} of {self.candidates:,} candidate sentences ({share:.0%}) were cut at "
                 f"sample.max_words={max_words}: the '{splitter}' splitter finds few sentence ends in this corpus; "
                 f"try sample.sentence_splitter={other}")
+
+    COUNTERS = ("passages", "sentences", "fragments", "truncated", "candidates", "kept", "forced",
+                "passages_without_sentences")
+
+    def add(self, other: "SamplingStats") -> None:
+        """Add the counts of another sampler's passages (a chunk sampled elsewhere) to these."""
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for bucket, counts in other.by_position.items():
+            mine = self.by_position[bucket]
+            for i, value in enumerate(counts):
+                mine[i] += value
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -346,6 +361,35 @@ class SmallestHashes:
         return set(kept[:cap] if cap is not None else kept)
 
 
+#: Passages per sampling task: the unit a worker samples (:class:`ChunkSampler`).
+SAMPLE_CHUNK = 50_000
+
+
+class ChunkSampler:
+    """Samples the passages of a row range of ``passages.arrow``: the sample stage's worker (in this process or
+    on a Ray worker of :mod:`spar.core.executor`, which reads only its rows of the memory-mapped table). A task is
+    ``(start, stop, positions)`` (the rows' 0-based article positions for 'wiki', else None); the result is the
+    chunk's queries in passage order, as a table without the ``split`` column, and the sampler's counts."""
+
+    def __init__(self, passages_path: str | Path, options: SampleSection, seed: int):
+        self.table = PassagesTable(passages_path).table
+        self.options, self.seed = options, seed
+
+    def sampler(self) -> SentenceSampler:
+        o = self.options
+        return SentenceSampler(o.strategy, self.seed, o.exponential_base, o.uniform_rate, o.min_words, o.max_words,
+                               o.sentence_splitter)
+
+    def __call__(self, task: tuple[int, int, Any]) -> tuple[pa.Table, SamplingStats]:
+        start, stop, positions = task
+        sampler = self.sampler()
+        chunk = self.table.slice(start, stop - start)
+        queries: list[SampledQuery] = []
+        for i, (pid, text) in enumerate(zip(chunk.column("id").to_pylist(), chunk.column("text").to_pylist())):
+            queries.extend(sampler.sample(pid, text, 0 if positions is None else int(positions[i]), start + i))
+        return _queries_table(queries, None), sampler.stats
+
+
 class DevSplit:
     """Seeded dev hold-out: a query is a dev candidate when its (seed, id) hash falls under ``fraction``; when more
     than ``cap`` qualify, the ``cap`` with the smallest hash stay dev (independent of reading order)."""
@@ -372,14 +416,12 @@ class DevSplit:
         return self._smallest.final()
 
 
-def _queries_table(rows: list[SampledQuery], splits: list[str]) -> pa.Table:
-    return pa.table({
-        "query_id": [q.query_id for q in rows],
-        "text": [q.text for q in rows],
-        "source_passage_id": [q.source_passage_id for q in rows],
-        "source_row": [q.source_row for q in rows],
-        "split": splits,
-    }, schema=schemas.QUERIES)
+def _queries_table(rows: list[SampledQuery], splits: list[str] | None) -> pa.Table:
+    """Sampled queries as :data:`spar.core.schemas.QUERIES` (``splits=None``: without the ``split`` column)."""
+    schema = schemas.QUERIES if splits is not None else schemas.QUERIES.remove(schemas.QUERIES.get_field_index("split"))
+    columns = {"query_id": [q.query_id for q in rows], "text": [q.text for q in rows],
+               "source_passage_id": [q.source_passage_id for q in rows], "source_row": [q.source_row for q in rows]}
+    return pa.table({**columns, **({"split": splits} if splits is not None else {})}, schema=schema)
 
 
 def shard_name(index: int) -> str:
@@ -396,6 +438,7 @@ def write_query_set(
     on_bad_record: str = "fail",
     read_stats: ReadStats | None = None,
     progress: bool = True,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
     """Write ``passages.arrow`` and ``queries-NNNNN.arrow`` shards into ``out_dir``; return the manifest stats.
 
@@ -404,6 +447,8 @@ def write_query_set(
     'wiki' must see every position to tell 0- from 1-based), then sentences are drawn from the memory-mapped
     passages. ``max_queries`` stops once that many training queries exist (smoke runs on big corpora). Dev queries
     beyond ``max_dev_queries`` are turned back into training queries in a last pass over the shards that hold them.
+    ``executor`` draws the sentences of :data:`SAMPLE_CHUNK` passages per task (default: in this process); the
+    queries are the same either way.
     """
     o = options or SampleSection()
     from tqdm.auto import tqdm
@@ -420,8 +465,6 @@ def write_query_set(
         skipped = f" ({read_stats.summary()})" if read_stats.total_skipped else ""
         raise BadRecordError(corpus_name, None, f"the corpus holds no passage{skipped}: nothing to sample")
 
-    sampler = SentenceSampler(o.strategy, seed, o.exponential_base, o.uniform_rate, o.min_words, o.max_words,
-                              o.sentence_splitter)
     dev = DevSplit(o.dev_fraction, o.max_dev_queries, seed)
     # The seeded fixed-size sample of training queries: every query is offered (which dev candidates stay dev is
     # known only at the end), with room for the dev queries, which are left out of it in the final pass.
@@ -444,14 +487,28 @@ def write_query_set(
         buffer.clear()
         splits.clear()
 
+    # Sentences are drawn chunk by chunk (by this process or by Ray workers, each reading its rows of the
+    # memory-mapped passages); chunks are consumed in order, so the dev split, the shards and max_queries see the
+    # queries exactly as one sequential pass would.
+    def tasks() -> Iterator[tuple[int, int, Any]]:
+        for start in range(0, n_passages, SAMPLE_CHUNK):
+            stop = min(n_passages, start + SAMPLE_CHUNK)
+            yield start, stop, None if positions is None else np.array(
+                [positions.zero_based(raw_positions[row], bool(from_field[row])) for row in range(start, stop)],
+                dtype=np.int64)
+
+    chunks = ChunkSampler(passages_path, o, seed)
+    spec = WorkerSpec(f"sample:{Path(passages_path).resolve()}",
+                      functools.partial(ChunkSampler, Path(passages_path).resolve(), o, seed),
+                      local=chunks if executor is None or executor.kind == "local" else None,
+                      needs={"passages table": passages_path})
+    totals = SamplingStats()
     bar = tqdm(total=n_passages, desc="sampling sentences", unit=" passages", disable=not progress, mininterval=1.0)
-    for batch in PassagesTable(passages_path).iter_batches():
-        rows, ids, texts = (batch.column(n).to_pylist() for n in ("row", "id", "text"))
-        for row, pid, text in zip(rows, ids, texts):
-            position = 0
-            if positions is not None:
-                position = positions.zero_based(raw_positions[row], bool(from_field[row]))
-            for query in sampler.sample(pid, text, position, row):
+    try:
+        for task, (table, chunk_stats) in (executor or LocalExecutor()).map(spec, tasks(), ordered=True):
+            ids, texts, sources, rows = (table.column(n).to_pylist() for n in
+                                         ("query_id", "text", "source_passage_id", "source_row"))
+            for i, query in enumerate(map(SampledQuery, ids, texts, sources, rows)):
                 split = "dev" if dev.is_candidate(query.query_id) else "train"
                 if train_sample is not None:
                     train_sample.offer(query.query_id)
@@ -460,13 +517,19 @@ def write_query_set(
                 train_count += split == "train"
                 if len(buffer) >= o.shard_size:
                     flush()
-            if o.max_queries is not None and train_count >= o.max_queries:
-                stopped_early = True
+                last_of_passage = i + 1 == len(rows) or rows[i + 1] != query.source_row
+                if o.max_queries is not None and train_count >= o.max_queries and last_of_passage:
+                    stopped_early = True
+                    break
+            if stopped_early:  # the chunk's counts up to the last passage read (one sequential pass's counts)
+                end = query.source_row + 1
+                totals.add(chunks((task[0], end, None if task[2] is None else task[2][:end - task[0]]))[1])
+                bar.update(end - task[0])
                 break
-        bar.update(batch.num_rows)
-        if stopped_early:
-            break
-    bar.close()
+            totals.add(chunk_stats)
+            bar.update(task[1] - task[0])
+    finally:
+        bar.close()
     flush()
 
     # Final pass: dev candidates beyond the cap become training queries; with max_queries, training queries past
@@ -505,7 +568,7 @@ def write_query_set(
                                  pa.array(new_splits, pa.string()))
         schemas.write_table(path, table.filter(pa.array(keep, pa.bool_())))
 
-    warning = sampler.stats.splitter_warning(o.sentence_splitter, o.max_words)
+    warning = totals.splitter_warning(o.sentence_splitter, o.max_words)
     if warning:
         log.warning("%s", warning)
     return {
@@ -518,7 +581,7 @@ def write_query_set(
         "shards": shard_count,
         "stopped_at_max_queries": stopped_early,
         "train_sampled_from": train_sample.offered - len(final_dev) if train_sample is not None else None,
-        "sampling": sampler.stats.as_dict(),
+        "sampling": totals.as_dict(),
         "positions": None if positions is None else {
             "from_field": positions.from_field, "from_titles": positions.from_titles,
             "field_one_based": positions.one_based,

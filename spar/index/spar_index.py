@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -48,6 +49,7 @@ import pyarrow as pa
 
 from spar.core.config import IndexSection
 from spar.core.errors import ArtifactError
+from spar.core.executor import Executor, WorkerSpec
 from spar.index.storage import FAST_SCAN, code_bytes
 
 log = logging.getLogger(__name__)
@@ -244,16 +246,54 @@ def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, ind
 
 
 def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
-                      options: IndexOptions | None = None):
-    """Fill a FAISS index with ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices."""
+                      options: IndexOptions | None = None, executor: Executor | None = None,
+                      shards: Sequence[tuple[Sequence[Path], int]] | None = None):
+    """Fill a FAISS index with ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices.
+
+    With a Ray ``executor`` and ``shards`` (each matrix's ``.npy`` shard files and dimension, on shared storage)
+    the add phase is spread: workers code :data:`ADD_BATCH` passages each (:class:`CodeWorker`) and this process
+    appends the codes in order, which gives the index ``index.add`` would have built, byte for byte. HNSW graphs and
+    fast-scan codes are always added here (FAISS adds neither from codes).
+    """
     faiss = _faiss()
     options = options or IndexOptions()
     if options.threads:
         faiss.omp_set_num_threads(options.threads)
     index = trained_faiss_index(matrices, variant, index_type, options)
-    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
+    n = matrices[0].shape[0]
+    if executor is not None and executor.kind != "local" and shards is not None and adds_codes(index_type, options):
+        spec = WorkerSpec(f"index:add:{id(index)}",
+                          functools.partial(CodeWorker, faiss.serialize_index(index), shards, variant),
+                          needs={"embeddings": Path(shards[0][0][0]).parent})
+        bounds = [(start, min(n, start + ADD_BATCH)) for start in range(0, n, ADD_BATCH)]
+        for _, codes in executor.map(spec, bounds, ordered=True):
+            index.add_sa_codes(codes)
+        return index
+    for chunk in _batches(matrices, variant, n):
         index.add(chunk)
     return index
+
+
+def adds_codes(index_type: str, options: IndexOptions) -> bool:
+    """Whether FAISS can add this index's passages from codes made elsewhere (``add_sa_codes``): flat and IVF
+    indexes of every storage but fast-scan (HNSW builds a graph; fast-scan packs codes in blocks)."""
+    return index_type != "hnsw" and options.served_storage(index_type) not in FAST_SCAN
+
+
+class CodeWorker:
+    """The index's add phase on a worker: the trained empty index (serialized) codes the passages of a row range,
+    read from the embeddings' memory-mapped shards (shared storage) and combined as the index combines them."""
+
+    def __init__(self, index_bytes: np.ndarray, shards: Sequence[tuple[Sequence[Path], int]], variant: str | None):
+        from spar.model.embeddings import ShardedVectors
+
+        self.index = _faiss().deserialize_index(index_bytes)
+        self.matrices = [ShardedVectors([np.load(p, mmap_mode="r", allow_pickle=False) for p in parts], dim)
+                         for parts, dim in shards]
+        self.variant = variant
+
+    def __call__(self, bounds: tuple[int, int]) -> np.ndarray:
+        return self.index.sa_encode(_rows(self.matrices, self.variant, *bounds))
 
 
 class ServedVectors:
@@ -318,18 +358,20 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
 
 
 def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: Variant = "concat",
-                     index_type: IndexType = "flat", **opts: Any):
+                     index_type: IndexType = "flat", executor: Executor | None = None,
+                     shards: Sequence[tuple[Sequence[Path], int]] | None = None, **opts: Any):
     """A FAISS index of SPAR passage vectors (``lambda_p=None``: of ``base_p`` alone, e.g. the base index).
 
     ``opts`` are :class:`IndexOptions` fields (``hnsw_m``, ``hnsw_ef_search``, ``ivf_nlist``, ``pq_m``,
-    ``nprobe``, ...). Inputs may be memory-mapped; they are combined and added in batches.
+    ``nprobe``, ...). Inputs may be memory-mapped; they are combined and added in batches (on ``executor``'s
+    workers, given the inputs' ``shards``: see :func:`build_faiss_index`).
     """
     if lambda_p is None:
-        return build_faiss_index([base_p], None, index_type, IndexOptions(**opts))
+        return build_faiss_index([base_p], None, index_type, IndexOptions(**opts), executor, shards)
     _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     if base_p.shape[0] != lambda_p.shape[0]:
         raise ArtifactError(f"passage vectors: base has {base_p.shape[0]} rows but Λ has {lambda_p.shape[0]}")
-    return build_faiss_index([base_p, lambda_p], variant, index_type, IndexOptions(**opts))
+    return build_faiss_index([base_p, lambda_p], variant, index_type, IndexOptions(**opts), executor, shards)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -349,10 +391,12 @@ class SparIndex:
     @classmethod
     def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
               index_type: IndexType = "flat", options: IndexOptions | None = None,
-              **opts: Any) -> "SparIndex":
-        """Build from two matrices or two :class:`~spar.model.embeddings.Embeddings` (ids and fingerprints checked)."""
+              executor: Executor | None = None, **opts: Any) -> "SparIndex":
+        """Build from two matrices or two :class:`~spar.model.embeddings.Embeddings` (ids and fingerprints checked; the
+        add phase of the latter runs on ``executor``'s workers when it is Ray's)."""
         options = options or IndexOptions(**opts)
         base_fp = lambda_fp = None
+        shards = None
         if hasattr(base_p, "model_fingerprint"):
             base_emb, lambda_emb = base_p, lambda_p
             if base_emb.ids != lambda_emb.ids:
@@ -362,13 +406,14 @@ class SparIndex:
                 )
             ids = base_emb.ids if ids is None else ids
             base_fp, lambda_fp = base_emb.model_fingerprint, lambda_emb.model_fingerprint
+            shards = [(base_emb.part_files, base_emb.dim), (lambda_emb.part_files, lambda_emb.dim)]
             # Memory-mapped views across shards: vectors are combined and added in batches, never all loaded.
             base_p, lambda_p = base_emb.sharded, lambda_emb.sharded
         n = base_p.shape[0]
         ids = [str(i) for i in range(n)] if ids is None else list(ids)
         if len(ids) != n:
             raise ArtifactError(f"{len(ids)} ids for {n} passage vectors")
-        index = build_spar_index(base_p, lambda_p, variant, index_type, **options.faiss_options())
+        index = build_spar_index(base_p, lambda_p, variant, index_type, executor, shards, **options.faiss_options())
         storage = options.served_storage(index_type)
         info = {
             "variant": variant, "type": index_type, "count": n, "dim": int(index.d),

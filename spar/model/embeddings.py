@@ -22,6 +22,9 @@ How it runs:
   (see ``bench/encode_throughput.py``), so ``engine="auto"`` keeps the plain loop there; ``engine="lightning"``
   forces the predict loop on any device count.
 - **Truncation is counted**: items longer than the encoder's max length are reported in the manifest stats.
+- **Where shards are encoded**: in this process, or on Ray workers that each load the encoder once (a
+  :class:`~spar.core.executor.Executor`; the worker is :class:`spar.model.encode_workers.ShardEncoder`). Either way each
+  shard is written into ``<dir>.partial/`` by whoever encoded it and the manifest by this process, once all are there.
 
 Example::
 
@@ -43,14 +46,14 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -58,11 +61,13 @@ import torch
 
 from spar.core.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, read_manifest
 from spar.model.encoders import BiEncoder
-from spar.model.engines import Side, encode_shard_lightning, encode_shard_loop, resolve_devices, tokenize_shard
-from spar.core.errors import ArtifactError
+from spar.model.engines import Side, resolve_devices
+from spar.model.encode_workers import PART_PATTERN, EncodeOptions, EncodeTask, PassageShards, ShardEncoder, engine_of
+from spar.core.errors import ArtifactError, ConfigError
+from spar.core.executor import Executor, LocalExecutor, WorkerSpec
 from spar.model.onnx_encoder import OnnxBiEncoder, backend_name, with_backend
 from spar.data.readers import OnBad
-from spar.core.schemas import EMBEDDING_IDS, read_table, write_table
+from spar.core.schemas import EMBEDDING_IDS, read_table
 from spar.core.stage import Unit, run_unit
 
 from spar.core.console import adopt_library_loggers  # noqa: E402
@@ -72,8 +77,6 @@ log = logging.getLogger(__name__)
 
 KIND = "embeddings"
 IDS_FILE = "ids.arrow"
-PART_PATTERN = "part-{:05d}.npy"
-Engine = Literal["auto", "loop", "lightning"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -254,27 +257,6 @@ def encoder_fingerprint(weights: str, encoder) -> str:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class EncodeOptions:
-    """How encoding runs. None of these is part of the output's fingerprint, except ``backend`` (``torch``,
-    ``onnx``, ``onnx-int8`` or ``auto``: :mod:`spar.model.onnx_encoder`), which enters it through the encoder it
-    makes."""
-
-    batch_size: int = 64
-    accelerator: str = "auto"
-    devices: int | str = "auto"
-    engine: Engine = "auto"
-    precision: str = "auto"
-    strategy: str = "auto"
-    show_progress: bool = True
-    backend: str = "torch"
-
-
-def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    with atomic_file(path) as tmp, tmp.open("wb") as fh:
-        np.save(fh, array, allow_pickle=False)
-
-
 def _shard_source(items: Iterable[tuple[str, Any]], shard_size: int) -> Iterator[list[tuple[str, Any]]]:
     it = iter(items)
     while chunk := list(itertools.islice(it, shard_size)):
@@ -292,19 +274,24 @@ class SplitJob:
     options: EncodeOptions
     on_shard: Callable[[int, dict[str, Any]], None] | None = None
     expected_items: int | None = None
+    #: Where the shards are encoded (default: this process) and, for Ray workers, a picklable factory of the
+    #: encoder (each worker loads its own; :mod:`spar.core.executor`).
+    executor: Executor | None = None
+    make_encoder: Callable[[], Any] | None = None
 
 
 def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, side: Side, weights_fingerprint: str,
                inputs: dict[str, str], encoder_name: str, shard_size: int, dtype: str, options: EncodeOptions,
                on_shard: Callable[[int, dict[str, Any]], None] | None = None, expected_items: int | None = None,
-               reusable: bool = True) -> Unit:
+               reusable: bool = True, executor: Executor | None = None,
+               make_encoder: Callable[[], Any] | None = None) -> Unit:
     """The artifact of one encoded split (resumable per shard). ``reusable=False`` (a one-pass iterator nothing
     vouches for) is never up to date and never resumed."""
     encoder = with_backend(encoder, options.backend, resolve_devices(options.accelerator, options.devices)[0])
     model_fp = encoder_fingerprint(weights_fingerprint, encoder)
     config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
               "dtype": dtype}
-    job = SplitJob(encoder, shards, weights_fingerprint, options, on_shard, expected_items)
+    job = SplitJob(encoder, shards, weights_fingerprint, options, on_shard, expected_items, executor, make_encoder)
     return Unit(out_dir, kind=KIND, config=config, inputs=inputs, resumable=reusable, payload=job,
                 current=None if reusable else (lambda: False))
 
@@ -314,84 +301,92 @@ def split_counts(manifest: dict[str, Any]) -> dict[str, Any]:
     return {k: manifest["stats"][k] for k in ("count", "dim")}
 
 
+def _shard_done(directory: Path, index: int) -> bool:
+    return all((directory / name).exists() for name in (PART_PATTERN.format(index), f"part-{index:05d}.json",
+                                                         f"ids-{index:05d}.arrow"))
+
+
+def _clean_temporaries(directory: Path) -> None:
+    """Temporaries of a worker killed while writing (``.part-NNNNN.npy.tmp-<pid>``; every writer has finished)."""
+    for stale in directory.glob(".*.tmp-*"):
+        if stale.is_file():
+            stale.unlink(missing_ok=True)
+
+
 def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
-    """Encode ``unit``'s split (:func:`split_unit`) into the writer's directory, shard by shard: finished shards
-    of a killed run (same fingerprint) are kept."""
+    """Encode ``unit``'s split (:func:`split_unit`) into the writer's directory, shard by shard, on the job's
+    executor (this process by default): finished shards of a killed run (same fingerprint) are kept."""
     job: SplitJob = unit.payload
     encoder, options, out_dir = job.encoder, job.options, unit.output
+    executor = job.executor if job.executor is not None else LocalExecutor()
     encoder_name, side, shard_size, dtype, model_fp = (unit.config[k] for k in ("encoder", "side", "shard_size",
                                                                                  "dtype", "model_fingerprint"))
-    device, n_devices = resolve_devices(options.accelerator, options.devices)
-    if isinstance(encoder, OnnxBiEncoder):  # ONNX Runtime runs on the CPU, in the plain loop
-        device, n_devices = "cpu", 1
-    engine = options.engine
-    if engine == "auto":
-        engine = "lightning" if n_devices > 1 else "loop"
-    if engine == "loop" and n_devices > 1:
-        log.warning("engine='loop' uses one device; %d are available (use engine='lightning')", n_devices)
-    encoder.to(device).eval()
+    local = executor.kind == "local"
+    if not local and job.make_encoder is None:
+        raise ConfigError(f"{out_dir}: a Ray executor loads the encoder on each worker; pass make_encoder")
+    device, n_devices, engine = engine_of(options, encoder)
     progress = _progress(options.show_progress, job.expected_items, f"encode {encoder_name}/{out_dir.name}")
-    per_batch_progress = engine == "loop" and isinstance(encoder, BiEncoder)  # the loop engine reports each batch
-    shard_stats: list[dict[str, Any]] = []
-    count = encoded = 0
-    seconds = 0.0
-    for index, items in enumerate(job.shards):
-        part = w.path / PART_PATTERN.format(index)
-        sidecar = w.path / f"part-{index:05d}.json"
-        ids_part = w.path / f"ids-{index:05d}.arrow"
-        if part.exists() and sidecar.exists() and ids_part.exists():
-            stats = json.loads(sidecar.read_text())
-            stats["resumed"] = True
-        else:
-            start = time.perf_counter()
-            if not isinstance(encoder, BiEncoder):
-                # Term-based Λ kinds encode by sparse products on the CPU: no tokenizer, no device loop.
-                vectors, truncated_items = _encode_lexical(encoder, [x for _, x in items], side), 0
-            else:
-                tokenized = tokenize_shard(encoder, [x for _, x in items], side, options.batch_size)
-                truncated_items = tokenized.truncated
-                if engine == "lightning":
-                    vectors = encode_shard_lightning(encoder, tokenized, side, device, n_devices,
-                                                     options.precision, options.strategy, work_dir=w.path)
-                else:
-                    vectors = encode_shard_loop(encoder, tokenized, side, device, options.precision,
-                                                on_batch=progress.update)
-            elapsed = time.perf_counter() - start
-            write_table(ids_part, pa.table({"row": pa.array(range(count, count + len(items)), pa.int64()),
-                                            "id": pa.array([i for i, _ in items], pa.string())},
-                                           schema=EMBEDDING_IDS))
-            _save_npy_atomic(part, vectors.astype(dtype, copy=False))
-            stats = {"shard": index, "count": len(items), "truncated": truncated_items,
-                     "seconds": round(elapsed, 3)}
-            sidecar.write_text(json.dumps(stats))  # last: its presence marks the shard complete
-            encoded += len(items)
-            seconds += elapsed
-            stats["resumed"] = False
-        count += stats["count"]
-        shard_stats.append(stats)
-        if stats["resumed"] or not per_batch_progress:
+    per_batch_progress = local and engine == "loop" and isinstance(encoder, BiEncoder)  # the loop reports batches
+    _clean_temporaries(w.path)
+    shard_stats: dict[int, dict[str, Any]] = {}
+
+    def finished(index: int, stats: dict[str, Any], progressed: bool) -> None:
+        shard_stats[index] = stats
+        if not progressed:
             progress.update(stats["count"])
         if job.on_shard is not None:
             job.on_shard(index, stats)
-    progress.close()
-    _merge_ids(w.path, len(shard_stats))
+
+    def tasks() -> Iterator[EncodeTask]:
+        # passages.arrow: workers read their shard themselves; other sources: the shard's items are shipped.
+        source = job.shards if isinstance(job.shards, PassageShards) else None
+        shards: Iterable[Any] = range(len(source)) if source is not None else job.shards
+        for index, items in enumerate(shards):
+            if _shard_done(w.path, index):
+                stats = json.loads((w.path / f"part-{index:05d}.json").read_text())
+                finished(index, {**stats, "resumed": True}, False)
+                continue
+            yield EncodeTask(w.path.resolve(), index, side, dtype, index * shard_size,
+                             None if source is not None else list(items), source)
+
+    spec = WorkerSpec(f"encode:{encoder_name}:{model_fp}",
+                      functools.partial(ShardEncoder, options, make_encoder=job.make_encoder),
+                      local=ShardEncoder(options, encoder, on_batch=progress.update if per_batch_progress else None)
+                      if local else None,
+                      needs={"embeddings' partial directory": w.path}, gpus=True)
+    worker_device: dict[str, Any] = {}
+    try:
+        for task, stats in executor.map(spec, tasks()):
+            worker_device = {k: stats.pop(k) for k in ("device", "engine", "devices")}
+            finished(task.index, {**stats, "resumed": False}, per_batch_progress)
+    finally:
+        progress.close()
+    _clean_temporaries(w.path)
+    n_shards = len(shard_stats)
+    if sorted(shard_stats) != list(range(n_shards)):
+        raise ArtifactError(f"{w.path}: shards {sorted(set(range(n_shards)) - set(shard_stats))} were not encoded")
+    ordered = [shard_stats[i] for i in range(n_shards)]
+    count = sum(s["count"] for s in ordered)
+    encoded = sum(s["count"] for s in ordered if not s["resumed"])
+    seconds = sum(s["seconds"] for s in ordered if not s["resumed"])
+    _merge_ids(w.path, n_shards)
     for stale in itertools.chain(w.path.glob("part-*.npy"), w.path.glob("part-*.json")):
-        if int(stale.name[5:10]) >= len(shard_stats):  # from an older, longer input
+        if int(stale.name[5:10]) >= n_shards:  # from an older, longer input
             stale.unlink()
-    w.files = [IDS_FILE] + [PART_PATTERN.format(i) for i in range(len(shard_stats))]
-    for i in range(len(shard_stats)):
+    w.files = [IDS_FILE] + [PART_PATTERN.format(i) for i in range(n_shards)]
+    for i in range(n_shards):
         (w.path / f"part-{i:05d}.json").unlink()
-    truncated = sum(s["truncated"] for s in shard_stats)
+    truncated = sum(s["truncated"] for s in ordered)
     w.schema = {"ids": str(EMBEDDING_IDS), "vectors": f"{dtype} [count, dim] in part-NNNNN.npy, row order"}
     w.stats = {
         "encoder": encoder_name, "side": side, "model_fingerprint": model_fp,
         "weights_fingerprint": job.weights_fingerprint, **_vector_settings(encoder, side),
         "dim": encoder.dim, "count": count, "dtype": dtype,
-        "shards": len(shard_stats), "shard_size": shard_size,
+        "shards": n_shards, "shard_size": shard_size,
         "truncated": truncated, "truncated_fraction": round(truncated / count, 6) if count else 0.0,
-        "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in shard_stats),
+        "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in ordered),
         "items_per_second": round(encoded / seconds, 2) if seconds else None,
-        "engine": engine, "device": device, "devices": n_devices,
+        "engine": engine, "device": device, "devices": n_devices, **worker_device, **executor.describe(),
     }
     if isinstance(encoder, BiEncoder):
         w.stats["backend"] = backend_name(encoder)
@@ -444,11 +439,8 @@ def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_forma
             if not path.exists():
                 raise ArtifactError(f"passages not found: {path}")
         if isinstance(source, (str, Path)) and Path(source).suffix == ".arrow":
-            from spar.data.passages import PassagesTable
-
-            table = PassagesTable.open(source, use_titles)
-            shards = (list(zip(ids, zip(titles, texts))) for ids, titles, texts in table.iter_slices(shard_size))
-            return shards, {"passages": file_fingerprint(source)}, len(table)
+            shards = PassageShards(source, shard_size, use_titles)
+            return shards, {"passages": file_fingerprint(source)}, shards.passages
         stream = ((p.id, (p.title if use_titles else "", p.text))
                   for p in read_corpus(source, corpus_format, on_bad_record))
         return _shard_source(stream, shard_size), {"passages": corpus_fingerprint(source)}, None
@@ -507,8 +499,10 @@ def passages_unit(encoder, passages: str | Path | Iterable, out_dir: str | Path,
                   weights_fingerprint: str | None = None, encoder_name: str = "encoder", shard_size: int = 100_000,
                   dtype: str = "float32", options: EncodeOptions | None = None, inputs: dict[str, str] | None = None,
                   corpus_format: str = "auto", on_bad_record: OnBad = "fail", use_titles: bool = True,
-                  on_shard: Callable[[int, dict[str, Any]], None] | None = None) -> Unit:
-    """The artifact :func:`encode_passages` writes (same arguments), for a stage to run (:mod:`spar.core.stage`)."""
+                  on_shard: Callable[[int, dict[str, Any]], None] | None = None, executor: Executor | None = None,
+                  make_encoder: Callable[[], Any] | None = None) -> Unit:
+    """The artifact :func:`encode_passages` writes (same arguments), for a stage to run (:mod:`spar.core.stage`);
+    ``executor`` runs its shards (with ``make_encoder``, a picklable factory of the encoder, for Ray workers)."""
     shards, source_inputs, total = _passage_shards(passages, shard_size, corpus_format, on_bad_record, use_titles)
     # A one-pass iterator cannot be fingerprinted up front: never reuse output or shards it cannot vouch for.
     reusable = bool(source_inputs or inputs)
@@ -516,7 +510,7 @@ def passages_unit(encoder, passages: str | Path | Iterable, out_dir: str | Path,
         source_inputs["titles"] = "dropped"
     return split_unit(encoder, shards, Path(out_dir), "passage", weights_fingerprint or parameters_fingerprint(encoder),
                       {**source_inputs, **(inputs or {})}, encoder_name, shard_size, dtype, options or EncodeOptions(),
-                      on_shard, total, reusable)
+                      on_shard, total, reusable, executor, make_encoder)
 
 
 def encode_queries(
@@ -541,17 +535,15 @@ def encode_queries(
 def queries_unit(encoder, queries: Mapping[str, str] | Sequence[tuple[str, str]], out_dir: str | Path, *,
                  weights_fingerprint: str | None = None, encoder_name: str = "encoder", shard_size: int = 100_000,
                  dtype: str = "float32", options: EncodeOptions | None = None,
-                 inputs: dict[str, str] | None = None) -> Unit:
+                 inputs: dict[str, str] | None = None, executor: Executor | None = None,
+                 make_encoder: Callable[[], Any] | None = None) -> Unit:
     """The artifact :func:`encode_queries` writes (same arguments), for a stage to run (:mod:`spar.core.stage`)."""
     pairs = list(queries.items()) if isinstance(queries, Mapping) else list(queries)
     content = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()[:16]
     return split_unit(encoder, _shard_source(pairs, shard_size), Path(out_dir), "query",
                       weights_fingerprint or parameters_fingerprint(encoder), {"queries": content, **(inputs or {})},
-                      encoder_name, shard_size, dtype, options or EncodeOptions(), None, len(pairs))
-
-
-def _encode_lexical(encoder, items: Sequence[Any], side: Side) -> np.ndarray:
-    return encoder.encode_query(items) if side == "query" else encoder.encode_passage(items)
+                      encoder_name, shard_size, dtype, options or EncodeOptions(), None, len(pairs),
+                      executor=executor, make_encoder=make_encoder)
 
 
 def _vector_settings(encoder, side: Side) -> dict[str, Any]:

@@ -10,7 +10,10 @@ input queries ``[s * shard_size, (s + 1) * shard_size)`` (global order of the ``
 bytes depend only on its queries and the teacher: a killed run resumes at the first missing shard, and the result
 is byte-identical to an uninterrupted run.
 
-Several machines: ``num_shards=N, shard_index=i`` labels the global shards ``s`` with ``s % N == i`` into
+Where shards are labelled: by :class:`ShardLabeller` workers, in this process or on Ray workers (the ``executor``,
+:mod:`spar.core.executor`); each worker writes its shards, :func:`label_queries` counts them and the stage writes the
+manifest. Several machines without Ray: ``num_shards=N, shard_index=i`` labels the global shards ``s`` with
+``s % N == i`` into
 ``labels-part-<i>-of-<N>/`` (same file names as the single-machine run). :func:`merge_label_parts` combines the N
 part directories into ``labels/`` with the manifest a single-machine run would have written; ``spar label`` does it
 by itself once every part directory is present in the output directory (shared file system, or copied there).
@@ -26,21 +29,23 @@ Example (skipped in the doctest run: it needs a run's teacher index and queries,
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import shutil
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
-import shutil
-import time
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
 from spar.core import schemas
 from spar.core.config import LabelSection
 from spar.core.errors import ArtifactError, ConfigError
+from spar.core.executor import Executor, LocalExecutor, WorkerSpec
 
 Hits = dict[str, list[tuple[str, float]]]
 
@@ -137,8 +142,90 @@ def _clean_temporaries(directory: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
+class ShardLabeller:
+    """Labels whole shards: the label stage's worker (one per process: this one, or each Ray worker of
+    :mod:`spar.core.executor`). ``teacher`` is a teacher or a picklable factory of one (a Ray worker builds its own: a
+    JVM and a searcher per worker). The query shards are memory-mapped and the passage id -> row map is built
+    once per worker; passage texts are never loaded (the teacher index holds what search needs).
+
+    ``labeller(s)`` writes shard ``s`` (``labels-<s>.arrow``, atomically) and returns its counts; ``map(shards)``
+    does several in a row, searching the next batch while the previous shard is written.
+    """
+
+    def __init__(self, teacher: Teacher | Callable[[], Teacher], queries_dir: str | Path, out_dir: str | Path,
+                 settings: LabelSection, passage_rows: dict[str, int] | None = None,
+                 on_batch: Callable[[int], Any] | None = None):
+        self.teacher: Teacher = teacher if hasattr(teacher, "search") else teacher()  # type: ignore[operator,assignment]
+        self.queries_dir, self.out_dir, self.settings = Path(queries_dir), Path(out_dir), settings
+        minimum_hits = settings.n_positives + settings.n_negatives
+        if minimum_hits > self.teacher.num_docs:
+            raise ConfigError(
+                f"label: the teacher index holds {self.teacher.num_docs} passages but every training query needs "
+                f"n_positives + n_negatives = {minimum_hits} hits: lower label.n_positives / label.n_negatives")
+        self.rows = passage_rows if passage_rows is not None else passage_row_map(self.queries_dir / "passages.arrow")
+        self.table = schemas.read_shards(self.queries_dir, "queries")
+        self.on_batch = on_batch
+
+    def __call__(self, shard: int) -> dict[str, int]:
+        result: dict[str, int] = {}
+        for _, result in self.map([shard]):
+            pass
+        return result
+
+    def _queries(self, s: int) -> list[tuple[str, str, str]]:
+        size = self.settings.shard_size
+        chunk = self.table.slice(s * size, size)
+        return list(zip(chunk.column("query_id").to_pylist(), chunk.column("text").to_pylist(),
+                        chunk.column("split").to_pylist()))
+
+    def map(self, shards: Iterable[int]) -> Iterator[tuple[int, dict[str, int]]]:
+        """Label ``shards`` in order, yielding ``(shard, counts)`` as each is written."""
+        settings = self.settings
+        shard_queries: dict[int, list[tuple[str, str, str]]] = {}
+        shard_hits: dict[int, Hits] = {}
+
+        def batches() -> Iterator[tuple[int, list[tuple[str, str]], bool]]:
+            for s in shards:
+                shard_queries[s] = self._queries(s)
+                shard_hits[s] = {}
+                for b in range(0, len(shard_queries[s]), settings.batch_size):
+                    batch = shard_queries[s][b:b + settings.batch_size]
+                    yield s, [(qid, text) for qid, text, _ in batch], b + settings.batch_size >= len(shard_queries[s])
+
+        # Prefetch: the teacher searches the next batch (Java threads, GIL released) while this thread turns the
+        # previous hits into Arrow shards; results are consumed in order, so shards do not depend on timing.
+        # One worker only: pyjnius is not safe when two Python threads call into the JVM at once (it fails with
+        # IncompatibleClassChangeError on SciFact-sized runs); Anserini parallelises each batch_search itself.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="teacher") as pool:
+            try:
+                pending: deque = deque()
+                plan = batches()
+                for item in islice(plan, PREFETCH_BATCHES):
+                    pending.append((item, pool.submit(self.teacher.search, item[1], settings.k)))
+                while pending:
+                    (s, batch, last), future = pending.popleft()
+                    hits = future.result()
+                    following = next(plan, None)
+                    if following is not None:
+                        pending.append((following, pool.submit(self.teacher.search, following[1], settings.k)))
+                    shard_hits[s].update(hits)
+                    if self.on_batch is not None:
+                        self.on_batch(len(batch))
+                    if not last:
+                        continue
+                    queries = shard_queries.pop(s)
+                    labels, dropped = build_label_table(queries, shard_hits.pop(s), self.rows, settings)
+                    dropped_dev = sum(1 for _, _, split in queries if split == "dev") - sum(
+                        1 for split in labels.column("split").to_pylist() if split == "dev")
+                    schemas.write_table(self.out_dir / shard_name(s), labels)
+                    yield s, {"queries": len(queries), "labelled": labels.num_rows, "dropped": dropped,
+                              "dropped_dev": dropped_dev}
+            finally:
+                pool.submit(_detach_from_jvm).result()
+
+
 def label_queries(
-    teacher: Teacher,
+    teacher: Teacher | Callable[[], Teacher],
     queries_dir: str | Path,
     out_dir: str | Path,
     settings: LabelSection,
@@ -147,28 +234,29 @@ def label_queries(
     num_shards: int = 1,
     shard_index: int = 0,
     progress: bool = True,
+    executor: Executor | None = None,
+    needs: Mapping[str, str | Path] | None = None,
+    on_shard: Callable[[int, dict[str, int]], Any] | None = None,
 ) -> dict[str, Any]:
     """Label every query of ``queries_dir`` (or this machine's part) into ``out_dir``, skipping finished shards.
 
-    Returns stats: queries (input), labelled, dropped, shards written / reused, seconds and queries/s of this run.
+    ``teacher``: a teacher, or a picklable factory of one (required by a Ray ``executor``, whose workers each
+    build their own). ``needs``: more paths a worker must see (the teacher index), see :mod:`spar.core.executor`.
+    ``on_shard(shard, counts)`` is called as each shard is written. Returns stats: queries (input), labelled,
+    dropped, shards written / reused, seconds and queries/s of this run, and where it ran.
     """
     from tqdm.auto import tqdm
 
     queries_dir, out_dir = Path(queries_dir), Path(out_dir)
+    executor = executor if executor is not None else LocalExecutor()
     out_dir.mkdir(parents=True, exist_ok=True)
     _clean_temporaries(out_dir)
-    minimum_hits = settings.n_positives + settings.n_negatives
-    if minimum_hits > teacher.num_docs:
-        raise ConfigError(
-            f"label: the teacher index holds {teacher.num_docs} passages but every training query needs "
-            f"n_positives + n_negatives = {minimum_hits} hits: lower label.n_positives / label.n_negatives")
-    rows = passage_rows if passage_rows is not None else passage_row_map(queries_dir / "passages.arrow")
-    table = schemas.read_shards(queries_dir, "queries")
-    total_shards = math.ceil(table.num_rows / settings.shard_size)
+    n_queries = schemas.read_shards(queries_dir, "queries").num_rows
+    total_shards = math.ceil(n_queries / settings.shard_size)
     mine = shards_of_part(total_shards, num_shards, shard_index)
 
     def shard_bounds(s: int) -> tuple[int, int]:
-        return s * settings.shard_size, min((s + 1) * settings.shard_size, table.num_rows)
+        return s * settings.shard_size, min((s + 1) * settings.shard_size, n_queries)
 
     stats: dict[str, Any] = {"queries": 0, "labelled": 0, "dropped": 0, "dropped_dev": 0, "shards_written": 0,
                              "shards_reused": 0}
@@ -189,57 +277,41 @@ def label_queries(
     started = time.perf_counter()
     bar = tqdm(total=sum(shard_bounds(s)[1] - shard_bounds(s)[0] for s in todo), desc="labelling",
                unit=" q", disable=not progress, mininterval=1.0, smoothing=0.1)
-    shard_queries: dict[int, list[tuple[str, str, str]]] = {}
-    shard_hits: dict[int, Hits] = {}
-
-    def batches() -> Iterator[tuple[int, list[tuple[str, str]], bool]]:
-        for s in todo:
-            start, end = shard_bounds(s)
-            chunk = table.slice(start, end - start)
-            shard_queries[s] = list(zip(chunk.column("query_id").to_pylist(), chunk.column("text").to_pylist(),
-                                        chunk.column("split").to_pylist()))
-            shard_hits[s] = {}
-            for b in range(0, len(shard_queries[s]), settings.batch_size):
-                batch = shard_queries[s][b:b + settings.batch_size]
-                yield s, [(qid, text) for qid, text, _ in batch], b + settings.batch_size >= len(shard_queries[s])
-
-    # Prefetch: the teacher searches the next batch (Java threads, GIL released) while this thread turns the
-    # previous hits into Arrow shards; results are consumed in order, so shards do not depend on timing.
-    # One worker only: pyjnius is not safe when two Python threads call into the JVM at once (it fails with
-    # IncompatibleClassChangeError on SciFact-sized runs); Anserini parallelises each batch_search itself.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="teacher") as pool:
-        pending: deque = deque()
-        plan = batches()
-        for item in islice(plan, PREFETCH_BATCHES):
-            pending.append((item, pool.submit(teacher.search, item[1], settings.k)))
-        while pending:
-            (s, batch, last), future = pending.popleft()
-            hits = future.result()
-            following = next(plan, None)
-            if following is not None:
-                pending.append((following, pool.submit(teacher.search, following[1], settings.k)))
-            shard_hits[s].update(hits)
-            bar.update(len(batch))
-            if not last:
-                continue
-            queries = shard_queries.pop(s)
-            labels, dropped = build_label_table(queries, shard_hits.pop(s), rows, settings)
-            stats["dropped_dev"] += sum(1 for _, _, split in queries if split == "dev") - sum(
-                1 for split in labels.column("split").to_pylist() if split == "dev")
-            schemas.write_table(out_dir / shard_name(s), labels)
-            stats["labelled"] += labels.num_rows
-            stats["dropped"] += dropped
+    local = executor.kind == "local"
+    if not local and hasattr(teacher, "search"):
+        raise ConfigError("label: a Ray executor builds a teacher on each worker; pass a factory of the teacher "
+                          "(functools.partial(spar.teacher.teachers.configured_teacher, section, index_dir))")
+    spec = WorkerSpec(
+        f"label:{out_dir.resolve()}",
+        functools.partial(ShardLabeller, teacher, queries_dir.resolve(), out_dir.resolve(), settings),
+        local=ShardLabeller(teacher, queries_dir, out_dir, settings, passage_rows, bar.update) if local and todo
+        else None,
+        needs={"queries directory": queries_dir, "passages table": queries_dir / "passages.arrow",
+               "labels' partial directory": out_dir, **(needs or {})})
+    try:
+        for s, counts in executor.map(spec, todo):
+            stats["labelled"] += counts["labelled"]
+            stats["dropped"] += counts["dropped"]
+            stats["dropped_dev"] += counts["dropped_dev"]
             stats["shards_written"] += 1
-            searched += len(queries)
+            searched += counts["queries"]
+            if not local:
+                bar.update(counts["queries"])
             bar.set_postfix(dropped=stats["dropped"], refresh=False)
-        pool.submit(_detach_from_jvm).result()
-    bar.close()
+            if on_shard is not None:
+                on_shard(s, counts)
+    finally:
+        bar.close()
+    _clean_temporaries(out_dir)  # a worker killed while writing leaves its temporary behind
     seconds = time.perf_counter() - started
     stats.update({
         "total_shards": total_shards, "part_shards": len(mine), "seconds": round(seconds, 3),
         "queries_per_second": round(searched / seconds, 1) if searched and seconds > 0 else None,
-        "queries_labelled_this_run": searched,
+        "queries_labelled_this_run": searched, **executor.describe(),
     })
+    teacher_start = getattr(getattr(spec.local, "teacher", None), "stats", {}).get("start_seconds")
+    if teacher_start is not None:  # an in-memory teacher built here: how long its postings took
+        stats["teacher_start_seconds"] = teacher_start
     return stats
 
 

@@ -404,3 +404,39 @@ class ImpactTeacher:
             found = results.get(qid)
             hits[qid] = [(hit.docid, hit.score) for hit in found] if found is not None else []
         return hits
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The configured teacher
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def impact_encoder(section) -> SparseEncoder:
+    """The impact teacher's encoder as the ``label`` section configures it (``impact_device: auto``: cuda if any)."""
+    device = section.impact_device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return SparseEncoder(section.impact_model, section.impact_model_type, device=device)
+
+
+def configured_teacher(section, index_dir: str | Path, engine: str = "lucene", threads: int | None = None,
+                       passages: str | Path | None = None, progress: bool = False):
+    """The teacher the ``label`` section configures, searching ``index_dir`` with ``engine`` (``lucene``, or
+    ``memory``: :class:`spar.teacher.bm25_memory.MemoryBM25` built from ``passages``, the ``passages.arrow`` of the
+    index, and checked against it): the one factory of the label stage and of its workers (:mod:`spar.core.executor`;
+    picklable as ``functools.partial(configured_teacher, section, index_dir, ...)``). ``threads`` overrides
+    ``label.threads`` (a Ray worker searches with the CPUs it reserved)."""
+    threads = threads or section.threads
+    if engine == "memory":
+        from spar.teacher.bm25_memory import MemoryBM25
+
+        if passages is None:
+            raise ConfigError("label.engine=memory builds the teacher from passages.arrow: pass its path")
+        return MemoryBM25.from_section(passages, section.model_copy(update={"threads": threads}), index_dir,
+                                       progress=progress)
+    if section.teacher == "bm25":
+        return BM25Searcher(index_dir, section.k1, section.b, threads, heap=section.java_heap)
+    return ImpactTeacher(index_dir, impact_encoder(section), section.impact_quantization, threads,
+                         section.impact_query_max_length, section.impact_batch_size, heap=section.java_heap)
