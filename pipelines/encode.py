@@ -16,7 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from spar.core.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
+from spar.core.artifacts import ArtifactWriter
+from spar.core.fingerprint import file_fingerprint, fingerprint_dict
 from spar.model.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
 from spar.model.engines import resolve_devices
 from spar.core.executor import make_executor

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.core.artifacts import (ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete,
-                                 read_manifest)
+from spar.core.artifacts import ArtifactWriter, artifact_dir, ensure_writable, is_complete, read_manifest
+from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
 from spar.experiment.inputs import ExperimentInputs

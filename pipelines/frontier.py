@@ -23,7 +23,8 @@ SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against
 def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
-    from spar.core.artifacts import fingerprint_dict, manifest_fingerprint
+    from spar.core.fingerprint import fingerprint_dict
+    from spar.core.artifacts import manifest_fingerprint
     from spar.lexical import lambda_class
     from spar.core.run_context import RunContext
     from spar.core.stage import settings

@@ -22,8 +22,9 @@ import functools
 from pathlib import Path
 
 from spar.core import schemas
-from spar.core.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint, read_manifest,
+from spar.core.artifacts import (ArtifactWriter, artifact_dir, manifest_fingerprint, read_manifest,
                                  remove_stale_temporaries, require)
+from spar.core.fingerprint import file_fingerprint
 from spar.core.config import LabelSection, SparConfig
 from spar.core.executor import make_executor
 from spar.core.java import start_jvm

@@ -13,8 +13,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from spar.core.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
-                                 write_json_atomic)
+from spar.core.artifacts import ArtifactWriter, artifact_dir, is_complete, read_manifest, write_json_atomic
+from spar.core.fingerprint import file_fingerprint
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, settings
 from spar.core.run_context import RunContext

@@ -9,7 +9,8 @@ Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` 
 from __future__ import annotations
 
 from spar.core import schemas
-from spar.core.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
+from spar.core.artifacts import ArtifactWriter, artifact_dir
+from spar.core.fingerprint import fingerprint_dict
 from spar.core.config import SparConfig
 from spar.core.executor import make_executor
 from spar.data.readers import ReadStats, corpus_fingerprint, read_corpus

@@ -7,7 +7,8 @@ W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.tuning.tune_experimen
 
 from __future__ import annotations
 
-from spar.core.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write_json_atomic
+from spar.core.artifacts import ArtifactWriter, artifact_dir, write_json_atomic
+from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.spar_index import IndexOptions
 from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files

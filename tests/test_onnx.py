@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from spar.core.artifacts import fingerprint_dict, stage_fingerprint
+from spar.core.fingerprint import fingerprint_dict
+from spar.core.artifacts import stage_fingerprint
 from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, encoder_fingerprint, load_embeddings
 from spar.model.engines import encode_shard_loop, tokenize_shard
 from spar.model.encoders import BiEncoder

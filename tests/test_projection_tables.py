@@ -113,7 +113,7 @@ def test_the_mean_over_seeds_is_bm25(texts, projection, nonzeros):
 
 def test_fingerprints_of_existing_runs_stay_and_nonzeros_counts_for_sparse():
     from pipelines.train import fingerprint_config
-    from spar.core.artifacts import fingerprint_dict
+    from spar.core.fingerprint import fingerprint_dict
     from spar.core.stage import settings
 
     default = load_config(None, [])

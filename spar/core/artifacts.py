@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from spar.core.errors import ArtifactError, no_space_left
+from spar.core.fingerprint import file_sha256, fingerprint_dict
 
 MANIFEST = "manifest.json"
 #: Set by ``spar run`` for its stage processes: the command line that reproduces the whole run (recorded in results
@@ -67,24 +67,6 @@ def package_version() -> str:
     return __version__
 
 
-def fingerprint_dict(payload: Any) -> str:
-    blob = json.dumps(payload, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def file_fingerprint(path: str | Path, sample_bytes: int = 1 << 20) -> str:
-    """Cheap content fingerprint of an input file: size, plus hashes of its first and last MiB."""
-    p = Path(path)
-    st = p.stat()
-    h = hashlib.sha256(str(st.st_size).encode())
-    with p.open("rb") as fh:
-        h.update(fh.read(sample_bytes))
-        if st.st_size > sample_bytes:
-            fh.seek(max(st.st_size - sample_bytes, sample_bytes))
-            h.update(fh.read(sample_bytes))
-    return h.hexdigest()[:16]
-
-
 def read_manifest(path: str | Path) -> dict[str, Any]:
     mpath = Path(path) / MANIFEST
     if not mpath.exists():
@@ -110,14 +92,6 @@ def is_complete(path: str | Path, fingerprint: str | None = None, content: bool 
     if fingerprint is not None and manifest.get("fingerprint") != fingerprint:
         return False
     return not changed_files(path, manifest, content=content)
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_checksums(directory: str | Path, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:

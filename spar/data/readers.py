@@ -221,7 +221,7 @@ def is_corpus_files(source: Any) -> TypeGuard[CorpusSource]:
 def corpus_fingerprint(source: CorpusSource) -> str:
     """Content fingerprint of a corpus: the file's own for one file (so a one-file corpus keeps the fingerprint it
     always had), else one over the files' in their order."""
-    from spar.core.artifacts import file_fingerprint, fingerprint_dict
+    from spar.core.fingerprint import file_fingerprint, fingerprint_dict
 
     files = corpus_files(source)
     if isinstance(source, (str, Path)):

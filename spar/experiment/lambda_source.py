@@ -71,9 +71,9 @@ class LambdaSource:
         retrained Λ keeps its manifest fingerprint when its config is unchanged, not its weights), plus the target
         corpus's with ``statistics: target``."""
         if self._fingerprint is None:
-            from spar.core.artifacts import fingerprint_dict
+            from spar.core.fingerprint import fingerprint_dict
             from spar.data.readers import corpus_fingerprint
-            from spar.model.embeddings import directory_fingerprint
+            from spar.core.fingerprint import directory_fingerprint
 
             self._fingerprint = directory_fingerprint(self.location)
             if self.statistics == "target":

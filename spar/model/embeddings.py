@@ -47,7 +47,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import logging
@@ -59,7 +58,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from spar.core.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, read_manifest
+from spar.core.artifacts import ArtifactWriter, atomic_file, read_manifest
+from spar.core.fingerprint import digest, file_fingerprint, fingerprint_dict, records_fingerprint
 from spar.model.encoders import BiEncoder
 from spar.model.engines import Side, resolve_devices
 from spar.model.encode_workers import PART_PATTERN, EncodeOptions, EncodeTask, PassageShards, ShardEncoder, engine_of
@@ -210,26 +210,6 @@ def load_embeddings(directory: str | Path) -> Embeddings:
 # ----------------------------------------------------------------------------------------------------------------
 # Fingerprints
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def directory_fingerprint(directory: str | Path, full: bool = True) -> str:
-    """Content hash of a model directory's weight/config/vocabulary files (``full=False``: first 64 KiB each).
-
-    Used for Λ: a retrained Λ has new weights even when its config (and so its manifest fingerprint) is unchanged.
-    """
-    d = Path(directory)
-    h = hashlib.sha256()
-    for f in sorted(d.rglob("*")):
-        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model", ".npy"):
-            h.update(str(f.relative_to(d)).encode())
-            h.update(str(f.stat().st_size).encode())
-            with f.open("rb") as fh:
-                if not full:
-                    h.update(fh.read(1 << 16))
-                    continue
-                while block := fh.read(1 << 22):
-                    h.update(block)
-    return h.hexdigest()[:16]
 
 
 def encoder_fingerprint(weights: str, encoder) -> str:
@@ -453,10 +433,8 @@ def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_forma
             yield pid, (title if use_titles else "", text)
 
     if isinstance(records_source, Sequence):  # in memory: its content identifies it
-        h = hashlib.sha256()
-        for pid, (title, text) in items(records_source):
-            h.update(json.dumps([pid, title, text], ensure_ascii=False).encode())
-        return _shard_source(items(records_source), shard_size), {"passages": h.hexdigest()[:16]}, len(records_source)
+        content = records_fingerprint([pid, title, text] for pid, (title, text) in items(records_source))
+        return _shard_source(items(records_source), shard_size), {"passages": content}, len(records_source)
     return _shard_source(items(records_source), shard_size), {}, None
 
 
@@ -539,7 +517,7 @@ def queries_unit(encoder, queries: Mapping[str, str] | Sequence[tuple[str, str]]
                  make_encoder: Callable[[], Any] | None = None) -> Unit:
     """The artifact :func:`encode_queries` writes (same arguments), for a stage to run (:mod:`spar.core.stage`)."""
     pairs = list(queries.items()) if isinstance(queries, Mapping) else list(queries)
-    content = hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()[:16]
+    content = fingerprint_dict(pairs, ascii_only=False)
     return split_unit(encoder, _shard_source(pairs, shard_size), Path(out_dir), "query",
                       weights_fingerprint or parameters_fingerprint(encoder), {"queries": content, **(inputs or {})},
                       encoder_name, shard_size, dtype, options or EncodeOptions(), None, len(pairs),
@@ -558,13 +536,15 @@ def _vector_settings(encoder, side: Side) -> dict[str, Any]:
 
 def parameters_fingerprint(encoder) -> str:
     """Fallback weights fingerprint: a hash of a few values of every parameter tensor (cheap, order-stable)."""
-    h = hashlib.sha256()
     params = (itertools.chain(encoder.query_model.named_parameters(), encoder.passage_model.named_parameters())
               if isinstance(encoder, BiEncoder) else encoder.named_parameters())
-    with torch.no_grad():
+
+    def samples():
         for name, param in params:
             flat = param.detach().reshape(-1)
             step = max(1, flat.numel() // 64)
-            h.update(name.encode())
-            h.update(flat[::step][:64].float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
+            yield name.encode()
+            yield flat[::step][:64].float().cpu().numpy().tobytes()
+
+    with torch.no_grad():
+        return digest(samples())

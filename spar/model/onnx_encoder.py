@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -75,6 +74,7 @@ import torch
 from torch import nn
 
 from spar.core.artifacts import atomic_file, write_json_atomic
+from spar.core.fingerprint import digest, file_sha256
 from spar.model.encoders import BiEncoder
 from spar.core.errors import ArtifactError, ConfigError
 
@@ -115,18 +115,20 @@ def _versions() -> dict[str, str]:
 
 def weights_key(model: nn.Module, input_names: tuple[str, ...]) -> str:
     """Identifies an export: every weight tensor's bytes, the model config, the inputs, the recipe and versions."""
-    h = hashlib.sha256()
     config = getattr(model, "config", None)
     # Private entries (`_name_or_path`, ...) say where the model was read from, not what it computes.
     described = {k: v for k, v in config.to_dict().items() if not k.startswith("_")} if config is not None else None
-    h.update(json.dumps({"recipe": RECIPE, "opset": OPSET, "inputs": list(input_names), **_versions(),
-                         "config": described}, sort_keys=True, default=str).encode())
-    with torch.no_grad():
+
+    def chunks():
+        yield json.dumps({"recipe": RECIPE, "opset": OPSET, "inputs": list(input_names), **_versions(),
+                          "config": described}, sort_keys=True, default=str).encode()
         for name, tensor in model.state_dict().items():
             t = tensor.detach().to("cpu").contiguous()
-            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-            h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()[:24]
+            yield f"{name}:{t.dtype}:{tuple(t.shape)}".encode()
+            yield t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+    with torch.no_grad():
+        return digest(chunks(), 24)
 
 
 def _sha256(path: Path) -> str:
@@ -137,11 +139,7 @@ def _sha256(path: Path) -> str:
 @functools.lru_cache(maxsize=64)
 def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
     """SHA-256 of a file, once per (path, size, mtime) in a process (query and passage sides share a file)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
+    return file_sha256(path)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import importlib.util
 import re
@@ -172,11 +171,7 @@ def model_fingerprint(name_or_path: str) -> str:
     resolved = resolve_model(name_or_path)
     if isinstance(resolved, str):
         return "hub:" + resolved
-    h = hashlib.sha256()
-    for f in sorted(resolved.rglob("*")):
-        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt"):
-            h.update(f.name.encode())
-            h.update(str(f.stat().st_size).encode())
-            with f.open("rb") as fh:
-                h.update(fh.read(1 << 16))
-    return h.hexdigest()[:16]
+    from spar.core.fingerprint import directory_fingerprint
+
+    return directory_fingerprint(resolved, full=False, suffixes=(".json", ".safetensors", ".bin", ".txt"),
+                                 relative_names=False)

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spar.core.artifacts import ArtifactWriter, atomic_file, file_fingerprint, fingerprint_dict, write_json_atomic
+from spar.core.artifacts import ArtifactWriter, atomic_file, write_json_atomic
+from spar.core.fingerprint import file_fingerprint, fingerprint_dict
 from spar.core.config import EncodeSection, IndexSection
 from spar.core.errors import BadRecordError, ConfigError
 from spar.data.readers import OnBad, ReadStats, input_file_problem

@@ -461,8 +461,8 @@ def published_fingerprint(path: str | Path, config: dict[str, Any] | None = None
     """What identifies a published model's vectors: the content of each encoder's files, their settings, the
     variant and dimensions (not μ, which only scales the query side at search time). An index built with the
     model records it; searching it with another model is refused."""
-    from spar.core.artifacts import fingerprint_dict
-    from spar.model.embeddings import directory_fingerprint
+    from spar.core.fingerprint import fingerprint_dict
+    from spar.core.fingerprint import directory_fingerprint
 
     d = Path(path)
     config = config or check_model_dir(d)

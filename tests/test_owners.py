@@ -1,0 +1,141 @@
+"""One owner per concept (README, Layout; issue #29): each concept below is handled in one place, checked by
+scanning the code, and the moved code computes what the code before the move computed.
+
+- hashing what identifies an output: ``spar/core/fingerprint.py``;
+- artifact paths: ``spar/core/run_context.py`` (``RunContext``) over ``spar/core/artifacts.py``'s layout;
+- the index's files (``index.faiss``, ``index.json``, ``ids.arrow``): ``spar/index/``;
+- the Λ kinds and the storages: written once (the config's ``Literal`` s), the registries derived from or checked
+  against them;
+- which Λ an experiment uses: ``spar/experiment/lambda_source.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SPAR = ROOT / "spar"
+
+
+def _code_files(*roots: str) -> list[Path]:
+    return sorted(p for root in roots for p in (ROOT / root).rglob("*.py"))
+
+
+def _without_docstrings(path: Path) -> str:
+    """The module's source with its docstrings blanked (examples and prose may name anything)."""
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) and \
+                isinstance(node.body[0].value.value, str):
+            doc = node.body[0]
+            for i in range(doc.lineno - 1, doc.end_lineno):
+                lines[i] = ""
+    return "\n".join(line.split("  #")[0] if not line.lstrip().startswith("#") else "" for line in lines)
+
+
+def _users(pattern: str, roots: tuple[str, ...] = ("spar", "pipelines")) -> set[str]:
+    rx = re.compile(pattern)
+    return {str(p.relative_to(ROOT)) for p in _code_files(*roots) if rx.search(_without_docstrings(p))}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hashing
+# ----------------------------------------------------------------------------------------------------------------
+
+#: Modules that hash for something other than an identity: seeded draws, and the term hashing of the projection's
+#: table (shipped in published models, so it imports nothing of spar).
+SEEDED_DRAWS = {"spar/data/sampling.py", "spar/data/readers.py", "spar/data/question_sets.py",
+                "spar/evaluate/evaluation.py", "spar/lexical/random_tables.py"}
+
+
+def test_hashing_has_one_owner():
+    assert _users(r"\bhashlib\b") == {"spar/core/fingerprint.py", *SEEDED_DRAWS}
+
+
+def test_the_fingerprints_are_those_computed_before_the_move(tmp_path):
+    """Each fingerprint function against the formula the code had before the move (written out here with
+    hashlib), so that runs made before it stay up to date."""
+    from spar.core.fingerprint import (directory_fingerprint, file_fingerprint, file_sha256, fingerprint_dict,
+                                       records_fingerprint)
+
+    payload = {"b": [1, 2.5, None], "a": "Λ é", "c": Path("/x")}
+    assert fingerprint_dict(payload) == hashlib.sha256(
+        json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    pairs = [("q1", "ünïcode query"), ("q2", "plain")]
+    assert fingerprint_dict(pairs, ascii_only=False) == hashlib.sha256(
+        json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()[:16]
+    records = [["d1", "Tïtle", "text"], ["d2", "", "more"]]
+    old = hashlib.sha256()
+    for r in records:
+        old.update(json.dumps(r, ensure_ascii=False).encode())
+    assert records_fingerprint(records) == old.hexdigest()[:16]
+
+    big = tmp_path / "big.bin"
+    big.write_bytes(np.random.default_rng(0).bytes(3 * (1 << 20) + 17))
+    old = hashlib.sha256(str(big.stat().st_size).encode())
+    data = big.read_bytes()
+    old.update(data[:1 << 20])
+    old.update(data[len(data) - (1 << 20):])
+    assert file_fingerprint(big) == old.hexdigest()[:16]
+    assert file_sha256(big) == hashlib.sha256(data).hexdigest()
+
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text('{"a": 1}')
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.arange(50_000, dtype=np.float32)}, str(model / "model.safetensors"))
+    (model / "vocab.txt").write_text("a\nb\n")
+    (model / "sub" / "notes.txt").write_text("below the top")
+    (model / "ignored.py").write_text("x = 1")
+
+    def old_directory(d: Path, full: bool) -> str:  # embeddings.directory_fingerprint before the move
+        h = hashlib.sha256()
+        for f in sorted(d.rglob("*")):
+            if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model", ".npy"):
+                h.update(str(f.relative_to(d)).encode())
+                h.update(str(f.stat().st_size).encode())
+                h.update(f.read_bytes() if full else f.read_bytes()[:1 << 16])
+        return h.hexdigest()[:16]
+
+    def old_model(d: Path) -> str:  # models.model_fingerprint's loop before the move
+        h = hashlib.sha256()
+        for f in sorted(d.rglob("*")):
+            if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt"):
+                h.update(f.name.encode())
+                h.update(str(f.stat().st_size).encode())
+                h.update(f.read_bytes()[:1 << 16])
+        return h.hexdigest()[:16]
+
+    assert directory_fingerprint(model) == old_directory(model, True)
+    assert directory_fingerprint(model, full=False) == old_directory(model, False)
+    from spar.model.resolve import model_fingerprint
+
+    assert model_fingerprint(str(model)) == old_model(model)
+
+
+def test_parameters_fingerprint_is_the_one_before_the_move():
+    import torch
+
+    from spar.lexical.projection import ProjectionLambda
+    from spar.model.embeddings import parameters_fingerprint
+
+    module = torch.nn.Sequential(torch.nn.Linear(300, 7), torch.nn.Linear(7, 2))
+    torch.manual_seed(0)
+    old = hashlib.sha256()
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            flat = param.detach().reshape(-1)
+            old.update(name.encode())
+            old.update(flat[::max(1, flat.numel() // 64)][:64].float().cpu().numpy().tobytes())
+    assert parameters_fingerprint(module) == old.hexdigest()[:16]
+    assert len(parameters_fingerprint(ProjectionLambda.fit(["a b", "b c"], dim=8))) == 16
