@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     import pipelines.label
     import pipelines.sample
     from spar.core import schemas
-    from spar.core.artifacts import artifact_dir
     from spar.core.config import EncoderSection, load_config
+    from spar.core.run_context import RunContext
     from spar.model.embeddings import PassageShards
     from spar.model.encode_workers import EncodeOptions, EncodeTask, ShardEncoder
     from spar.model.encoders import BiEncoder
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         "label.threads=1"])
     pipelines.sample.run(cfg)
     index_dir = pipelines.label.build_teacher_index(cfg)
-    queries_dir = artifact_dir(cfg.output_dir, "queries")
+    queries_dir = RunContext(cfg).artifact("queries")
     section = cfg.label
     n_queries = schemas.read_shards(queries_dir, "queries").num_rows
     label_shards = list(range(-(-n_queries // args.label_shard)))
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
             lambda out: {"queries": queries_dir, "teacher index": index_dir, "output": out},
             "labels-*.arrow", work)
 
-        passages = PassageShards(queries_dir / "passages.arrow", args.encode_shard)
+        passages = PassageShards(RunContext(cfg).passages, args.encode_shard)
         n_shards = -(-args.passages // args.encode_shard)
         n_passages = sum(len(passages[i]) for i in range(n_shards))
         options = EncodeOptions(batch_size=32, accelerator="cpu", show_progress=False)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
             "encode", n_passages, encode_tasks,
             lambda out: functools.partial(ShardEncoder, options,
                                           make_encoder=functools.partial(BiEncoder.from_section, encoder)),
-            local_encoder, lambda out: {"passages": queries_dir / "passages.arrow", "output": out},
+            local_encoder, lambda out: {"passages": RunContext(cfg).passages, "output": out},
             "part-*.npy", work)
     finally:
         with jvm_signal_handlers_kept():

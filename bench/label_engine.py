@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     import pipelines.label
     import pipelines.sample
-    from spar.core.artifacts import artifact_dir, read_manifest
+    from spar.core.artifacts import read_manifest
+    from spar.core.run_context import RunContext
     from spar.teacher.bm25_memory import MemoryBM25
     from spar.core.config import load_config
     from spar.teacher.labelling import label_queries, passage_row_map
@@ -115,8 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     index_dir = pipelines.label.build_teacher_index(cfg)
     index_seconds = time.perf_counter() - t0
-    queries_dir = artifact_dir(work, "queries")
-    passages = queries_dir / "passages.arrow"
+    queries_dir = RunContext.at(work).artifact("queries")
+    passages = RunContext.at(work).passages
     rows = passage_row_map(passages)
     n_queries = read_manifest(queries_dir)["stats"]["queries"]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spar.core.artifacts import artifact_dir
 from spar.core.config import load_config
+from spar.core.run_context import RunContext
 from spar.train.training import LambdaModule, LabelDataModule, SurrogatePool, build_module, surrogate_mrr
 
 
@@ -85,12 +85,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)
-    qdir, ldir = artifact_dir(cfg.output_dir, "queries"), artifact_dir(cfg.output_dir, "labels")
+    ldir = RunContext(cfg).artifact("labels")
     rows = []
     for length in args.lengths:
         train = cfg.train.model_copy(deep=True)
         train.encoder.passage_max_length = length
-        module, data = build_module(train, qdir / "passages.arrow", ldir, cfg.experiment.seed, cfg.data.title_field)
+        module, data = build_module(train, RunContext(cfg).passages, ldir, cfg.experiment.seed, cfg.data.title_field)
         row = {"passage_max_length": length, "batch_size": train.batch_size,
                "hard_negatives": train.hard_negatives, "threads": torch.get_num_threads(),
                **time_steps(module, data, args.steps)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.core.artifacts import ArtifactWriter, artifact_dir, ensure_writable, is_complete, read_manifest
+from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, read_manifest
 from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
@@ -30,7 +30,7 @@ def plan(cfg, force: bool = False) -> Unit:
     test_keys = [embeddings_key(name, split) for name, split in configured_splits(cfg) if split == "test"]
     fingerprints = inputs.input_fingerprints(test_keys)
     for name in ("tune", "index", "teacher_index"):
-        d = artifact_dir(cfg.output_dir, name)
+        d = RunContext(cfg).artifact(name)
         if is_complete(d):
             fingerprints[name] = read_manifest(d)["fingerprint"]
     d = cfg.data
@@ -45,7 +45,7 @@ def plan(cfg, force: bool = False) -> Unit:
     if d.question_sets:
         config.update(results=[str(p) for p in paths], question_sets={
             name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
-    return Unit(artifact_dir(cfg.output_dir, "evaluation"), kind="evaluation", config=config, inputs=fingerprints,
+    return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,
                 current=lambda: all(p.exists() for p in paths), payload=inputs)
 
 

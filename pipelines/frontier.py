@@ -13,9 +13,8 @@ earlier under the same settings are kept (``--force`` recomputes them), so a fro
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-from spar.core.artifacts import artifact_dir, ensure_writable, write_json_atomic
+from spar.core.artifacts import ensure_writable, write_json_atomic
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
@@ -35,7 +34,7 @@ def settings_fingerprint(cfg, kind: str) -> str:
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
     if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
         shared["train"] = settings(cfg.train)
-        shared["labels"] = manifest_fingerprint(artifact_dir(cfg.output_dir, "labels"))
+        shared["labels"] = manifest_fingerprint(RunContext(cfg).artifact("labels"))
     return fingerprint_dict(shared)
 
 
@@ -50,7 +49,7 @@ def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=Non
 
     storages = tuple(check_storage(s) for s in storages)
 
-    out = ensure_writable(Path(cfg.output_dir) / "frontier")
+    out = ensure_writable(RunContext(cfg).artifact("frontier"))
     settings = {kind: settings_fingerprint(cfg, kind) for kind in KINDS}
     known = []
     if not force and (out / "frontier.json").exists():

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from spar.core.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, refresh_checksums,
+from spar.core.artifacts import (ArtifactWriter, is_complete, read_manifest, refresh_checksums,
                                  write_json_atomic)
 from spar.model.embeddings import load_embeddings
 from spar.core.errors import ArtifactError
@@ -39,7 +39,7 @@ def plan(cfg, force: bool = False) -> Unit:
     ExperimentInputs(cfg).check_lambda_embeddings()  # never index vectors of a Λ that has since changed
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
-    return Unit(artifact_dir(cfg.output_dir, "index"), kind="index", config=settings(cfg.index), inputs=inputs,
+    return Unit(RunContext(cfg).artifact("index"), kind="index", config=settings(cfg.index), inputs=inputs,
                 payload=(base_dir, lambda_dir))
 
 
@@ -68,7 +68,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
 
 def on_skip(cfg, manifest: dict) -> dict:
     """An up-to-date index still takes new search-time settings (no re-indexing)."""
-    changed = refresh_search_params(artifact_dir(cfg.output_dir, "index"),
+    changed = refresh_search_params(RunContext(cfg).artifact("index"),
                                     {k: getattr(cfg.index, k) for k in SEARCH_TIME})
     return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from spar.core.artifacts import ArtifactWriter, artifact_dir, is_complete, read_manifest, write_json_atomic
+from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, write_json_atomic
 from spar.core.fingerprint import file_fingerprint
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, settings
@@ -25,7 +25,7 @@ PUSH_MARKER = ".hub_push.json"
 
 
 def model_output(cfg) -> Path:
-    return Path(cfg.publish.output) if cfg.publish.output else artifact_dir(cfg.output_dir, "model")
+    return RunContext(cfg).model
 
 
 def plan(cfg, force: bool = False) -> Unit:
@@ -33,7 +33,7 @@ def plan(cfg, force: bool = False) -> Unit:
     from spar.model.resolve import model_fingerprint
 
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
-    index_dir = artifact_dir(cfg.output_dir, "index")
+    index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     if not (index_dir / "index.faiss").exists():
         raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
@@ -73,7 +73,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     out = unit.output
     provenance = _portable_provenance(model_provenance(cfg, source, tuned.payload, index_info), out)
     encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
-    manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
+    manifests = {name: _manifest_or_empty(RunContext(cfg).artifact(name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     config_yaml = portable_config_yaml(cfg, out)
     command = RunContext(cfg).command_line("run")
@@ -83,7 +83,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     facts = gather_card_facts(cfg, encoder, tuned.payload, manifests, results_text, _portable_command(command),
                               source.describe())
     facts = replace(facts, config_yaml=config_yaml)
-    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    passages = RunContext(cfg).passages
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
     w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,

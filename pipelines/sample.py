@@ -9,12 +9,13 @@ Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` 
 from __future__ import annotations
 
 from spar.core import schemas
-from spar.core.artifacts import ArtifactWriter, artifact_dir
+from spar.core.artifacts import PASSAGES_FILE, ArtifactWriter
 from spar.core.fingerprint import fingerprint_dict
 from spar.core.config import SparConfig
 from spar.core.executor import make_executor
 from spar.data.readers import ReadStats, corpus_fingerprint, read_corpus
 from spar.data.sampling import write_query_set
+from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, settings
 
 
@@ -28,7 +29,7 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     # records skipped are counted in the manifest's stats ('read').
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
-    return Unit(artifact_dir(cfg.output_dir, "queries"), kind="queries", config=config,
+    return Unit(RunContext(cfg).artifact("queries"), kind="queries", config=config,
                 inputs={"corpus": source["corpus"]})
 
 
@@ -45,7 +46,7 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     stats["passages_fingerprint"] = fingerprint_dict(_passages_source(cfg))
     stats["read"] = read_stats.as_dict()
     w.stats.update(stats)
-    w.schema = {"passages.arrow": schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
+    w.schema = {PASSAGES_FILE: schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
     sampling = stats["sampling"]
     return {
         "passages": stats["passages"],

@@ -7,7 +7,7 @@ W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.tuning.tune_experimen
 
 from __future__ import annotations
 
-from spar.core.artifacts import ArtifactWriter, artifact_dir, write_json_atomic
+from spar.core.artifacts import ArtifactWriter, write_json_atomic
 from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.spar_index import IndexOptions
@@ -54,7 +54,7 @@ def plan(cfg, force: bool = False) -> Unit:
     config = {"tune": settings(cfg.tune), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec, **_set_settings(cfg)}
-    return Unit(artifact_dir(cfg.output_dir, "tune"), kind="tune", config=config, inputs=fingerprints,
+    return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,
                 payload=inputs)
 
 

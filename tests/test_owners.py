@@ -139,3 +139,35 @@ def test_parameters_fingerprint_is_the_one_before_the_move():
             old.update(flat[::max(1, flat.numel() // 64)][:64].float().cpu().numpy().tobytes())
     assert parameters_fingerprint(module) == old.hexdigest()[:16]
     assert len(parameters_fingerprint(ProjectionLambda.fit(["a b", "b c"], dim=8))) == 16
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Run paths
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_run_paths_have_one_owner():
+    """Artifact paths come from RunContext (over core/artifacts.py's LAYOUT), not from paths joined by hand."""
+    assert _users(r"\bartifact_dir\(", ("spar", "pipelines", "bench")) == {"spar/core/artifacts.py",
+                                                                           "spar/core/run_context.py"}
+    assert _users(r"[\"']passages\.arrow[\"']", ("spar", "pipelines")) == {"spar/core/artifacts.py"}
+    # Folders named like artifacts that are not a run's: a model directory's own index/ (publish.copy_index), the
+    # bundled models' package folders, a temporary BM25 index.
+    assert _users(r"/ [\"'](?:queries|labels|lambda|tune|index|model|frontier|wandb|teacher_index)[\"']",
+                  ("spar", "pipelines")) == {"spar/publish/model_dir.py", "spar/publish/search.py",
+                                             "pipelines/summary.py", "spar/model/resolve.py",
+                                             "spar/experiment/inputs.py"}
+
+
+def test_the_run_context_names_every_artifact(tmp_path):
+    from spar.core.artifacts import LAYOUT
+    from spar.core.config import load_config
+    from spar.core.run_context import RunContext
+
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path}"])
+    run = RunContext(cfg)
+    assert {name: run.artifact(name) for name in LAYOUT} == {name: tmp_path / name for name in LAYOUT}
+    assert run.passages == tmp_path / "queries" / "passages.arrow" and run.model == tmp_path / "model"
+    cfg.publish.output = str(tmp_path / "elsewhere")
+    assert RunContext(cfg).model == tmp_path / "elsewhere"
+    assert RunContext.at(tmp_path).artifact("lambda") == tmp_path / "lambda"

@@ -51,11 +51,17 @@ LAYOUT = {
     "tune": "tune",  # tune: tune.json (mu per variant, alpha), curve PNGs
     "index": "index",  # index: FAISS index of [P, PΛ]
     "evaluation": "evaluation",  # evaluate: TREC run files, per-system metrics
-    "model": "model",  # publish: the combined SPAR model directory
+    "model": "model",  # publish: the combined SPAR model directory (default of publish.output)
+    "frontier": "frontier",  # frontier: its work directory (static Λs being trained, points so far)
+    "wandb": "wandb",  # W&B runs of every stage (wandb adds this name below the directory it is given)
 }
+#: The passages table of a run (in ``queries/``, written by sample) and of a model or corpus index directory.
+PASSAGES_FILE = "passages.arrow"
 
 
 def artifact_dir(output_dir: str | Path, name: str) -> Path:
+    """``<output_dir>/<LAYOUT[name]>``: call :meth:`spar.core.run_context.RunContext.artifact` instead (the one
+    owner of a run's paths)."""
     if name not in LAYOUT:
         raise KeyError(f"unknown artifact {name!r}; known: {sorted(LAYOUT)}")
     return Path(output_dir) / LAYOUT[name]

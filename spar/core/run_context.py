@@ -10,6 +10,8 @@ Example::
     >>> run = RunContext(load_config(None))
     >>> str(run.embeddings("lambda", "queries-dev")), run.dataset
     ('runs/scifact-sample/embeddings/lambda/queries-dev', 'scifact-sample')
+    >>> str(run.passages), str(RunContext.at("runs/other").artifact("lambda"))
+    ('runs/scifact-sample/queries/passages.arrow', 'runs/other/lambda')
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import os
 import shlex
 import sys
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Mapping
 
-from spar.core.artifacts import RUN_COMMAND_ENV, artifact_dir
+from spar.core.artifacts import PASSAGES_FILE, RUN_COMMAND_ENV, artifact_dir
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,12 @@ class RunContext:
 
     cfg: Any
 
+    @classmethod
+    def at(cls, output_dir: str | Path) -> "RunContext":
+        """A run known by its output directory alone (another run's, a benchmark's): its artifact paths only."""
+        return cls(SimpleNamespace(experiment=SimpleNamespace(output_dir=str(output_dir)),
+                                   publish=SimpleNamespace(output=None)))
+
     @property
     def output_dir(self) -> Path:
         return Path(self.cfg.experiment.output_dir)
@@ -37,6 +46,17 @@ class RunContext:
     def artifact(self, name: str) -> Path:
         """``<output_dir>/<artifact>`` (:data:`spar.core.artifacts.LAYOUT`)."""
         return artifact_dir(self.output_dir, name)
+
+    @property
+    def passages(self) -> Path:
+        """``queries/passages.arrow``: the passages table the sample stage writes (rows the labels refer to)."""
+        return self.artifact("queries") / PASSAGES_FILE
+
+    @property
+    def model(self) -> Path:
+        """The published model directory: ``publish.output``, else ``<output_dir>/model``."""
+        output = self.cfg.publish.output
+        return Path(output) if output else self.artifact("model")
 
     def embeddings(self, encoder: str, split: str = "passages") -> Path:
         """``embeddings/<encoder>/<split>``: encoder in {base, lambda}; split ``passages``, ``queries-dev`` or

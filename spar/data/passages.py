@@ -143,10 +143,10 @@ def experiment_passages(cfg) -> Path | list[Path]:
     """The passages an experiment encodes and indexes: ``queries/passages.arrow`` when the sample stage wrote it
     (the rows labels refer to), else ``data.corpus``'s file or files (e.g. an experiment whose Λ comes from
     elsewhere)."""
-    from spar.core.artifacts import artifact_dir
+    from spar.core.run_context import RunContext
     from spar.data.readers import corpus_files
 
-    arrow = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    arrow = RunContext(cfg).passages
     if arrow.exists():
         return arrow
     return Path(cfg.data.corpus) if isinstance(cfg.data.corpus, str) else corpus_files(cfg.data.corpus)

@@ -103,10 +103,10 @@ QUESTION_FILES = ("dev", "test", "qrels_dev", "qrels_test", "answers")
 
 
 def _known_passages(cfg) -> set[str] | None:
-    from spar.core.artifacts import artifact_dir
+    from spar.core.run_context import RunContext
     from spar.core.schemas import read_table
 
-    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    passages = RunContext(cfg).passages
     return set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
 
 

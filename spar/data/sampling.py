@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from spar.core import schemas
+from spar.core.artifacts import PASSAGES_FILE
 from spar.core.config import SampleSection
 from spar.core.errors import BadRecordError
 from spar.core.executor import Executor, LocalExecutor, WorkerSpec
@@ -456,7 +457,7 @@ def write_query_set(
     out_dir = Path(out_dir)
     read_stats = read_stats if read_stats is not None else ReadStats()
     positions = ArticlePositions(o.position_field, corpus_name) if o.strategy == "wiki" else None
-    passages_path = out_dir / "passages.arrow"
+    passages_path = out_dir / PASSAGES_FILE
     n_passages, raw_positions, from_field = write_passages(
         tqdm(passages, desc="reading corpus", unit=" passages", disable=not progress, mininterval=1.0),
         passages_path, positions, on_bad_record, read_stats,

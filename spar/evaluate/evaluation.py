@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from spar.core.artifacts import artifact_dir, is_complete, read_manifest
+from spar.core.artifacts import is_complete, read_manifest
 from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
 from spar.evaluate.exact import dense_search
@@ -147,7 +147,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     from spar.data.question_sets import test_splits
 
     inputs = inputs or ExperimentInputs(cfg)
-    index_dir = artifact_dir(cfg.output_dir, "index")
+    index_dir = RunContext(cfg).artifact("index")
     if not is_complete(index_dir):
         raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
     spar_index = SparIndex.load(index_dir)
@@ -184,7 +184,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     ev = cfg.evaluate
     inputs, spar_index, sum_index = shared.inputs, shared.spar_index, shared.sum_index
     base_p, lambda_p = shared.base_p, shared.lambda_p
-    index_dir = artifact_dir(cfg.output_dir, "index")
+    index_dir = RunContext(cfg).artifact("index")
     mu = tuned.mu()
     alpha = tuned.alpha
     # The hybrid fuses lists as deep as the ones its α was tuned on.

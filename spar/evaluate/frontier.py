@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from spar.core.artifacts import artifact_dir, is_complete
+from spar.core.artifacts import is_complete
 from spar.core.errors import ArtifactError
 from spar.index.spar_index import IndexType
 from spar.core.run_context import RunContext
@@ -192,12 +192,11 @@ class FrontierInputs:
         from spar.lexical.terms import BM25Weights
 
         self.cfg = cfg
-        out = cfg.output_dir
         base_dir = RunContext(cfg).embeddings("base")
         if not is_complete(base_dir):
             raise ArtifactError(f"{base_dir}: base passage embeddings are missing (run `spar encode "
                                 "encode.encoders=[base]` first)")
-        self.passages_arrow = artifact_dir(out, "queries") / "passages.arrow"
+        self.passages_arrow = RunContext(cfg).passages
         base = load_embeddings(base_dir)
         self.doc_ids, self.base_p = base.ids, np.asarray(base.vectors, dtype=np.float32)
         self.experiment = ExperimentInputs(cfg)
@@ -379,7 +378,7 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
 
     inputs = FrontierInputs(cfg)
     lex = cfg.train.lexical
-    work = Path(work_dir) if work_dir else cfg.output_dir / "frontier"
+    work = Path(work_dir) if work_dir else RunContext(cfg).artifact("frontier")
     points: list[FrontierPoint] = list(known)
     done = {(p.kind, p.dim, p.seed, p.storage) for p in points}
     timed_seed = seeds[0] if seeds else None  # latency does not depend on the seed: measured once per point
@@ -407,7 +406,7 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
             if "static" in kinds and todo:
                 model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
                 add(score_points(inputs, model, seed, seconds, steps, todo, timed=timed))
-    lam_dir = artifact_dir(cfg.output_dir, "lambda")
+    lam_dir = RunContext(cfg).artifact("lambda")
     if is_complete(lam_dir):  # the run's own Λ, of a requested kind this loop does not compute (transformer)
         from spar.core.artifacts import read_manifest
         from spar.lexical import load_lambda, read_lambda_config
@@ -439,8 +438,9 @@ def train_static(cfg, projection, work_dir: Path, seed: int):
     if work_dir.exists():
         shutil.rmtree(work_dir)  # a frontier point is cheap: never resume from another configuration
     start = time.perf_counter()
-    result = train_lambda(model, train, artifact_dir(cfg.output_dir, "queries") / "passages.arrow",
-                          artifact_dir(cfg.output_dir, "labels"), work_dir, seed=seed, use_title=cfg.data.title_field,
+    run = RunContext(cfg)
+    result = train_lambda(model, train, run.passages, run.artifact("labels"), work_dir, seed=seed,
+                          use_title=cfg.data.title_field,
                           run_name=f"{cfg.experiment.name}-frontier-static-d{projection.dim}-s{seed}",
                           logger_root=cfg.output_dir, enable_progress_bar=False, wandb_group=cfg.experiment.name)
     seconds = time.perf_counter() - start

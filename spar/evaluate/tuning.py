@@ -25,7 +25,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from spar.core.artifacts import artifact_dir, is_complete
+from spar.core.artifacts import is_complete
+from spar.core.run_context import RunContext
 from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
 from spar.evaluate.exact import dense_search, top_k
@@ -602,7 +603,7 @@ class TunedWeights:
 
 def read_tuned(output_dir: str | Path) -> TunedWeights:
     """``tune/tune.json`` of an experiment (fails naming the stage to run when it is missing or unreadable)."""
-    d = artifact_dir(output_dir, "tune")
+    d = RunContext.at(output_dir).artifact("tune")
     path = d / TUNE_FILE
     if not is_complete(d) or not path.exists():
         raise ArtifactError(f"{d}: tuned weights are missing (run `spar tune`)")

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from spar.core.artifacts import artifact_dir, is_complete, read_manifest
+from spar.core.artifacts import PASSAGES_FILE, is_complete, read_manifest
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.run_context import RunContext
 from spar.data.question_sets import SplitQueries
@@ -176,7 +176,7 @@ class ExperimentInputs:
     def passages_arrow(self) -> Path:
         """``queries/passages.arrow``, or (no sample stage: Λ from elsewhere) ``data.corpus`` written to a temporary
         one as read for encode."""
-        passages = artifact_dir(self.out, "queries") / "passages.arrow"
+        passages = self.run.passages
         if passages.exists():
             return passages
         from spar.data.readers import ReadStats, read_corpus
@@ -184,7 +184,7 @@ class ExperimentInputs:
 
         data, on_bad = self.cfg.data, self.cfg.experiment.on_bad_record
         self._passages_tmp = tempfile.TemporaryDirectory(prefix="spar-passages-")
-        passages = Path(self._passages_tmp.name) / "passages.arrow"
+        passages = Path(self._passages_tmp.name) / PASSAGES_FILE
         write_passages(read_corpus(data.corpus, data.corpus_format, on_bad), passages, None, on_bad, ReadStats())
         return passages
 
@@ -229,7 +229,7 @@ class ExperimentInputs:
         """A BM25 searcher (k1/b from ``label``): the teacher index when the teacher is BM25, else one built now."""
         from spar.teacher.teachers import BM25Searcher, build_bm25_index
 
-        teacher = artifact_dir(self.out, "teacher_index")
+        teacher = self.run.artifact("teacher_index")
         label = self.cfg.label
         if is_complete(teacher) and _is_bm25_index(teacher):
             index_dir = teacher
@@ -241,7 +241,7 @@ class ExperimentInputs:
         return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads)
 
     def bm25_fingerprint(self) -> str | None:
-        teacher = artifact_dir(self.out, "teacher_index")
+        teacher = self.run.artifact("teacher_index")
         return read_manifest(teacher)["fingerprint"] if is_complete(teacher) else None
 
     def bm25_search(self, queries: SplitQueries, k: int) -> dict[str, list[tuple[str, float]]]:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from spar.core.errors import ArtifactError
+from spar.core.run_context import RunContext
 from spar.model.resolve import HUB_ID as _HUB_ID  # a hub id: ``owner/name`` (when no such local path exists)
 
 
@@ -134,7 +135,7 @@ def _download(hub_id: str) -> Path:
 
 def _locate(path: str | None, output_dir: str | Path) -> tuple[Path, str]:
     if path is None:
-        lam = Path(output_dir) / "lambda"
+        lam = RunContext.at(output_dir).artifact("lambda")
         if not _is_lambda_dir(lam):
             raise ArtifactError(f"{lam}: Λ is missing (run `spar train`, set encode.lambda to a Λ trained elsewhere, "
                                 "or drop 'lambda' from encode.encoders)")
@@ -154,10 +155,11 @@ def _locate(path: str | None, output_dir: str | Path) -> tuple[Path, str]:
         return d, "published" if origin == "directory" else origin
     if _is_lambda_dir(d):
         return d, origin
-    if (d / "lambda").is_dir():
-        if not _is_lambda_dir(d / "lambda"):
-            raise ArtifactError(f"{d / 'lambda'}: the run's Λ is incomplete (its `spar train` has not finished)")
-        return d / "lambda", origin
+    run_lambda = RunContext.at(d).artifact("lambda")
+    if run_lambda.is_dir():
+        if not _is_lambda_dir(run_lambda):
+            raise ArtifactError(f"{run_lambda}: the run's Λ is incomplete (its `spar train` has not finished)")
+        return run_lambda, origin
     raise ArtifactError(f"{d}: missing file 'spar_lambda.json' (encode.lambda must be a Λ directory, a spar run's "
                         "output directory, a published spar model, or a hub id)")
 

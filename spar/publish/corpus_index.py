@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spar.core.artifacts import ArtifactWriter, atomic_file, write_json_atomic
+from spar.core.artifacts import PASSAGES_FILE, ArtifactWriter, atomic_file, write_json_atomic
 from spar.core.fingerprint import file_fingerprint, fingerprint_dict
 from spar.core.config import EncodeSection, IndexSection
 from spar.core.errors import BadRecordError, ConfigError
@@ -57,7 +57,6 @@ from spar.data.readers import OnBad, ReadStats, input_file_problem
 from spar.core.stage import Unit, run_unit, settings
 
 KIND = "corpus-index"
-PASSAGES_FILE = "passages.arrow"
 #: Read statistics of passages.arrow, kept beside it while the index is built (a resumed run reports them too).
 _READ_STATS = ".passages-read.json"
 #: The corpus file of a BEIR directory.

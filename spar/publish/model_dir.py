@@ -54,7 +54,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from spar.core.artifacts import PASSAGES_FILE
 from spar.core.errors import ArtifactError, SparError
+from spar.core.run_context import RunContext
 from spar.index.spar_index import Variant, spar_passage_vectors, spar_query_vectors
 from spar.publish.card import ModelCardFacts, render_model_card
 
@@ -411,7 +413,7 @@ def publish_model(encoder: SparEncoder, directory: str | Path, facts: ModelCardF
     if copy_index and index_dir is not None:
         shutil.copytree(index_dir, d / "index", dirs_exist_ok=True)
         if passages:
-            shutil.copyfile(passages, d / "index" / "passages.arrow")
+            shutil.copyfile(passages, d / "index" / PASSAGES_FILE)
         config = json.loads((d / MODEL_CONFIG).read_text())
         config["index"] = {"index_dir": "index", "passages": "index/passages.arrow" if passages else None}
         _write_json(d / MODEL_CONFIG, config)
@@ -451,7 +453,8 @@ def locate_model(spec: str | Path) -> Path:
     if not d.is_dir():
         raise ArtifactError(f"{d}: a file, not a model directory (give the directory written by `spar publish`)")
     if not is_model_dir(d):
-        hint = (f"; did you mean {d / 'model'}, the model published in this run?" if is_model_dir(d / "model")
+        run_model = RunContext.at(d).artifact("model")
+        hint = (f"; did you mean {run_model}, the model published in this run?" if is_model_dir(run_model)
                 else " (give a directory written by `spar publish`)")
         raise ArtifactError(f"{d}: not a published SPAR model: no {MODEL_CONFIG}{hint}")
     return d

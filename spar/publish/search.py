@@ -22,7 +22,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
+from spar.core.artifacts import PASSAGES_FILE
 from spar.core.errors import ArtifactError, ConfigError
+from spar.core.run_context import RunContext
 from spar.publish.model_dir import MODEL_CONFIG, SparEncoder, check_model_dir, is_model_dir
 
 
@@ -44,8 +46,8 @@ def resolve_index_location(model_dir: str | Path) -> tuple[Path, Path | None]:
                                 "deleted?)")
         return index_dir, passages_path
     if (d / "index").is_dir():
-        return d / "index", (d / "index" / "passages.arrow") if (d / "index" / "passages.arrow").exists() else None
-    run_index = d.parent / "index"
+        return d / "index", (d / "index" / PASSAGES_FILE) if (d / "index" / PASSAGES_FILE).exists() else None
+    run_index = RunContext.at(d.parent).artifact("index")  # a model published beside its run's index
     if _built_by(run_index, config):
         return run_index, None
     raise ArtifactError(f"{d}: the model holds no index; index a corpus with it (`spar index --model {d} --corpus "
@@ -71,7 +73,7 @@ def _built_by(index_dir: Path, config: dict) -> bool:
 
 def find_passages_file(index_dir: Path) -> Path | None:
     """``queries/passages.arrow`` of the run an index belongs to (``<output_dir>/index`` -> ``<output_dir>``)."""
-    for candidate in (index_dir / "passages.arrow", index_dir.parent / "queries" / "passages.arrow"):
+    for candidate in (index_dir / PASSAGES_FILE, RunContext.at(index_dir.parent).passages):
         if candidate.exists():
             return candidate
     return None
@@ -198,7 +200,7 @@ def _model_of_index(index_dir: Path, model: str | Path | None) -> Path:
                                     "or deleted?); name the model with --model")
             return locate_model(local)
         return locate_model(where)
-    model_dir = index_dir.parent / "model"
+    model_dir = RunContext.at(index_dir.parent).artifact("model")
     if not is_model_dir(model_dir):
         raise ArtifactError(f"{index_dir}: found the index but no published model at {model_dir} to encode queries "
                             "with (run `spar publish`, pass the model directory instead, or name it with --model)")

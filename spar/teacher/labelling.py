@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequenc
 import pyarrow as pa
 
 from spar.core import schemas
+from spar.core.artifacts import PASSAGES_FILE
 from spar.core.config import LabelSection
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.executor import Executor, LocalExecutor, WorkerSpec
@@ -162,7 +163,7 @@ class ShardLabeller:
             raise ConfigError(
                 f"label: the teacher index holds {self.teacher.num_docs} passages but every training query needs "
                 f"n_positives + n_negatives = {minimum_hits} hits: lower label.n_positives / label.n_negatives")
-        self.rows = passage_rows if passage_rows is not None else passage_row_map(self.queries_dir / "passages.arrow")
+        self.rows = passage_rows if passage_rows is not None else passage_row_map(self.queries_dir / PASSAGES_FILE)
         self.table = schemas.read_shards(self.queries_dir, "queries")
         self.on_batch = on_batch
 
@@ -286,7 +287,7 @@ def label_queries(
         functools.partial(ShardLabeller, teacher, queries_dir.resolve(), out_dir.resolve(), settings),
         local=ShardLabeller(teacher, queries_dir, out_dir, settings, passage_rows, bar.update) if local and todo
         else None,
-        needs={"queries directory": queries_dir, "passages table": queries_dir / "passages.arrow",
+        needs={"queries directory": queries_dir, "passages table": queries_dir / PASSAGES_FILE,
                "labels' partial directory": out_dir, **(needs or {})})
     try:
         for s, counts in executor.map(spec, todo):

@@ -72,6 +72,7 @@ import torch.nn.functional as F
 
 from spar.core.java import jvm_signal_handlers_kept
 from spar.core.config import TrainSection
+from spar.core.run_context import RunContext
 from spar.lexical.base import LexicalModel
 from spar.train.data import LabelDataModule, LabelStore, SurrogatePool, surrogate_mrr
 
@@ -342,7 +343,7 @@ def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_nam
                          job_type="train-lambda")
     # Lightning always passes wandb.init an `anonymous` key, which wandb >= 0.19 answers with a deprecation warning.
     logger._wandb_init.pop("anonymous", None)
-    return logger, str(logger_root / "wandb")
+    return logger, str(RunContext.at(logger_root).artifact("wandb"))
 
 
 def resolve_learning_rate(train: TrainSection) -> float:
