@@ -19,6 +19,9 @@ from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, settings
 from spar.core.run_context import RunContext
 from spar.evaluate.tuning import read_tuned
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.files import index_fingerprint, require_index
+from spar.index.files import index_info as index_info_of
 
 #: Marker of the last successful upload (dot file: never uploaded itself).
 PUSH_MARKER = ".hub_push.json"
@@ -35,14 +38,12 @@ def plan(cfg, force: bool = False) -> Unit:
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
     index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
-    if not (index_dir / "index.faiss").exists():
-        raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
+    require_index(index_dir)
     results_md = RunContext(cfg).results[1]
     inputs = {
         "lambda": source.fingerprint(),
         "tune": file_fingerprint(tuned.path),
-        "index": file_fingerprint(index_dir / "index.json") if (index_dir / "index.json").exists() else
-        file_fingerprint(index_dir / "index.faiss"),
+        "index": index_fingerprint(index_dir),
         "base_model": model_fingerprint(cfg.encode.base.model),
     }
     if results_md.exists():
@@ -61,14 +62,14 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     from spar.publish.model_dir import SparEncoder, publish_model
 
     source, tuned, index_dir, results_md = unit.payload
-    index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
+    index_info = index_info_of(index_dir, required=False)
     variant = tuned.variant
     if index_info.get("variant") and index_info["variant"] != variant:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
                             f"({tuned.path}); rebuild the index or re-tune with tune.variant")
     if index_info:
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
-    _check_index_is_current(cfg, index_dir, index_info)
+    _check_index_is_current(cfg, index_dir)
     base = BiEncoder.from_section(cfg.encode.base)
     out = unit.output
     provenance = _portable_provenance(model_provenance(cfg, source, tuned.payload, index_info), out)
@@ -147,22 +148,14 @@ def finish(cfg, stats: dict, unit: Unit) -> dict:
     return {**stats, **_push(cfg, model_output(cfg))} if cfg.publish.push_to_hub else stats
 
 
-def _check_index_is_current(cfg, index_dir: Path, index_info: dict) -> None:
+def _check_index_is_current(cfg, index_dir: Path) -> None:
     """As ``evaluate`` does: never publish an index built from other passage vectors than the run's current ones
     (Λ re-encoded but not re-indexed would pair the new query Λ with old passages)."""
-    from types import SimpleNamespace
-
-    from spar.evaluate.evaluation import check_index_is_current
-    from spar.experiment.inputs import ExperimentInputs
-    from spar.index.spar_index import IDS_FILE
-    from spar.core.schemas import read_table
-
     inputs = ExperimentInputs(cfg)
     if not all(is_complete(inputs.passage_dir(name)) for name in ("base", "lambda")):
         return  # a run without passage embeddings (an index built elsewhere): nothing to compare with
     inputs.check_lambda_embeddings()
-    ids = read_table(index_dir / IDS_FILE).column("id").to_pylist()
-    check_index_is_current(SimpleNamespace(info=index_info, ids=ids), index_dir, inputs)
+    inputs.check_index(index_dir)
 
 
 def _push(cfg, out: Path) -> dict:

@@ -171,3 +171,34 @@ def test_the_run_context_names_every_artifact(tmp_path):
     cfg.publish.output = str(tmp_path / "elsewhere")
     assert RunContext(cfg).model == tmp_path / "elsewhere"
     assert RunContext.at(tmp_path).artifact("lambda") == tmp_path / "lambda"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The index's files
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_the_index_files_are_named_by_the_index_package_only():
+    """index.faiss / index.json / ids.arrow are read through spar/index/ (SparIndex, spar.index.files); the
+    embeddings' own ids.arrow is theirs."""
+    assert _users(r"[\"']index\.(?:faiss|json)[\"']") == {"spar/index/files.py"}
+    assert _users(r"[\"']ids\.arrow[\"']") == {"spar/index/files.py", "spar/model/embeddings.py"}
+    assert _users(r"\b(?:INDEX_FILE|INDEX_MANIFEST|IDS_FILE)\b") <= {
+        "spar/index/__init__.py", "spar/index/files.py", "spar/index/spar_index.py", "spar/model/embeddings.py",
+        "spar/publish/search.py"}
+
+
+def test_refreshing_search_options_keeps_the_index_up_to_date(tmp_path):
+    from spar.core.artifacts import ArtifactWriter, changed_files, read_manifest
+    from spar.index.files import index_info, refresh_search_params
+    from spar.index.spar_index import SparIndex
+
+    with ArtifactWriter(tmp_path / "index", kind="index", config={}, inputs={}) as w:
+        SparIndex.build(np.eye(8, dtype="float32"), np.eye(8, dtype="float32"), index_type="hnsw").save(w.path)
+        w.stats = {"options": {}}
+    assert refresh_search_params(tmp_path / "index", {"hnsw_ef_search": 17}) == ["hnsw_ef_search 256 -> 17"]
+    assert refresh_search_params(tmp_path / "index", {"hnsw_ef_search": 17}) == []
+    assert index_info(tmp_path / "index")["options"]["hnsw_ef_search"] == 17
+    assert read_manifest(tmp_path / "index")["stats"]["options"]["hnsw_ef_search"] == 17
+    assert changed_files(tmp_path / "index", content=True) == []
+    assert SparIndex.load(tmp_path / "index").index.hnsw.efSearch == 17

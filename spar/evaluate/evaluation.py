@@ -151,7 +151,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     if not is_complete(index_dir):
         raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
     spar_index = SparIndex.load(index_dir)
-    check_index_is_current(spar_index, index_dir, inputs)
+    inputs.check_index(index_dir, spar_index.info, spar_index.ids)
     tuned_all = read_tuned(cfg.output_dir)
     tuned_all.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
@@ -323,22 +323,6 @@ def results_markdown(reports: dict[str, EvaluationReport]) -> str:
             lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
         lines.append("")
     return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
-
-
-def check_index_is_current(spar_index, index_dir: Path, inputs: ExperimentInputs) -> None:
-    """Refuse an index built from other passage embeddings than the current ones (e.g. Λ retrained and the corpus
-    re-encoded, but not re-indexed): the SPAR row would silently come from the old Λ."""
-    for name, key in (("base", "base_fingerprint"), ("lambda", "lambda_fingerprint")):
-        recorded, current = spar_index.info.get(key), inputs.passages[name].model_fingerprint
-        if recorded is None:
-            raise ArtifactError(f"{index_dir}: the index records no {name} encoder fingerprint, so it cannot be "
-                                f"checked against {inputs.passage_dir(name)}: re-run `spar index`")
-        if recorded != current:
-            raise ArtifactError(f"{index_dir}: built from {name} encoder {recorded}, but {inputs.passage_dir(name)} "
-                                f"comes from {current}: the index is stale, re-run `spar index`")
-    if list(spar_index.ids) != list(inputs.doc_ids):
-        raise ArtifactError(f"{index_dir}: indexes other passages than {inputs.passage_dir('base')}: the index is "
-                            "stale, re-run `spar index`")
 
 
 def _why_skipped(name: str, sum_index, alpha) -> str:

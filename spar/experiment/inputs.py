@@ -164,6 +164,25 @@ class ExperimentInputs:
                 raise ArtifactError(f"{d}: made with Λ {made_with}, but the current Λ is {current} (retrained or "
                                     "replaced): re-run `spar encode`")
 
+    def check_index(self, index_dir: Path, info: dict | None = None, ids: Sequence[str] | None = None) -> None:
+        """Refuse an index built from other passage embeddings than the current ones (e.g. Λ retrained and the
+        corpus re-encoded, but not re-indexed): the SPAR row would silently come from the old Λ. ``info``/``ids``:
+        the index's, when it is loaded already (else read from ``index_dir``)."""
+        from spar.index.files import index_ids, index_info
+
+        info = index_info(index_dir) if info is None else info
+        for name, key in (("base", "base_fingerprint"), ("lambda", "lambda_fingerprint")):
+            recorded, current = info.get(key), self.passages[name].model_fingerprint
+            if recorded is None:
+                raise ArtifactError(f"{index_dir}: the index records no {name} encoder fingerprint, so it cannot be "
+                                    f"checked against {self.passage_dir(name)}: re-run `spar index`")
+            if recorded != current:
+                raise ArtifactError(f"{index_dir}: built from {name} encoder {recorded}, but {self.passage_dir(name)} "
+                                    f"comes from {current}: the index is stale, re-run `spar index`")
+        if list(index_ids(index_dir) if ids is None else ids) != list(self.doc_ids):
+            raise ArtifactError(f"{index_dir}: indexes other passages than {self.passage_dir('base')}: the index is "
+                                "stale, re-run `spar index`")
+
     @cached_property
     def lambda_source(self):
         """Where this experiment's Λ comes from (:func:`spar.experiment.lambda_source.experiment_lambda`)."""

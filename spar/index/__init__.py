@@ -10,9 +10,9 @@ from spar._compat import lazy_exports
 _EXPORTS = {
     "Variant": "spar.index.spar_index",
     "IndexType": "spar.index.spar_index",
-    "INDEX_FILE": "spar.index.spar_index",
-    "IDS_FILE": "spar.index.spar_index",
-    "INDEX_MANIFEST": "spar.index.spar_index",
+    "INDEX_FILE": "spar.index.files",
+    "IDS_FILE": "spar.index.files",
+    "INDEX_MANIFEST": "spar.index.files",
     "ADD_BATCH": "spar.index.spar_index",
     "TRAIN_SAMPLE": "spar.index.spar_index",
     "spar_passage_vectors": "spar.index.spar_index",

@@ -50,15 +50,13 @@ import pyarrow as pa
 from spar.core.config import IndexSection
 from spar.core.errors import ArtifactError
 from spar.core.executor import Executor, WorkerSpec
+from spar.index.files import IDS_FILE, INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
 from spar.index.storage import FAST_SCAN, code_bytes
 
 log = logging.getLogger(__name__)
 
 Variant = Literal["concat", "sum"]
 IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
-INDEX_FILE = "index.faiss"
-IDS_FILE = "ids.arrow"
-INDEX_MANIFEST = "index.json"
 #: Passages combined and added to FAISS per step (bounds the extra memory of building from memory-mapped shards).
 ADD_BATCH = 65_536
 #: Training sample of a scalar quantizer or flat PQ (IVF indexes size theirs by the number of lists).
@@ -456,8 +454,7 @@ class SparIndex:
             raise ArtifactError(f"{d}: {INDEX_FILE} holds {index.ntotal} vectors, {IDS_FILE} {len(ids)} ids, "
                                 f"{INDEX_MANIFEST} says {info.get('count')}")
         self = cls(index, ids, info)
-        self.set_search_params(**{k: v for k, v in info.get("options", {}).items()
-                                  if k in ("hnsw_ef_search", "nprobe")})
+        self.set_search_params(**{k: v for k, v in info.get("options", {}).items() if k in SEARCH_TIME})
         return self
 
     def set_search_params(self, hnsw_ef_search: int | None = None, nprobe: int | None = None) -> None:

@@ -223,7 +223,8 @@ def _encode(job: _Job, directory: Path, name: str) -> Path:
 
 def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
     from spar.model.embeddings import load_embeddings
-    from spar.index.spar_index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
+    from spar.index.files import index_file_bytes, index_schema
+    from spar.index.spar_index import IndexOptions, SparIndex
     from spar.core.schemas import PASSAGES
     from spar.index.storage import describe
 
@@ -236,12 +237,10 @@ def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
     index.save(w.path)
     shutil.rmtree(w.path / "embeddings")  # the index holds the vectors now
     (w.path / _READ_STATS).unlink()
-    size = os.path.getsize(w.path / INDEX_FILE)
+    size = index_file_bytes(w.path)
     tuned = ((job.config.get("provenance") or {}).get("tuning") or {}).get("storage")
-    w.schema = {INDEX_FILE: f"FAISS {job.section.type} (inner product), passages stored as {index.storage}",
-                "ids.arrow": "schemas.EMBEDDING_IDS", PASSAGES_FILE: PASSAGES.names,
-                INDEX_MANIFEST: "variant, type, storage, codec, code bytes, encoder fingerprints and dims, count, "
-                                "options, model (fingerprint, location, mu)"}
+    w.schema = index_schema(job.section.type, index.storage, {PASSAGES_FILE: PASSAGES.names},
+                            "model (fingerprint, location, mu)")
     w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / len(index), 1),
                "corpus": job.corpus.name, "read": {k: v for k, v in read.items() if k != "summary"}}
     stats = {"model": str(job.model_dir), "corpus": str(job.corpus), "passages": len(index),

@@ -58,14 +58,12 @@ def resolve_index_location(model_dir: str | Path) -> tuple[Path, Path | None]:
 def _built_by(index_dir: Path, config: dict) -> bool:
     """Whether ``index_dir`` is the index of the run a model was published from (no encoder fingerprint it records
     differs from the one the model's provenance records)."""
-    info_file = index_dir / "index.json"
-    if not (index_dir / "index.faiss").exists() or not info_file.exists():
+    from spar.index.files import index_info, is_index_dir
+
+    info = index_info(index_dir, required=False) if is_index_dir(index_dir) else {}
+    if not info:
         return False
     recorded = (config.get("provenance") or {}).get("index_fingerprints") or {}
-    try:
-        info = json.loads(info_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
     keys = ("base_fingerprint", "lambda_fingerprint")
     return not info.get("model") and all(recorded.get(k) == info.get(k) for k in keys
                                          if recorded.get(k) and info.get(k))
@@ -117,6 +115,7 @@ class SparSearcher:
         ``index/`` (its model: ``model`` or the run's ``model/`` beside it) or one ``spar index --model`` built
         (its model: ``model`` or the one it records). An index built with other encoders than the model's is
         refused in one line."""
+        from spar.index.files import INDEX_FILE, is_index_dir
         from spar.index.spar_index import SparIndex
 
         p = Path(path)
@@ -126,14 +125,14 @@ class SparSearcher:
             model_dir = p
             check_model_dir(model_dir)
             index_dir, passages = resolve_index_location(model_dir)
-        elif (p / "index.faiss").exists():
+        elif is_index_dir(p):
             index_dir, passages = p, None
             model_dir = _model_of_index(p, model)
         elif not p.exists():
             raise ArtifactError(f"{p}: no such directory")
         else:
             raise ArtifactError(f"{p}: neither a SPAR model directory ({MODEL_CONFIG}) nor an index directory "
-                                "(index.faiss)")
+                                f"({INDEX_FILE})")
         if passages is None or not Path(passages).exists():
             passages = find_passages_file(index_dir)
         index = SparIndex.load(index_dir)
@@ -187,10 +186,9 @@ def _model_of_index(index_dir: Path, model: str | Path | None) -> Path:
 
     if model is not None:
         return locate_model(model)
-    try:
-        recorded = (json.loads((index_dir / "index.json").read_text(encoding="utf-8")).get("model") or {})
-    except (OSError, ValueError):
-        recorded = {}
+    from spar.index.files import index_info
+
+    recorded = index_info(index_dir, required=False).get("model") or {}
     if recorded.get("location"):
         where = recorded["location"]
         local = Path(os.path.normpath(index_dir / where))
