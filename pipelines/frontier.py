@@ -27,8 +27,9 @@ def settings_fingerprint(cfg, kind: str) -> str:
     from spar.lexical import lambda_class
     from spar.core.run_context import RunContext
     from spar.core.stage import settings
+    from spar.evaluate.tuning import tune_settings
 
-    shared = {"label": settings(cfg.label), "tune": settings(cfg.tune), "data": settings(cfg.data),
+    shared = {"label": settings(cfg.label), "tune": tune_settings(cfg), "data": settings(cfg.data),
               "projection": cfg.train.lexical.projection,
               **({"nonzeros": cfg.train.lexical.nonzeros} if cfg.train.lexical.projection == "sparse" else {}),
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}

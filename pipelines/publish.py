@@ -17,7 +17,7 @@ from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, writ
 from spar.core.fingerprint import file_fingerprint
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, settings
-from spar.core.run_context import RunContext
+from spar.core.run_context import RunContext, published_model_dir
 from spar.evaluate.tuning import read_tuned
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.files import index_fingerprint, require_index
@@ -28,7 +28,7 @@ PUSH_MARKER = ".hub_push.json"
 
 
 def model_output(cfg) -> Path:
-    return RunContext(cfg).model
+    return published_model_dir(cfg)
 
 
 def plan(cfg, force: bool = False) -> Unit:
@@ -66,7 +66,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     variant = tuned.variant
     if index_info.get("variant") and index_info["variant"] != variant:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
-                            f"({tuned.path}); rebuild the index or re-tune with tune.variant")
+                            f"({tuned.path}); re-run `spar tune` and `spar index` with one index.variant")
     if index_info:
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     _check_index_is_current(cfg, index_dir)

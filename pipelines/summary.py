@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spar.core.run_context import RunContext
+from spar.core.run_context import RunContext, published_model_dir
 
 
 def _manifest_stats(path: Path) -> dict[str, Any]:
@@ -183,7 +183,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         console.print("[bold]skipped input records[/bold] (experiment.on_bad_record=skip): "
                       + describe_skipped(skipped), highlight=False, soft_wrap=True)
     where = []
-    model = RunContext(cfg).model
+    model = published_model_dir(cfg)
     index_dir = RunContext(cfg).artifact("index")
     for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)",
                          RunContext(cfg).artifact("lambda")),

@@ -13,8 +13,8 @@ from spar.experiment.inputs import ExperimentInputs
 from spar.index.spar_index import IndexOptions
 from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
 from spar.core.run_context import RunContext
-from spar.core.stage import Stage, Unit, settings
-from spar.evaluate.tuning import plot_curve, tune_experiment
+from spar.core.stage import Stage, Unit
+from spar.evaluate.tuning import plot_curve, tune_experiment, tune_settings
 
 
 def _data_inputs(cfg) -> dict[str, str]:
@@ -51,7 +51,7 @@ def plan(cfg, force: bool = False) -> Unit:
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
-    config = {"tune": settings(cfg.tune), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
+    config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec, **_set_settings(cfg)}
     return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPAR = ROOT / "spar"
@@ -162,14 +163,14 @@ def test_run_paths_have_one_owner():
 def test_the_run_context_names_every_artifact(tmp_path):
     from spar.core.artifacts import LAYOUT
     from spar.core.config import load_config
-    from spar.core.run_context import RunContext
+    from spar.core.run_context import RunContext, published_model_dir
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}"])
     run = RunContext(cfg)
     assert {name: run.artifact(name) for name in LAYOUT} == {name: tmp_path / name for name in LAYOUT}
-    assert run.passages == tmp_path / "queries" / "passages.arrow" and run.model == tmp_path / "model"
+    assert run.passages == tmp_path / "queries" / "passages.arrow" and published_model_dir(cfg) == tmp_path / "model"
     cfg.publish.output = str(tmp_path / "elsewhere")
-    assert RunContext(cfg).model == tmp_path / "elsewhere"
+    assert published_model_dir(cfg) == tmp_path / "elsewhere"
     assert RunContext.at(tmp_path).artifact("lambda") == tmp_path / "lambda"
 
 
@@ -202,3 +203,83 @@ def test_refreshing_search_options_keeps_the_index_up_to_date(tmp_path):
     assert read_manifest(tmp_path / "index")["stats"]["options"]["hnsw_ef_search"] == 17
     assert changed_files(tmp_path / "index", content=True) == []
     assert SparIndex.load(tmp_path / "index").index.hnsw.efSearch == 17
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Names written once: Λ kinds, storages, variants, index types, projections
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_the_names_are_written_once_in_the_config():
+    """The config's Literals are the lists; no other module spells one of them out as a Literal or a tuple."""
+    listed = {"LambdaKind": ("transformer", "projection", "static"), "Variant": ("concat", "sum"),
+              "Storage": ("float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"),
+              "IndexType": ("flat", "hnsw", "ivf", "ivfpq"), "Projection": ("gaussian", "countsketch", "sparse")}
+    found = {}
+    for name, values in listed.items():
+        spelled = r",\s*".join(f"[\"']{v}[\"']" for v in values)  # the whole list, in order
+        users = _users(spelled) - {"spar/core/config.py"}
+        if name == "Variant":  # the module shipped in published models must load without spar (a mirror)
+            users -= {"spar/lexical/st_modules.py"}
+        if users:
+            found[name] = sorted(users)
+    assert not found, found
+
+
+def test_the_lambda_registry_is_the_config_kinds():
+    from typing import get_args
+
+    from spar.core.config import LambdaKind, LambdaSourceSection, TrainSection
+    from spar.lexical import lambda_class
+    from spar.lexical.base import KINDS, REGISTRY
+
+    assert KINDS == get_args(LambdaKind) and set(REGISTRY) == set(KINDS)
+    for kind in KINDS:
+        assert lambda_class(kind).kind == kind
+    assert TrainSection.model_fields["kind"].annotation is LambdaKind
+    assert get_args(LambdaSourceSection.model_fields["kind"].annotation)[0] is LambdaKind
+
+
+def test_every_storage_of_the_config_has_its_codec():
+    from typing import get_args
+
+    from spar.core.config import IndexSection, Storage
+    from spar.index.storage import BITS, FAST_SCAN, STORAGES, code_bytes, describe, factory_component
+
+    assert STORAGES == get_args(Storage) and IndexSection.model_fields["storage"].annotation is Storage
+    assert set(BITS) | set(FAST_SCAN) | {"pq"} == set(STORAGES) and not set(BITS) & set(FAST_SCAN)
+    for storage in STORAGES:
+        assert code_bytes(storage, 384) > 0 and factory_component(storage, dim=384) and describe(storage, 384)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One variant setting
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_one_variant_setting_and_the_old_key_read_with_a_warning():
+    from spar.core.config import load_config
+    from spar.core.errors import ConfigError
+
+    assert "variant" not in load_config(None).tune.model_fields_set and not hasattr(load_config(None).tune, "variant")
+    with pytest.warns(FutureWarning, match="config key tune.variant is deprecated .* it is index.variant now"):
+        cfg = load_config(None, ["tune.variant=sum"])
+    assert cfg.index.variant == "sum"
+    with pytest.warns(FutureWarning):
+        assert load_config(None, ["tune.variant=sum", "index.variant=sum"]).index.variant == "sum"
+    with pytest.raises(ConfigError, match="tune.variant='sum' and index.variant='concat'"
+                                                   ": tune.variant is deprecated and is index.variant now"):
+        load_config(None, ["tune.variant=sum", "index.variant=concat"])
+
+
+def test_the_tune_fingerprint_settings_are_those_recorded_before_the_move():
+    """tune's (and the frontier's) fingerprint records the tune section with the variant in it, as a run of the
+    embedded default made before the move recorded it (its tune/manifest.json: config.tune)."""
+    from spar.core.config import load_config
+    from spar.evaluate.tuning import tune_settings
+
+    recorded_before = {"metric": "nDCG@10", "variant": "concat", "grid": None, "candidates": None,
+                       "max_extensions": 4, "hybrid_alphas": None, "hybrid_normalize": False,
+                       "tune_both_variants": True, "confirm": True}
+    assert tune_settings(load_config(None)) == recorded_before
+    assert tune_settings(load_config(None, ["index.variant=sum"]))["variant"] == "sum"

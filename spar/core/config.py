@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import sysconfig
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +43,20 @@ from spar.core.errors import ConfigError
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
 DEFAULT_CONFIG_NAME = "default.yaml"
+#: Keys that became another key, accepted for one release with a warning: old dotted key -> its replacement.
+MOVED_KEYS = {"tune.variant": "index.variant"}  # spar 0.2: one setting names the SPAR combination
+
+# Names written once: the packages that implement them read these (tests/test_owners.py checks that they agree).
+#: Λ kinds: each is the module ``spar/lexical/<kind>.py`` (:data:`spar.lexical.base.REGISTRY` derives from this).
+LambdaKind = Literal["transformer", "projection", "static"]
+#: Passage storages of the SPAR index (:mod:`spar.index.storage` holds each one's bits, bytes and FAISS codec).
+Storage = Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"]
+#: FAISS index types (:func:`spar.index.spar_index.make_faiss_index`).
+IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
+#: How the SPAR vectors combine: ``[P, PΛ]`` (scores ``sim + μ·simΛ``) or ``P + PΛ`` (equal dimensions).
+Variant = Literal["concat", "sum"]
+#: Random tables of the projection Λ (:mod:`spar.lexical.random_tables`).
+Projection = Literal["gaussian", "countsketch", "sparse"]
 
 
 class Section(BaseModel):
@@ -291,7 +306,7 @@ class LexicalSection(Section):
     """Settings of the term-based Λ kinds (``projection`` and ``static``)."""
 
     dim: int = Field(384, gt=0, description="Output dimension of a projection or static Λ.")
-    projection: Literal["gaussian", "countsketch", "sparse"] = Field(
+    projection: Projection = Field(
         "gaussian", description="Random matrix of the projection (and the static Λ's initialisation): Gaussian "
         "N(0, 1/dim) (a dense [vocabulary, dim] table in memory), count-sketch (each term hashed to one dimension "
         "with a random sign), or sparse (each term hashed to `nonzeros` dimensions, ±1/√nonzeros: nothing "
@@ -317,7 +332,7 @@ class LexicalSection(Section):
 
 
 class TrainSection(Section):
-    kind: Literal["transformer", "projection", "static"] = Field(
+    kind: LambdaKind = Field(
         "projection", description="Λ kind: 'projection' (the densified teacher, training-free), 'static' (term "
         "embeddings distilled from the teacher, CPU minutes), 'transformer' (the paper's DPR bi-encoder, a GPU job)."
     )
@@ -403,7 +418,7 @@ class LambdaSourceSection(Section):
 
     path: str = Field(..., json_schema_extra=PATH_OR_ID, description="A Λ directory, a spar run's output directory "
                       "(its lambda/), a published spar model directory, or a hub id of one.")
-    kind: Literal["transformer", "projection", "static"] | None = Field(
+    kind: LambdaKind | None = Field(
         None, description="Expected Λ kind: checked against the Λ found (a mismatch is an error).")
     dim: int | None = Field(None, ge=1, description="Expected Λ dimension: checked against the Λ found.")
     statistics: Literal["carried", "target"] = Field(
@@ -460,7 +475,6 @@ class TuneSection(Section):
         None, json_schema_extra=ADDED_LATER,
         description="Question sets (data.question_sets) whose dev splits are pooled to tune the experiment's μ "
         "and α (default: every set with dev questions that does not tune its own).")
-    variant: Literal["concat", "sum"] = Field("concat", description="Which SPAR combination mu is tuned for.")
     grid: list[float] | None = Field(None, description="Explicit mu grid (default: 0.1..1.0 and reciprocals).")
     candidates: int | None = Field(
         None, ge=10, description="Top-k of each model whose union is re-scored for every mu (and depth of the "
@@ -480,13 +494,14 @@ class TuneSection(Section):
 
 
 class IndexSection(Section):
-    variant: Literal["concat", "sum"] = Field(
-        "concat", description="'concat': [P, PΛ] (score = sim + mu*simΛ exactly); 'sum': P + PΛ (equal dims)."
+    variant: Variant = Field(
+        "concat", description="The SPAR combination, of the index and of the μ tuned for it: 'concat': [P, PΛ] "
+        "(score = sim + mu*simΛ exactly); 'sum': P + PΛ (equal dims). (Before spar 0.2 also tune.variant.)"
     )
-    type: Literal["flat", "hnsw", "ivf", "ivfpq"] = Field(
+    type: IndexType = Field(
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + PQ)."
     )
-    storage: Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"] = Field(
+    storage: Storage = Field(
         "float32", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
         "quantizers, fast-scan PQ with a 4-bit code per 1 (fs4) or 2 (fs2) dimensions, or PQ (pq_m codes of pq_nbits "
         "bits). Queries stay float32; μ is tuned against the stored vectors."
@@ -582,6 +597,33 @@ class SparConfig(Section):
     def results_dir(self) -> Path:
         """``experiment.results_dir``, else ``<output_dir>/results``."""
         return Path(self.experiment.results_dir) if self.experiment.results_dir else self.output_dir / "results"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, tree: Any) -> Any:
+        """Read an old key (:data:`MOVED_KEYS`) as its replacement, with a warning; both given and different is
+        an error."""
+        if not isinstance(tree, dict):
+            return tree
+        for old, new in MOVED_KEYS.items():
+            (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
+            section = tree.get(old_section)
+            if not isinstance(section, dict) or old_key not in section:
+                continue
+            tree = dict(tree)
+            tree[old_section] = {k: v for k, v in section.items() if k != old_key}
+            value = section[old_key]
+            target = tree.get(new_section) or {}
+            if not isinstance(target, dict):
+                continue
+            if new_key in target and target[new_key] != value:
+                raise ValueError(f"{old}={value!r} and {new}={target[new_key]!r}: {old} is deprecated and is {new} "
+                                 f"now (one setting); set {new} only")
+            tree[new_section] = {**target, new_key: value}
+            warnings.warn(f"config key {old} is deprecated and goes in the next release: it is {new} now (one "
+                          f"setting for the index and the μ tuned for it); write {new}: {value}",
+                          FutureWarning, stacklevel=2)
+        return tree
 
     @field_validator("data", mode="before")
     @classmethod

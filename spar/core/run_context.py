@@ -36,8 +36,7 @@ class RunContext:
     @classmethod
     def at(cls, output_dir: str | Path) -> "RunContext":
         """A run known by its output directory alone (another run's, a benchmark's): its artifact paths only."""
-        return cls(SimpleNamespace(experiment=SimpleNamespace(output_dir=str(output_dir)),
-                                   publish=SimpleNamespace(output=None)))
+        return cls(SimpleNamespace(experiment=SimpleNamespace(output_dir=str(output_dir))))
 
     @property
     def output_dir(self) -> Path:
@@ -52,11 +51,6 @@ class RunContext:
         """``queries/passages.arrow``: the passages table the sample stage writes (rows the labels refer to)."""
         return self.artifact("queries") / PASSAGES_FILE
 
-    @property
-    def model(self) -> Path:
-        """The published model directory: ``publish.output``, else ``<output_dir>/model``."""
-        output = self.cfg.publish.output
-        return Path(output) if output else self.artifact("model")
 
     def embeddings(self, encoder: str, split: str = "passages") -> Path:
         """``embeddings/<encoder>/<split>``: encoder in {base, lambda}; split ``passages``, ``queries-dev`` or
@@ -135,3 +129,9 @@ class RunContext:
             return str(run.dir)
         finally:
             run.finish()
+
+
+def published_model_dir(cfg) -> Path:
+    """Where a run's model is published: ``publish.output``, else ``<output_dir>/model`` (a function, not a
+    property of :class:`RunContext`, so that only the stages that call it read the publish section)."""
+    return Path(cfg.publish.output) if cfg.publish.output else RunContext(cfg).artifact("model")

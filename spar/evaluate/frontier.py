@@ -32,7 +32,7 @@ import numpy as np
 
 from spar.core.artifacts import is_complete
 from spar.core.errors import ArtifactError
-from spar.index.spar_index import IndexType
+from spar.core.config import IndexType
 from spar.core.run_context import RunContext
 from spar.index.storage import STORAGES, code_bytes, hnsw_can_store
 

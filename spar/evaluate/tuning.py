@@ -21,11 +21,12 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from spar.core.artifacts import is_complete
+from spar.core.config import Variant
 from spar.core.run_context import RunContext
 from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
@@ -35,7 +36,6 @@ from spar.evaluate.metrics import Qrels, evaluate_run, measure_depth, ranked_run
 
 log = logging.getLogger(__name__)
 
-Variant = Literal["concat", "sum"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -445,6 +445,15 @@ class TuneReport:
     alpha_search: GridSearch
 
 
+def tune_settings(cfg) -> dict[str, Any]:
+    """The ``tune`` section as the stages' fingerprints record it: its options, and the variant μ is tuned for
+    (``index.variant``) under the key ``variant``, where ``tune.variant`` kept it before spar 0.2, so that runs
+    made before stay up to date."""
+    from spar.core.stage import settings
+
+    return {**settings(cfg.tune), "variant": cfg.index.variant}
+
+
 def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info) -> TuneReport:
     """The ``tune`` stage on an experiment's artifacts: μ (configured variant, and the other one when
     ``tune.tune_both_variants``) and the hybrid's α, on dev questions only (never a test split): the dev pool of
@@ -482,8 +491,9 @@ def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> 
     candidates = resolve_candidates(t.candidates, t.metric)
     where = f"{len(dev.ids)} dev queries" + (f" of {dev.name}" if dev.name else "")
 
-    variants = [t.variant]
-    other = "sum" if t.variant == "concat" else "concat"
+    variant_of_index = cfg.index.variant  # the one variant setting: μ is tuned for the index's combination
+    variants = [variant_of_index]
+    other = "sum" if variant_of_index == "concat" else "concat"
     if t.tune_both_variants and (other == "concat" or base_p.shape[1] == lambda_p.shape[1]):
         variants.append(other)
     tuned: dict[str, MuTuning] = {}
@@ -507,9 +517,9 @@ def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> 
     bm25_score = evaluate_run(qrels, bm25_deep, [t.metric])[t.metric]
     lambda_score = evaluate_run(qrels, lambda_run, [t.metric])[t.metric]
 
-    main = tuned[t.variant]
+    main = tuned[variant_of_index]
     payload = {
-        "variant": t.variant, "metric": t.metric, "mu": main.search.best, "grid": main.search.grid,
+        "variant": variant_of_index, "metric": t.metric, "mu": main.search.best, "grid": main.search.grid,
         "scores": main.search.scores_by_name(), "confirmed": _round(main.confirmed),
         "alpha": alpha.best, "alpha_grid": alpha.grid, "alpha_scores": alpha.scores_by_name(),
         "split": "dev", "dev_queries": len(dev.ids), "dev_sets": dev.name.split("+") if dev.name else [],
@@ -548,7 +558,7 @@ class TunedWeights:
 
     @property
     def variant(self) -> str:
-        """The configured variant (``tune.variant``), the one whose μ is the record's main ``mu``."""
+        """The configured variant (``index.variant``), the one whose μ is the record's main ``mu``."""
         return self.payload.get("variant", "concat")
 
     @property
@@ -564,7 +574,7 @@ class TunedWeights:
         other = self.payload.get("variants", {}).get(variant)
         if not other:
             raise ArtifactError(f"{self.path}: μ was not tuned for the '{variant}' variant (tuned: "
-                                f"{sorted(self.variants)}); re-run `spar tune` with tune.variant={variant}")
+                                f"{sorted(self.variants)}); re-run `spar tune` with index.variant={variant}")
         return float(other["mu"])
 
     @property

@@ -42,12 +42,12 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterator, Sequence, get_args
 
 import numpy as np
 import pyarrow as pa
 
-from spar.core.config import IndexSection
+from spar.core.config import IndexSection, IndexType, Variant
 from spar.core.errors import ArtifactError
 from spar.core.executor import Executor, WorkerSpec
 from spar.index.files import IDS_FILE, INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
@@ -55,8 +55,6 @@ from spar.index.storage import FAST_SCAN, code_bytes
 
 log = logging.getLogger(__name__)
 
-Variant = Literal["concat", "sum"]
-IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
 #: Passages combined and added to FAISS per step (bounds the extra memory of building from memory-mapped shards).
 ADD_BATCH = 65_536
 #: Training sample of a scalar quantizer or flat PQ (IVF indexes size theirs by the number of lists).
@@ -75,7 +73,7 @@ def _faiss():
 
 
 def _check_pair(base: np.ndarray, lam: np.ndarray, variant: str, what: str) -> None:
-    if variant not in ("concat", "sum"):
+    if variant not in get_args(Variant):
         raise ValueError(f"unknown SPAR variant {variant!r}; use 'concat' or 'sum'")
     if base.ndim != 2 or lam.ndim != 2:
         raise ArtifactError(f"{what}: expected 2-d matrices, got base {base.shape} and Λ {lam.shape}")

@@ -23,11 +23,11 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import get_args
 
+from spar.core.config import Storage
 from spar.core.errors import ArtifactError
 
-Storage = Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"]
 STORAGES: tuple[str, ...] = get_args(Storage)
 #: Bits per dimension of the per-dimension codecs (PQ's size depends on pq_m and pq_nbits instead).
 BITS = {"float32": 32, "float16": 16, "sq8": 8, "sq6": 6, "sq4": 4}

@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Protocol, Sequence, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
+from spar.core.config import LambdaKind
 from spar.core.errors import ArtifactError, ConfigError
 
 LAMBDA_CONFIG = "spar_lambda.json"
-#: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use). A new
-#: kind is one new module under ``spar/lexical/`` and one line here.
-REGISTRY = {
-    "transformer": "spar.lexical.transformer:TransformerLambda",
-    "projection": "spar.lexical.projection:ProjectionLambda",
-    "static": "spar.lexical.static:StaticLambda",
-}
+#: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use), derived
+#: from the kind names written once in the config (:data:`spar.core.config.LambdaKind`): kind ``k`` is the class
+#: ``<K>Lambda`` of ``spar/lexical/<k>.py``. A new kind is that module and its name in ``LambdaKind``.
+REGISTRY = {kind: f"spar.lexical.{kind}:{kind.capitalize()}Lambda" for kind in get_args(LambdaKind)}
 KINDS = tuple(REGISTRY)
 
 PassageLike = tuple[str, str] | str

@@ -50,14 +50,15 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, get_args
 
 import numpy as np
 
 from spar.core.artifacts import PASSAGES_FILE
 from spar.core.errors import ArtifactError, SparError
 from spar.core.run_context import RunContext
-from spar.index.spar_index import Variant, spar_passage_vectors, spar_query_vectors
+from spar.core.config import Variant
+from spar.index.spar_index import spar_passage_vectors, spar_query_vectors
 from spar.publish.card import ModelCardFacts, render_model_card
 
 MODEL_CONFIG = "spar_model.json"
@@ -102,7 +103,7 @@ class SparEncoder:
         from spar.model.encoders import BiEncoder
         from spar.lexical.transformer import TransformerLambda
 
-        if variant not in ("concat", "sum"):
+        if variant not in get_args(Variant):
             raise SparError(f"unknown SPAR variant {variant!r} (expected 'concat' or 'sum')")
         if variant == "sum" and base.dim != lambda_.dim:
             raise SparError(f"variant 'sum' needs equal dimensions, base has {base.dim} and Λ {lambda_.dim}")
