@@ -2,7 +2,7 @@
 Index Sizes"): SQuAD's test questions against their gold paragraphs plus N distractor passages, for BM25, the base
 retriever, the BM25 hybrid and SPAR. Does SPAR keep BM25's robustness to index size, where dense retrievers lose it?
 
-    python bench/index_size_curve.py -c configs/experiments/wiki-odqa-200k.yaml --set squad-open \
+    python bench/index_size_curve.py -c configs/experiments/wiki-odqa-50k.yaml --set squad-open \
         --distractors 0 10000 100000 all --out results/index-size-curve
 
 Reads a finished experiment (its passage embeddings, query vectors, tuned weights of the question set, teacher

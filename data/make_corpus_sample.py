@@ -1,8 +1,8 @@
 """Write a seeded sample of a passage corpus as gzip JSONL (BEIR fields plus the corpus's own, e.g. the passage's
 position in its article), for experiments that cannot encode the whole corpus on the machine at hand.
 
-    python data/make_corpus_sample.py ../shared/datasets/enwiki-2015/corpus.jsonl.gz 195503 \
-        runs/corpora/enwiki-2015-sample-195503.jsonl.gz --seed 42
+    python data/make_corpus_sample.py ../shared/datasets/enwiki-2015/corpus.jsonl.gz 45503 \
+        runs/corpora/enwiki-2015-sample-45503.jsonl.gz --seed 42
 
 A passage is kept when its id is among the ``size`` with the smallest SHA-256 of ``"<seed>:<id>"``: a seeded uniform
 sample that does not depend on the file's order; the kept passages stay in the corpus's order. The corpus is read

@@ -5,7 +5,7 @@
     spar <stage> --help                              # every option of the stage, with defaults
     spar search MODEL_OR_INDEX_DIR "query text"      # top-k passages with the published model
     spar index --model MODEL --corpus C --output DIR # index any corpus with a published model (then search DIR)
-    spar frontier -c CONFIG [--kinds ..] [--dims ..] [--storages ..] # quality per byte: SPAR vs bytes/passage
+    spar frontier -c CONFIG [--kinds ..] [--dims ..] [--storages ..] [--indexes ..]  # quality per byte
 
 The command sits above the stages (``pipelines/``), which sit above the library (``spar/``): nothing in ``spar/``
 imports this module.
@@ -97,13 +97,18 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
     frontier = sub.add_parser("frontier", help="Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against "
                               "index size -> frontier/, results/", formatter_class=argparse.RawDescriptionHelpFormatter,
                               description=_frontier_doc())
-    frontier.add_argument("--kinds", default="projection,static,transformer",
-                          help="comma-separated Λ kinds (transformer: the run's own trained Λ, when it has one)")
-    frontier.add_argument("--dims", default=None, help="comma-separated dimensions (default 128,...,3072)")
-    frontier.add_argument("--seeds", default="0,1,2", help="comma-separated seeds of the random matrices")
-    frontier.add_argument("--storages", default="float32",
-                          help="comma-separated passage storages (float32, float16, sq8, sq6, sq4, pq): the "
-                          "bytes-per-passage axis")
+    frontier.add_argument("--kinds", type=_names, default=None,
+                          help="comma-separated Λ kinds: projection, static, transformer (the run's own trained Λ; "
+                          "default: projection,static and the run's own Λ when it has one)")
+    frontier.add_argument("--dims", type=_ints, default=None, help="comma-separated dimensions (default 128,...,3072)")
+    frontier.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds of the random matrices "
+                          "(default 0,1,2)")
+    frontier.add_argument("--storages", type=_names, default=("float32",),
+                          help="comma-separated passage storages, the bytes-per-passage axis: "
+                          f"{', '.join(_storages())} (default float32)")
+    frontier.add_argument("--indexes", type=_names, default=("flat",),
+                          help="comma-separated index types timed on the first seed: flat (what the default rule "
+                          "needs), hnsw, ivf (approximate: also scored against the exact scan); default flat")
     _add_common(frontier)
     search = sub.add_parser("search", help="search a published SPAR model's index from the command line")
     search.add_argument("index_dir", help="index directory written by `spar index` (or a published model dir)")
@@ -121,8 +126,23 @@ def _frontier_doc() -> str:
     return pipelines.frontier.__doc__ or ""
 
 
-def _ints(text: str | None) -> list[int] | None:
-    return None if text is None else [int(x) for x in text.split(",") if x.strip()]
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated option (checked by the command: empty, repeated and unknown values are refused)."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers; anything else is argparse's one-line usage error (#31 item 8)."""
+    try:
+        return tuple(int(x) for x in _names(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _storages() -> tuple[str, ...]:
+    from spar.index.storage import STORAGES
+
+    return STORAGES
 
 
 def _version() -> str:
@@ -261,9 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             import pipelines.frontier
 
             started = time.time()
-            stats = pipelines.frontier.run(cfg, tuple(k for k in args.kinds.split(",") if k), _ints(args.dims),
-                                           _ints(args.seeds), force=args.force,
-                                           storages=tuple(s for s in args.storages.split(",") if s))
+            stats = pipelines.frontier.run(cfg, args.kinds, args.dims, args.seeds, force=args.force,
+                                           storages=args.storages, index_types=args.indexes)
             _print_stats("frontier", stats, time.time() - started)
             return 0
         if args.command == "run":

@@ -3,27 +3,40 @@
 Needs the run's ``queries/``, ``labels/``, ``teacher_index/`` and base embeddings (``spar run --to encode
 encode.encoders=[base]``, or a whole run). Every point fits or trains its Λ in memory (static ones under
 ``frontier/static-d<dim>-s<seed>/``); nothing else of the run changes. Options (``frontier.*`` is not a config
-section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``, ``--storages``;
-``section.key=value`` overrides apply as for the stages (e.g. the static Λ's ``train.max_steps``). Points computed
-earlier under the same settings are kept (``--force`` recomputes them), so a frontier can be grown kind by kind. Writes
-``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*``. Logic:
-:mod:`spar.evaluate.frontier`.
+section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``, ``--storages``,
+``--indexes`` (index types timed on the first seed: ``flat``, what the default rule needs, and the approximate
+``hnsw`` and ``ivf``, also scored against the exact scan); ``section.key=value`` overrides apply as for the stages
+(e.g. the static Λ's ``train.max_steps``, ``index.nprobe``).
+
+Points computed earlier under the same settings are kept, so a frontier can be grown kind by kind, dimension by
+dimension; ``--force`` recomputes the points this command asks for and keeps the others. Points made under other
+settings (another teacher, base or training option) are not mixed in: they are moved to
+``frontier/superseded-<settings>.json``, never dropped. Every command that added to the frontier is recorded.
+Writes ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*`` (a results copy
+holding points this frontier lacks is first kept as ``frontier/replaced-<name>-frontier.json``); a command that
+would leave the frontier empty is refused and writes nothing. Logic: :mod:`spar.evaluate.frontier`, the report and the
+default rule: :mod:`spar.evaluate.frontier_report`.
 """
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
+from typing import Sequence
 
 from spar.core.artifacts import ensure_writable, write_json_atomic
+from spar.core.errors import ConfigError
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
+#: The kinds the frontier computes itself; any other (transformer) is the run's own trained Λ.
+COMPUTED_KINDS = ("projection", "static")
 
 
 def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
     from spar.core.fingerprint import fingerprint_dict
-    from spar.core.artifacts import manifest_fingerprint
+    from spar.core.artifacts import is_complete, manifest_fingerprint
     from spar.lexical import lambda_class
     from spar.core.run_context import RunContext
     from spar.core.stage import settings
@@ -35,46 +48,134 @@ def settings_fingerprint(cfg, kind: str) -> str:
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
     if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
         shared["train"] = settings(cfg.train)
-        shared["labels"] = manifest_fingerprint(RunContext(cfg).artifact("labels"))
+        labels = RunContext(cfg).artifact("labels")  # none yet: no trained point can be made (nor kept)
+        shared["labels"] = manifest_fingerprint(labels) if is_complete(labels) else None
     return fingerprint_dict(shared)
 
 
-def run(cfg, kinds=("projection", "static", "transformer"), dims=None, seeds=None, force: bool = False,
-        storages=("float32",)) -> dict:
-    import json
+def _listed(flag: str, values: Sequence, allowed: Sequence | None = None) -> tuple:
+    """``values`` as given on the command line, refused when empty, repeated, or (``allowed``) unknown."""
+    values = tuple(values)
+    if not values:
+        raise ConfigError(f"{flag} is empty: give at least one value")
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise ConfigError(f"{flag} lists {', '.join(repeated)} more than once")
+    if allowed is not None:
+        unknown = [str(v) for v in values if v not in allowed]
+        if unknown:
+            raise ConfigError(f"{flag}: unknown {', '.join(map(repr, unknown))}; use {', '.join(map(str, allowed))}")
+    return values
 
+
+def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, index_types) -> tuple[tuple, ...]:
+    """Refuse what no frontier can be made of, in one line each (#31 item 7), before anything is computed: unknown
+    or repeated values, empty lists, dimensions below 1, and a kind named that the run cannot provide
+    (``transformer``: the run's own trained Λ of that kind). ``kinds=None``: every kind, the run's own Λ when it
+    has one."""
+    from spar.evaluate.frontier import INDEX_TYPES
+    from spar.lexical import KINDS
+    from spar.index.storage import STORAGES
+
+    if kinds is not None:
+        kinds = _listed("--kinds", kinds, KINDS)
+        for kind in kinds:
+            if kind not in COMPUTED_KINDS:
+                _check_run_lambda(cfg, kind)
+    dims = _listed("--dims", dims)
+    if any(d < 1 for d in dims):
+        raise ConfigError(f"--dims must be positive, got {', '.join(str(d) for d in dims if d < 1)}")
+    return (tuple(KINDS) if kinds is None else kinds, dims, _listed("--seeds", seeds),
+            _listed("--storages", storages, STORAGES), _listed("--indexes", index_types, INDEX_TYPES))
+
+
+def _check_run_lambda(cfg, kind: str) -> None:
+    from spar.core.artifacts import is_complete
     from spar.core.run_context import RunContext
+    from spar.lexical import read_lambda_config
+
+    lam_dir = RunContext(cfg).artifact("lambda")
+    found = read_lambda_config(lam_dir).get("kind") if is_complete(lam_dir) else None
+    if found != kind:
+        held = f"holds a {found} Λ" if found else "holds no trained Λ"
+        raise ConfigError(f"--kinds {kind}: the frontier scores the run's own trained {kind} Λ, but {lam_dir} "
+                          f"{held} (train one with `spar train -c CONFIG train.kind={kind}`, or leave {kind} out)")
+
+
+def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: bool = False,
+        storages: Sequence[str] = ("float32",), index_types: Sequence[str] = ("flat",)) -> dict:
+    """Compute the frontier's missing points and write it. ``kinds=None``: projection, static, and the run's own
+    trained Λ when it is of another kind; kinds given explicitly must all be computable."""
+    import json
+    from dataclasses import asdict
+
     from spar.evaluate.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
     from spar.lexical import KINDS
-    from spar.index.storage import check_storage
+    from spar.core.run_context import RunContext
 
-    storages = tuple(check_storage(s) for s in storages)
+    kinds, dims, seeds, storages, index_types = check_arguments(
+        cfg, kinds, DEFAULT_DIMS if dims is None else dims, (0, 1, 2) if seeds is None else seeds, storages,
+        index_types)
 
     out = ensure_writable(RunContext(cfg).artifact("frontier"))
     settings = {kind: settings_fingerprint(cfg, kind) for kind in KINDS}
-    known = []
-    if not force and (out / "frontier.json").exists():
-        previous = json.loads((out / "frontier.json").read_text())
-        # Points of earlier invocations made with the same settings are kept (add kinds, dims or seeds bit by bit).
-        known = [FrontierPoint(**p) for p in previous["points"]
-                 if previous.get("settings", {}).get(p["kind"]) == settings[p["kind"]]]
-    def save_progress(points) -> None:  # a killed frontier keeps what it computed; the next run reuses it
-        from dataclasses import asdict
+    previous = json.loads((out / "frontier.json").read_text()) if (out / "frontier.json").exists() else {}
+    kept, superseded = [], []
+    for p in previous.get("points", []):
+        (kept if previous.get("settings", {}).get(p["kind"]) == settings[p["kind"]] else superseded).append(p)
+    if superseded:  # measurements of other settings: never mixed in, never lost
+        aside = out / f"superseded-{previous.get('settings', {}).get(superseded[0]['kind'], 'unknown')[:12]}.json"
+        earlier = json.loads(aside.read_text()).get("points", []) if aside.exists() else []
+        write_json_atomic(aside, {**previous, "points": [p for p in earlier if p not in superseded] + superseded})
+        print(f"frontier: {len(superseded)} point(s) made under other settings moved to {aside}")
+    if force:  # recompute what this command asks for; keep every other point
+        asked = {(k, d, s, st) for k in kinds for d in dims for s in seeds for st in storages}
+        kept = [p for p in kept if (p["kind"], p["dim"], p["seed"], p["storage"]) not in asked
+                and not (p["seed"] is None and p["kind"] in kinds and p["storage"] in storages)]
+    known = [FrontierPoint.from_json(p) for p in kept]
+    command = RunContext(cfg).command_line("frontier")
+    commands = [*previous.get("commands", [previous["command"]] if previous.get("command") else []), command]
 
-        previous = json.loads((out / "frontier.json").read_text()) if (out / "frontier.json").exists() else {}
-        write_json_atomic(out / "frontier.json", {**previous, "settings": settings,
+    def save_progress(points) -> None:  # a killed frontier keeps what it computed; the next run reuses it
+        write_json_atomic(out / "frontier.json", {**previous, "settings": settings, "commands": commands,
                                                   "points": [asdict(p) for p in points]})
 
-    report = run_frontier(cfg, kinds, dims or DEFAULT_DIMS, seeds or (0, 1, 2), storages, out, progress=print,
-                          known=known, on_point=save_progress)
-    report.details["settings"] = settings
-    report.details["command"] = RunContext(cfg).command_line("frontier")
+    report = run_frontier(cfg, kinds, dims, seeds, storages, out, progress=print, known=known,
+                          on_point=save_progress, index_types=index_types)
+    if not report.points:
+        raise ConfigError(f"no frontier point was computed for --kinds {','.join(kinds)} and none is kept in "
+                          f"{out / 'frontier.json'}: nothing written")
+    report.details.update({"settings": settings, "commands": commands, "command": command})
     write_json_atomic(out / "frontier.json", report.to_json())
-    table = report.markdown()
-    (out / "frontier.md").write_text(table + f"\n`{report.details['command']}`\n", encoding="utf-8")
+    table = report.markdown(commands)
+    (out / "frontier.md").write_text(table, encoding="utf-8")
     report.plot(out / "frontier.png")
     results = ensure_writable(cfg.results_dir)
+    _keep_richer_results(results / f"{cfg.experiment.name}-frontier.json", report.points, out)
     for suffix in ("json", "md", "png"):
         shutil.copyfile(out / f"frontier.{suffix}", results / f"{cfg.experiment.name}-frontier.{suffix}")
+    choice = report.choice()
     return {"points": len(report.points), "table": table, "output": str(out),
-            "results": str(results / f"{cfg.experiment.name}-frontier.md")}
+            "results": str(results / f"{cfg.experiment.name}-frontier.md"),
+            **({"choice": f"{choice.kind} {choice.dim} {choice.storage}"} if choice else {})}
+
+
+def _keep_richer_results(target: Path, points, out: Path) -> None:
+    """Before ``target`` (the results copy) is replaced: if it holds points this frontier lacks (a committed
+    frontier, made in another run directory), copy it to ``out`` first and say so: nothing is lost."""
+    import json
+
+    if not target.exists():
+        return
+    try:
+        earlier = json.loads(target.read_text()).get("points", [])
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    have = {(p.kind, p.dim, p.seed, p.storage) for p in points}
+    missing = [p for p in earlier if isinstance(p, dict) and (p.get("kind"), p.get("dim"), p.get("seed"),
+                                                              p.get("storage")) not in have]
+    if missing:
+        aside = out / f"replaced-{target.name}"
+        shutil.copyfile(target, aside)
+        print(f"frontier: {target} held {len(missing)} point(s) this frontier lacks: kept as {aside} before "
+              "replacing it")

@@ -30,6 +30,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from types import FrameType
 from typing import Any, Callable
 
 #: Old module path -> its new home (written by the move script; removed in the next release).
@@ -74,6 +75,7 @@ ALIASES: dict[str, str] = {
     "spar.evaluation": "spar.evaluate.evaluation",
     "spar.latency": "spar.evaluate.latency",
     "spar.frontier": "spar.evaluate.frontier",
+    "spar.frontier_report": "spar.evaluate.frontier_report",
     # END ALIASES
 }
 
@@ -81,7 +83,8 @@ ALIASES: dict[str, str] = {
 def _caller_stacklevel() -> int:
     """The ``stacklevel`` of the first frame outside the import machinery and this module, for a warning issued by
     this module's caller (``warnings`` skips importlib's bootstrap frames when it counts, so they are not counted)."""
-    frame, level = sys._getframe(2), 2
+    frame: FrameType | None = sys._getframe(2)
+    level = 2
     while frame is not None:
         name = frame.f_code.co_filename
         if "importlib" in name and "_bootstrap" in name:

@@ -46,7 +46,8 @@ def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path
             assert load_lambda(tmp_path / "lambda").kind == "projection"
             _spar("train", "--force", *common, f"train.kind={kind}", *extra)
         summary = _spar("run", *common, f"train.kind={kind}", *extra).stdout
-        assert f"experiment kinds, Λ {kind}" in summary  # the summary names the experiment, not the dataset
+        assert "spar run; experiment kinds" in summary  # the summary names the experiment, not the dataset
+        assert f"test); Λ {kind}; μ = " in summary
         lam = load_lambda(tmp_path / "lambda")
         assert lam.kind == kind and lam.dim == 64
         assert read_manifest(tmp_path / "lambda")["stats"]["lambda"]["kind"] == kind

@@ -305,7 +305,8 @@ class LambdaEncoderSection(EncoderSection):
 class LexicalSection(Section):
     """Settings of the term-based Λ kinds (``projection`` and ``static``)."""
 
-    dim: int = Field(384, gt=0, description="Output dimension of a projection or static Λ.")
+    dim: int = Field(4608, gt=0, description="Output dimension of a projection or static Λ (default: the "
+                     "embedded default's frontier choice, with index.storage sq4; README: Quality per byte).")
     projection: Projection = Field(
         "gaussian", description="Random matrix of the projection (and the static Λ's initialisation): Gaussian "
         "N(0, 1/dim) (a dense [vocabulary, dim] table in memory), count-sketch (each term hashed to one dimension "
@@ -502,9 +503,10 @@ class IndexSection(Section):
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + PQ)."
     )
     storage: Storage = Field(
-        "float32", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
+        "sq4", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
         "quantizers, fast-scan PQ with a 4-bit code per 1 (fs4) or 2 (fs2) dimensions, or PQ (pq_m codes of pq_nbits "
-        "bits). Queries stay float32; μ is tuned against the stored vectors."
+        "bits). Queries stay float32; μ is tuned against the stored vectors. Default: the embedded default's "
+        "frontier choice (the cheapest point within one seed sd of the best on dev)."
     )
     hnsw_m: int = Field(32, ge=4, description="HNSW graph neighbours per node (M).")
     hnsw_ef_construction: int = Field(200, ge=1, description="HNSW build-time candidate list size.")

@@ -2,28 +2,39 @@
 
 For each (kind, dim, seed) the frontier fits (``projection``) or trains (``static``) a Λ on the run's corpus and
 labels and encodes the corpus and the dev/test queries; then for each storage (:mod:`spar.index.storage`: float32 to
-4-bit, PQ) it codes ``[P, PΛ]`` as an index of that storage would, tunes μ on dev against those vectors, and reports on
-test:
+4-bit, fast-scan, PQ) it codes ``[P, PΛ]`` as an index of that storage would, tunes μ on dev against those vectors, and
+reports on test:
 
 - Λ alone: nDCG@10, R@100, and RBO (p = 0.9, depth 100) of its ranking against the teacher's (fidelity);
-- SPAR ``[Q, μ·QΛ]`` against the stored ``[P, PΛ]`` by exact search: nDCG@10, R@100 (what Λ adds to the base);
+- SPAR ``[Q, μ·QΛ]`` searched in the flat index of that storage (what ``spar evaluate`` serves; μ swept on dev
+  against the decoded codes, as ``spar tune`` does): nDCG@10, R@100 (what Λ adds to the base);
 - bytes per passage of the codes, and the training time;
-- for the first seed: single-query and batched search latency of flat and HNSW indexes of that storage, side by
-  side with the base-only index and the BM25 + dense hybrid (:mod:`spar.evaluate.latency`), and their ratios.
+- for the first seed, per index type asked for (``index_types``: ``flat`` by default, which is what the default
+  rule needs; ``hnsw`` and ``ivf`` are the approximate indexes): single-query and batched search latency of a SPAR
+  index of that type and storage, and its ratios to the base-only index of the same type and to the BM25 + dense
+  hybrid (:mod:`spar.evaluate.latency`); for an approximate type also SPAR's nDCG@10 and R@100 through it at the same μ,
+  and the loss against the exact scan of the same codes. The IVF index holds ``[P, μ·PΛ]`` and is searched with
+  ``[Q, QΛ]``: the same scores, but its k-means clusters then follow them (Λ's half has ~20× the base's norm, so
+  clusters of ``[P, PΛ]`` follow Λ alone; on SciFact that cost 8 points of nDCG@10 at 32 of 132 lists probed,
+  against 1.7 points scaled).
+
+What does not change between points is computed once: the teacher's statistics, the base-only indexes, and the
+latency of the base indexes and of the hybrid (its Pyserini BM25 search is the costly part); each point times only
+its own SPAR indexes next to the base indexes, and its ratio to the hybrid goes through the base flat index
+(SPAR / base flat, timed together now, × base flat / hybrid, timed together once), so a busier moment of a shared
+machine cancels out.
 
 The base retriever's embeddings, the teacher index and the labels are the run's own artifacts (``spar run`` up to
-``encode`` with ``encode.encoders=[base]`` is enough); the teacher's statistics are fitted once and shared by every
-point. A transformer Λ already trained in the run's ``lambda/`` joins as one more point. Results: JSON, a Markdown
-table (mean ± standard deviation over seeds) and a PNG (SPAR nDCG@10 against bytes per passage on a log scale, one
-line per kind and storage; the base, the BM25 hybrid and BM25 marked). Driver: ``spar frontier -c CONFIG``.
+``encode`` with ``encode.encoders=[base]`` is enough). A transformer Λ already trained in the run's ``lambda/`` joins
+as one more point. The report (:mod:`spar.evaluate.frontier_report`: the default rule, a Markdown table with mean ±
+standard deviation over seeds, a PNG of SPAR nDCG@10 against bytes per passage) is written by ``spar frontier -c
+CONFIG``.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 import time
-from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -32,146 +43,20 @@ import numpy as np
 
 from spar.core.artifacts import is_complete
 from spar.core.errors import ArtifactError
-from spar.core.config import IndexType
+from spar.evaluate.frontier_report import INDEX_TYPES, Choice, FrontierPoint, FrontierReport
 from spar.core.run_context import RunContext
-from spar.index.storage import STORAGES, code_bytes, hnsw_can_store
+from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes, hnsw_can_store
+
+__all__ = ["DEFAULT_DIMS", "INDEX_TYPES", "Choice", "FrontierInputs", "FrontierPoint", "FrontierReport",
+           "run_frontier", "score_points"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DIMS = (128, 256, 384, 768, 1536, 3072)
-#: Index types each point's latency is measured with.
-LATENCY_TYPES: tuple[IndexType, ...] = ("flat", "hnsw")
 METRICS = ("nDCG@10", "R@100")
-
-
-@dataclass
-class FrontierPoint:
-    kind: str
-    dim: int
-    seed: int | None
-    mu: float
-    dev_spar: float
-    spar: dict[str, float]
-    lambda_alone: dict[str, float]
-    rbo: float
-    bytes_per_passage: int
-    train_seconds: float
-    steps: int = 0
-    storage: str = "float32"
-    #: {"flat"|"hnsw": {"single_ms", "p50_ms", "batched_ms", "vs_base": {...}, "vs_hybrid": {...}}} (first seed)
-    latency: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class FrontierReport:
-    dataset: str
-    points: list[FrontierPoint]
-    references: dict[str, dict[str, float]]
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "references": self.references, "points": [asdict(p) for p in self.points],
-                **self.details}
-
-    def groups(self) -> dict[tuple[str, int, str], list[FrontierPoint]]:
-        out: dict[tuple[str, int, str], list[FrontierPoint]] = {}
-        for p in self.points:
-            out.setdefault((p.kind, p.dim, p.storage), []).append(p)
-        order = {name: i for i, name in enumerate(STORAGES)}
-        return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))))
-
-    def best_within(self, max_bytes: float) -> tuple[tuple[str, int, str], list[FrontierPoint]] | None:
-        """The (kind, dim, storage) with the best mean **dev** SPAR score at or below ``max_bytes`` per passage (chosen
-        on dev, never on test), or None when no point fits."""
-        fits = [(key, pts) for key, pts in self.groups().items() if pts[0].bytes_per_passage <= max_bytes]
-        if not fits:
-            return None
-        return max(fits, key=lambda kv: (statistics.mean(p.dev_spar for p in kv[1]), -kv[1][0].bytes_per_passage))
-
-    def choice_line(self) -> str:
-        """One line naming the point a config should use: the best on dev within 2× the base's float32 bytes."""
-        base_bytes = self.references.get("base", {}).get("bytes_per_passage")
-        best = self.best_within(2 * base_bytes) if base_bytes else None
-        if not best or not base_bytes:
-            return ""
-        (kind, dim, storage), pts = best
-        return (f"Best within 2× the base's float32 bytes ({2 * base_bytes:,} B/passage), chosen on dev: {kind} "
-                f"Λ, {dim} dims, {storage} ({pts[0].bytes_per_passage:,} B/passage): dev SPAR "
-                f"{statistics.mean(p.dev_spar for p in pts):.4f}, test SPAR nDCG@10 "
-                f"{statistics.mean(p.spar['nDCG@10'] for p in pts):.4f} over {len(pts)} seed(s).")
-
-    def markdown(self) -> str:
-        def cell(values: list[float], digits: int = 3) -> str:
-            if len(values) == 1:
-                return f"{values[0]:.{digits}f}"
-            return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-        def latency(pts: list[FrontierPoint], index_type: str) -> str:
-            timed = next((p.latency[index_type] for p in pts if index_type in p.latency), None)
-            if not timed:
-                return "–"
-            return (f"{timed['single_ms']:.2f} ({timed['vs_hybrid']['single_ms']:.2f}× hybrid, "
-                    f"{timed['vs_base']['single_ms']:.2f}× base)")
-
-        refs = self.references
-        base_bytes = refs.get("base", {}).get("bytes_per_passage")
-        lines = [f"**{self.dataset}** — quality per byte (test queries; μ tuned on dev against the stored vectors). "
-                 f"Base nDCG@10 {refs['base']['nDCG@10']:.3f} / R@100 {refs['base']['R@100']:.3f}"
-                 + (f" at {base_bytes:,} B/passage (float32)" if base_bytes else "") + "; BM25 hybrid "
-                 f"{refs['hybrid']['nDCG@10']:.3f} / {refs['hybrid']['R@100']:.3f}; BM25 "
-                 f"{refs['bm25']['nDCG@10']:.3f} / {refs['bm25']['R@100']:.3f}. Latency: ms per query, one at a "
-                 "time, k = 100, first seed; in brackets the ratio to the hybrid (base flat float32 + Pyserini BM25 + "
-                 "fusion) and to the base-only index of the same type, measured in the same run.", "",
-                 "| Λ kind | dim | storage | bytes/passage | seeds | Λ nDCG@10 | RBO vs teacher | SPAR nDCG@10 | "
-                 "SPAR R@100 | flat 1-query ms | HNSW 1-query ms | train s |",
-                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for (kind, dim, storage), pts in self.groups().items():
-            lines.append(
-                f"| {kind} | {dim} | {storage} | {pts[0].bytes_per_passage:,} | {len(pts)} | "
-                f"{cell([p.lambda_alone['nDCG@10'] for p in pts])} | {cell([p.rbo for p in pts])} | "
-                f"{cell([p.spar['nDCG@10'] for p in pts])} | {cell([p.spar['R@100'] for p in pts])} | "
-                f"{latency(pts, 'flat')} | {latency(pts, 'hnsw')} | "
-                f"{statistics.mean(p.train_seconds for p in pts):.0f} |")
-        choice = self.choice_line()
-        return "\n".join(lines + (["", choice] if choice else [])) + "\n"
-
-    def plot(self, path: str | Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker  # noqa: F401  (FuncFormatter below)
-
-        fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-        lines = sorted({(p.kind, p.storage) for p in self.points},
-                       key=lambda ks: (ks[0], STORAGES.index(ks[1]) if ks[1] in STORAGES else 99))
-        for kind, storage in lines:
-            groups = [(dim, pts) for (k, dim, st), pts in self.groups().items() if k == kind and st == storage]
-            xs = [pts[0].bytes_per_passage for _, pts in groups]
-            ys = [statistics.mean(p.spar["nDCG@10"] for p in pts) for _, pts in groups]
-            err = [statistics.stdev(p.spar["nDCG@10"] for p in pts) if len(pts) > 1 else 0.0 for _, pts in groups]
-            ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=3, label=f"SPAR, {kind} Λ, {storage}")
-            for (dim, _), x, y in zip(groups, xs, ys):
-                ax.annotate(str(dim), (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6)
-        refs = self.references
-        for name, style in (("hybrid", "--"), ("bm25", "-."), ("base", ":")):
-            ax.axhline(refs[name]["nDCG@10"], color="grey", linestyle=style, linewidth=1,
-                       label=f"{name} ({refs[name]['nDCG@10']:.3f})")
-        if refs["base"].get("bytes_per_passage"):
-            ax.scatter([refs["base"]["bytes_per_passage"]], [refs["base"]["nDCG@10"]], marker="s", color="black",
-                       zorder=3, label="base alone, float32")
-            ax.axvline(2 * refs["base"]["bytes_per_passage"], color="lightgrey", linewidth=1,
-                       label="2× the base's bytes")
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}"))
-        ax.set_xlabel("bytes per passage of the SPAR index's codes (log scale)")
-        ax.set_ylabel("SPAR nDCG@10 (test)")
-        ax.set_title(f"{self.dataset}: quality per byte")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
+LATENCY_K = 100
+#: Queries timed one at a time per point (all test queries are timed batched).
+LATENCY_SINGLE = 100
 
 
 def _top_run(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], k: int):
@@ -179,6 +64,11 @@ def _top_run(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Se
 
     return dense_search(np.ascontiguousarray(q, dtype=np.float32), np.ascontiguousarray(p, dtype=np.float32),
                         query_ids, doc_ids, k)
+
+
+def can_hold(index_type: str, storage: str) -> bool:
+    """Whether an index of ``index_type`` can store ``storage`` (HNSW holds neither PQ nor fast-scan codes)."""
+    return index_type != "hnsw" or hnsw_can_store(storage)
 
 
 class FrontierInputs:
@@ -223,18 +113,24 @@ class FrontierInputs:
                 return np.asarray(stored.vectors[[position[q] for q in queries.ids]], dtype=np.float32)
         return self.experiment.encoder("base").encode_query(list(queries.texts.values()))
 
-    @cached_property
-    def base_indexes(self) -> dict[str, Any]:
-        """Base-only float32 indexes (flat, HNSW): the latency references."""
-        from spar.index.spar_index import build_spar_index
-
-        return {t: build_spar_index(self.base_p, None, index_type=t, **self.index_params) for t in LATENCY_TYPES}
-
     @property
     def index_params(self) -> dict[str, Any]:
+        """The run's ``index`` options that shape an index (its storage aside), and the codec-training seed."""
         section = self.cfg.index
         return {"hnsw_m": section.hnsw_m, "hnsw_ef_construction": section.hnsw_ef_construction,
-                "hnsw_ef_search": section.hnsw_ef_search, "seed": self.cfg.experiment.seed}
+                "hnsw_ef_search": section.hnsw_ef_search, "ivf_nlist": section.ivf_nlist, "nprobe": section.nprobe,
+                "pq_m": section.pq_m, "pq_nbits": section.pq_nbits, "train_size": section.train_size,
+                "seed": self.cfg.experiment.seed}
+
+    def base_index(self, index_type: str) -> Any:
+        """The base-only float32 index of ``index_type`` (built once): the latency reference."""
+        from spar.index.spar_index import build_spar_index
+
+        cache = self.__dict__.setdefault("_base_indexes", {})
+        if index_type not in cache:
+            cache[index_type] = build_spar_index(self.base_p, None, index_type=index_type,  # type: ignore[arg-type]
+                                                 **{**self.index_params, "storage": "float32"})
+        return cache[index_type]
 
     @cached_property
     def reference_figures(self) -> dict[str, dict[str, float]]:
@@ -245,27 +141,39 @@ class FrontierInputs:
     def hybrid_alpha(self) -> float:
         return self.reference_figures["hybrid"]["alpha"]
 
-    def latency(self, lam_p: np.ndarray, spar_q: np.ndarray, options) -> dict[str, Any]:
-        """Single-query and batched latency of flat and HNSW SPAR indexes storing ``[P, PΛ]`` as ``options`` says,
-        timed with the base-only indexes and the hybrid in one run (1 FAISS thread: a shared 2-core machine)."""
-        import faiss
+    def reference_latency(self, index_types: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Latency of the hybrid and of the base-only indexes of ``index_types``, timed side by side once per
+        frontier (none of them depends on Λ): ``{"hybrid": {...}, "base_flat": {...}, ...}``."""
+        cache = self.__dict__.setdefault("_reference_latency", {})
+        missing = [t for t in index_types if f"base_{t}" not in cache]
+        if missing or "hybrid" not in cache:
+            systems = _hybrid_system(self)
+            systems.update({f"base_{t}": _searcher(self.base_index(t), self.base_q["test"])
+                            for t in dict.fromkeys(["flat", *index_types])})
+            cache.update(_time_one_thread(systems, len(self.test.ids)))
+        return cache
 
-        from spar.index.spar_index import build_spar_index
-        from spar.evaluate.latency import ratios, time_systems
+    def latency(self, spar_indexes: Mapping[str, Any], spar_q: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Single-query and batched latency of SPAR indexes (by type, with their query vectors), each timed side by
+        side with the base-only index of its type; the ratio to the hybrid goes through the base flat index (module
+        docstring)."""
+        from spar.evaluate.latency import ratios
 
-        storage = options.storage
-        params = {**self.index_params, "storage": storage}
-        spar_indexes: dict[str, Any] = {t: build_spar_index(self.base_p, lam_p, "concat", t, **params)
-                                        for t in LATENCY_TYPES if t != "hnsw" or hnsw_can_store(storage)}
-        threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)
-        try:
-            timings = time_systems(_timed_systems(self, spar_indexes, spar_q), len(self.test.ids), LATENCY_SINGLE)
-        finally:
-            faiss.omp_set_num_threads(threads)
-        return {t: {**timings[f"spar_{t}"], "vs_base": ratios(timings, f"spar_{t}", f"base_{t}"),
-                    "vs_hybrid": ratios(timings, f"spar_{t}", "hybrid"),
-                    "base": timings[f"base_{t}"], "hybrid": timings["hybrid"]} for t in spar_indexes}
+        reference = self.reference_latency(list(spar_indexes))
+        systems = {f"base_{t}": _searcher(self.base_index(t), self.base_q["test"])
+                   for t in dict.fromkeys(["flat", *spar_indexes])}
+        systems.update({f"spar_{t}": _searcher(index, spar_q[t]) for t, index in spar_indexes.items()})
+        timings = _time_one_thread(systems, len(self.test.ids))
+        base_to_hybrid = ratios(reference, "base_flat", "hybrid")  # both timed together, once
+        out = {}
+        for t in spar_indexes:
+            vs_base = ratios(timings, f"spar_{t}", f"base_{t}")
+            flat = ratios(timings, f"spar_{t}", "base_flat")  # timed together, now
+            out[t] = {**timings[f"spar_{t}"], "vs_base": vs_base,
+                      "vs_hybrid": {key: round(flat[key] * base_to_hybrid[key], 3) for key in flat
+                                    if key in base_to_hybrid},
+                      "base": timings[f"base_{t}"], "hybrid": reference["hybrid"]}
+        return out
 
     def lambda_vectors(self, model) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Λ's passage and dev/test query vectors (term-based kinds reuse the shared sparse matrices)."""
@@ -280,20 +188,30 @@ class FrontierInputs:
                                                 for s in (self.dev, self.test)}
 
 
-LATENCY_K = 100
-#: Queries timed one at a time per point (all test queries are timed batched).
-LATENCY_SINGLE = 100
+def _searcher(index: Any, queries: np.ndarray) -> Callable[[list[int]], Any]:
+    return lambda rows: index.search(queries[rows], LATENCY_K)
 
 
-def _timed_systems(inputs: "FrontierInputs", spar_indexes: Mapping[str, Any], spar_q: np.ndarray):
-    """The systems a point is timed against: SPAR (flat, HNSW), the base-only indexes, the BM25 + dense hybrid."""
+def _time_one_thread(systems: Mapping[str, Callable[[list[int]], Any]], queries: int) -> dict[str, dict[str, float]]:
+    """:func:`spar.evaluate.latency.time_systems` with 1 FAISS thread (a shared 2-core machine; OpenMP threads spin)."""
+    import faiss
+
+    from spar.evaluate.latency import time_systems
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return time_systems(systems, queries, LATENCY_SINGLE)
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _hybrid_system(inputs: "FrontierInputs") -> dict[str, Callable[[list[int]], Any]]:
+    """The BM25 + dense hybrid as a timed system: base flat float32 search + Pyserini BM25 + fusion."""
     from spar.evaluate.tuning import hybrid_fuse
 
-    k, test = LATENCY_K, inputs.test
-    pairs = test.pairs()
-    base_q = inputs.base_q["test"]
-    base_flat = inputs.base_indexes["flat"]
-    alpha = inputs.hybrid_alpha
+    k, pairs = LATENCY_K, inputs.test.pairs()
+    base_q, base_flat, alpha = inputs.base_q["test"], inputs.base_index("flat"), inputs.hybrid_alpha
 
     def hybrid(rows):
         scores, found = base_flat.search(base_q[rows], k)
@@ -302,49 +220,97 @@ def _timed_systems(inputs: "FrontierInputs", spar_indexes: Mapping[str, Any], sp
             dense = [(inputs.doc_ids[d], float(x)) for d, x in zip(found[j], scores[j]) if d >= 0]
             hybrid_fuse(dense, sparse.get(pairs[r][0], []), alpha, inputs.cfg.tune.hybrid_normalize, k)
 
-    def searcher(index: Any, queries: np.ndarray) -> Callable[[list[int]], Any]:
-        return lambda rows: index.search(queries[rows], k)
+    return {"hybrid": hybrid}
 
-    systems: dict[str, Callable[[list[int]], Any]] = {"hybrid": hybrid}
-    for index_type, index in inputs.base_indexes.items():
-        systems[f"base_{index_type}"] = searcher(index, base_q)
-    for index_type, index in spar_indexes.items():
-        systems[f"spar_{index_type}"] = searcher(index, spar_q)
-    return systems
+
+def approximate_quality(inputs: FrontierInputs, index: Any, spar_q: np.ndarray,
+                        exact: Mapping[str, list[tuple[str, float]]]) -> dict[str, float]:
+    """SPAR through an approximate index on test: nDCG@10, R@100, the loss against the exact scan of the same
+    codes (``exact``: its ranked run) and the share of the exact top 10 it finds (overlap@10)."""
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+
+    test = inputs.test
+    scores, rows = index.search(np.ascontiguousarray(spar_q, dtype=np.float32), LATENCY_K)
+    run = ranked_run(test.ids, rows, scores, inputs.doc_ids)
+    figures = evaluate_run(test.qrels, run, METRICS)
+    exact_ndcg = evaluate_run(test.qrels, exact, ["nDCG@10"])["nDCG@10"]
+    overlap = np.mean([len({d for d, _ in run[q][:10]} & {d for d, _ in exact[q][:10]}) / max(1, min(10, len(exact[q])))
+                       for q in test.ids])
+    return {**{m: round(v, 6) for m, v in figures.items()}, "loss": round(exact_ndcg - figures["nDCG@10"], 6),
+            "overlap@10": round(float(overlap), 4)}
 
 
 def score_points(inputs: FrontierInputs, model, seed: int | None, train_seconds: float, steps: int = 0,
-                 storages: Sequence[str] = ("float32",), timed: bool = False,
+                 storages: Sequence[str] = ("float32",), index_types: Sequence[str] = (),
                  metric: str = "nDCG@10") -> list[FrontierPoint]:
-    """For each storage: tune μ on dev against ``[P, PΛ]`` as stored, score Λ alone and SPAR on test (and, when
-    ``timed``, the search latency of flat and HNSW indexes of that storage)."""
-    from spar.index.spar_index import IndexOptions, served_passage_vectors, spar_query_vectors
+    """For each storage: tune μ on dev against ``[P, PΛ]`` as stored, score Λ alone and SPAR on test; for each of
+    ``index_types`` (the timed seed's points; empty: none) time a SPAR index of that type and storage, and score
+    the approximate ones. FAISS runs on one thread here (see :func:`spar.index.spar_index.faiss_threads`)."""
+    from spar.index.spar_index import faiss_threads
     from spar.evaluate.metrics import evaluate_run, mean_rbo
-    from spar.evaluate.tuning import tune_mu
 
     lam_p, lam_q = inputs.lambda_vectors(model)
+    test = inputs.test
+    with faiss_threads(1):
+        lambda_run = _top_run(lam_q["test"], lam_p, test.ids, inputs.doc_ids, 100)
+        lambda_alone = {m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()}
+        rbo = round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)
+        return [_score_storage(inputs, model, lam_p, lam_q, storage, index_types, metric, seed=seed,
+                               train_seconds=round(train_seconds, 2), steps=steps, lambda_alone=lambda_alone, rbo=rbo)
+                for storage in storages]
+
+
+def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapping[str, np.ndarray], storage: str,
+                   index_types: Sequence[str], metric: str, **point: Any) -> FrontierPoint:
+    """One point, as ``spar tune`` and ``spar evaluate`` would make it: μ swept on dev against the decoded codes of
+    ``storage``, then SPAR scored on dev (the rule's figure) and test through the flat index that serves those
+    codes (trained once: the served vectors and the index share the codec). Fast-scan indexes score through
+    8-bit lookup tables whose rounding grows with the number of codes: scoring the decoded codes instead
+    overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev 0.830 decoded, 0.735 served). Then the indexes
+    of ``index_types``."""
+    from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, served_passage_vectors,
+                                       spar_query_vectors, trained_faiss_index)
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+    from spar.evaluate.tuning import tune_mu
+
     dev, test = inputs.dev, inputs.test
-    lambda_run = _top_run(lam_q["test"], lam_p, test.ids, inputs.doc_ids, 100)
-    lambda_alone = {m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()}
-    rbo = round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)
-    points = []
-    for storage in storages:
-        options = IndexOptions.from_section(inputs.cfg.index, seed=inputs.cfg.experiment.seed).model_copy(
-            update={"storage": storage})
-        served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", "flat", options)
-        tuned = tune_mu(inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev.ids, inputs.doc_ids,
-                        dev.qrels, metric, "concat", confirm=False)
-        mu = tuned.search.best
-        test_q = spar_query_vectors(inputs.base_q["test"], lam_q["test"], mu, "concat")
-        spar_run = _top_run(test_q, np.hstack([served_base, served_lambda]), test.ids, inputs.doc_ids, 100)
-        points.append(FrontierPoint(
-            kind=model.kind, dim=model.dim, seed=seed, mu=mu, dev_spar=round(tuned.search.best_score, 6),
-            spar={m: round(v, 6) for m, v in evaluate_run(test.qrels, spar_run, METRICS).items()},
-            lambda_alone=lambda_alone, rbo=rbo,
-            bytes_per_passage=code_bytes(storage, inputs.base_p.shape[1] + model.dim, options.pq_m, options.pq_nbits),
-            train_seconds=round(train_seconds, 2), steps=steps, storage=storage,
-            latency=inputs.latency(lam_p, test_q, options) if timed else {}))
-    return points
+    options = IndexOptions(**{**inputs.index_params, "storage": storage})
+    flat = trained_faiss_index([inputs.base_p, lam_p], "concat", "flat", options)
+    served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", "flat", options, flat)
+    tuned = tune_mu(inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev.ids, inputs.doc_ids,
+                    dev.qrels, metric, "concat", confirm=False)
+    del served_base, served_lambda
+    mu = tuned.search.best
+    flat = add_passages(flat, [inputs.base_p, lam_p], "concat")
+
+    def served_run(split) -> dict[str, list[tuple[str, float]]]:
+        q = spar_query_vectors(inputs.base_q[split.split], lam_q[split.split], mu, "concat")
+        scores, rows = flat.search(q, min(100, len(inputs.doc_ids)))
+        return ranked_run(split.ids, rows, scores, inputs.doc_ids)
+
+    dev_served = evaluate_run(dev.qrels, served_run(dev), [metric])[metric]
+    spar_run = served_run(test)
+    test_q = spar_query_vectors(inputs.base_q["test"], lam_q["test"], mu, "concat")
+    indexes, queries = {}, {}
+    for t in index_types:
+        if not can_hold(t, storage):
+            continue
+        if t == "flat":
+            indexes[t], queries[t] = flat, test_q
+        elif t == "ivf":  # Λ's half scaled by μ at index time: the same scores, clusters that follow them
+            indexes[t] = build_faiss_index([inputs.base_p, np.float32(mu) * lam_p], "concat", "ivf", options)
+            queries[t] = spar_query_vectors(inputs.base_q["test"], lam_q["test"], 1.0, "concat")
+        else:
+            indexes[t] = build_faiss_index([inputs.base_p, lam_p], "concat", t, options)  # type: ignore[arg-type]
+            queries[t] = test_q
+    return FrontierPoint(
+        kind=model.kind, dim=model.dim, mu=mu, dev_spar=round(dev_served, 6),
+        dev_decoded=round(tuned.search.best_score, 6),
+        spar={m: round(v, 6) for m, v in evaluate_run(test.qrels, spar_run, METRICS).items()},
+        bytes_per_passage=code_bytes(storage, inputs.base_p.shape[1] + model.dim, options.pq_m, options.pq_nbits),
+        storage=storage, latency=inputs.latency(indexes, queries) if indexes else {},
+        approximate={t: approximate_quality(inputs, index, queries[t], spar_run) for t, index in indexes.items()
+                     if t != "flat"}, **point)
 
 
 def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dict[str, float]]:
@@ -370,14 +336,21 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
                  work_dir: str | Path | None = None,
                  progress: Callable[[str], None] = log.info,
                  known: Sequence[FrontierPoint] = (),
-                 on_point: Callable[[list[FrontierPoint]], None] | None = None) -> FrontierReport:
+                 on_point: Callable[[list[FrontierPoint]], None] | None = None,
+                 index_types: Sequence[str] = ("flat",)) -> FrontierReport:
     """Every (kind, dim, storage, seed) point on ``cfg``'s run (see the module docstring). ``known`` points
-    (from an earlier run with the same settings) are kept instead of being recomputed; ``on_point(points)`` is
-    called after each new point (to save progress: a static point costs minutes)."""
+    (from an earlier run with the same settings) are kept instead of being recomputed, and a point asked for twice
+    is computed once; ``on_point(points)`` is called after each new point (to save progress: a static point costs
+    minutes). ``index_types``: the index types timed (and, approximate ones, scored) on the first seed."""
     from spar.lexical.projection import ProjectionLambda
 
     inputs = FrontierInputs(cfg)
     lex = cfg.train.lexical
+    base_dim = inputs.base_p.shape[1]
+    for dim in dims:  # a storage that cannot code a dimension fails now, not after hours of other points
+        for storage in storages:
+            if storage in FAST_SCAN:
+                fast_scan_codes(storage, base_dim + dim)
     work = Path(work_dir) if work_dir else RunContext(cfg).artifact("frontier")
     points: list[FrontierPoint] = list(known)
     done = {(p.kind, p.dim, p.seed, p.storage) for p in points}
@@ -385,42 +358,49 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
 
     def add(new: list[FrontierPoint]) -> None:
         points.extend(new)
+        done.update((p.kind, p.dim, p.seed, p.storage) for p in new)
         for p in new:
             flat = p.latency.get("flat", {})
             progress(f"{p.kind} d={p.dim} {p.storage} seed={p.seed}: SPAR {p.spar['nDCG@10']:.4f} at "
                      f"{p.bytes_per_passage:,} B/passage" + (f", flat {flat['single_ms']:.2f} ms/query "
                                                             f"({flat['vs_hybrid']['single_ms']:.2f}× hybrid)"
-                                                            if flat else ""))
+                                                            if flat else "")
+                     + "".join(f", {t} {a['nDCG@10']:.4f} ({-a['loss']:+.4f})" for t, a in p.approximate.items()))
         if on_point and new:
             on_point(points)
 
-    for dim in dims:
-        for seed in seeds:
+    for dim in dict.fromkeys(dims):
+        for seed in dict.fromkeys(seeds):
             projection = ProjectionLambda(inputs.weights, dim, lex.projection, seed,
                                           lex.nonzeros if lex.projection == "sparse" else None)
-            timed = seed == timed_seed
-            todo = [st for st in storages if ("projection", dim, seed, st) not in done]
+            types = index_types if seed == timed_seed else ()
+            todo = [st for st in dict.fromkeys(storages) if ("projection", dim, seed, st) not in done]
             if "projection" in kinds and todo:
-                add(score_points(inputs, projection, seed, 0.0, 0, todo, timed=timed))
-            todo = [st for st in storages if ("static", dim, seed, st) not in done]
+                add(score_points(inputs, projection, seed, 0.0, 0, todo, types))
+            todo = [st for st in dict.fromkeys(storages) if ("static", dim, seed, st) not in done]
             if "static" in kinds and todo:
                 model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
-                add(score_points(inputs, model, seed, seconds, steps, todo, timed=timed))
+                add(score_points(inputs, model, seed, seconds, steps, todo, types))
     lam_dir = RunContext(cfg).artifact("lambda")
     if is_complete(lam_dir):  # the run's own Λ, of a requested kind this loop does not compute (transformer)
         from spar.core.artifacts import read_manifest
         from spar.lexical import load_lambda, read_lambda_config
 
         run_kind = read_lambda_config(lam_dir)["kind"]
-        if run_kind in kinds and run_kind not in {k for k, *_ in done} | {"projection", "static"}:
+        todo = [st for st in dict.fromkeys(storages) if not any(p.kind == run_kind and p.storage == st
+                                                                for p in points)]
+        if run_kind in kinds and run_kind not in ("projection", "static") and todo:
             stats = read_manifest(lam_dir).get("stats", {})
             add(score_points(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
-                             int(stats.get("steps", 0)), storages, timed=True))
-    return FrontierReport(RunContext(cfg).dataset, points, inputs.reference_figures,
+                             int(stats.get("steps", 0)), todo, index_types))
+    return FrontierReport(RunContext(cfg).dataset, points,
+                          {**inputs.reference_figures,
+                           **({"latency": inputs.reference_latency(index_types)} if index_types else {})},
                           {"dims": sorted({p.dim for p in points}), "seeds": sorted({p.seed for p in points
                                                                                       if p.seed is not None}),
                            "kinds": sorted({p.kind for p in points}),
                            "storages": [st for st in STORAGES if any(p.storage == st for p in points)],
+                           "index_types": [t for t in INDEX_TYPES if any(t in p.latency for p in points)],
                            "dev_queries": len(inputs.dev.ids), "test_queries": len(inputs.test.ids),
                            "projection": cfg.train.lexical.projection})
 

@@ -40,14 +40,16 @@ import functools
 import json
 import logging
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence, get_args
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
-from spar.core.config import IndexSection, IndexType, Variant
+from spar.core.config import IndexSection, IndexType, Storage, Variant
 from spar.core.errors import ArtifactError
 from spar.core.executor import Executor, WorkerSpec
 from spar.index.files import IDS_FILE, INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
@@ -116,6 +118,9 @@ class IndexOptions(IndexSection):
 
     seed: int = 42
     threads: int | None = None
+    #: A library call builds an exact float32 index unless told otherwise (the config section's default is the
+    #: frontier's choice, a quantized one).
+    storage: Storage = Field("float32", description="How passage vectors are stored (spar.index.storage).")
 
     @classmethod
     def from_section(cls, section: IndexSection, seed: int | None = None) -> "IndexOptions":
@@ -237,7 +242,21 @@ def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, ind
         sample = np.sort(rng.choice(n, size=min(n, train_size), replace=False))
         train = (np.ascontiguousarray(matrices[0][sample], dtype=np.float32) if variant is None
                  else spar_passage_vectors(matrices[0][sample], matrices[1][sample], variant))
-        index.train(train)
+        if options.storage in FAST_SCAN:
+            # One small k-means per 1 or 2 dimensions: thousands of tiny OpenMP regions, where a second thread
+            # only waits (SciFact, 3,456 dims, 4,096 points: 28 s on one thread; over 4.5 min on two, load 6).
+            with faiss_threads(1):
+                index.train(train)
+        else:
+            index.train(train)
+    return index
+
+
+def add_passages(index, matrices: Sequence[np.ndarray], variant: str | None):
+    """Add ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices to a trained index, in
+    batches; returns the index."""
+    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
+        index.add(chunk)
     return index
 
 
@@ -265,9 +284,7 @@ def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index
         for _, codes in executor.map(spec, bounds, ordered=True):
             index.add_sa_codes(codes)
         return index
-    for chunk in _batches(matrices, variant, n):
-        index.add(chunk)
-    return index
+    return add_passages(index, matrices, variant)
 
 
 def adds_codes(index_type: str, options: IndexOptions) -> bool:
@@ -290,6 +307,20 @@ class CodeWorker:
 
     def __call__(self, bounds: tuple[int, int]) -> np.ndarray:
         return self.index.sa_encode(_rows(self.matrices, self.variant, *bounds))
+
+
+@contextmanager
+def faiss_threads(threads: int) -> Iterator[None]:
+    """FAISS's OpenMP threads set to ``threads`` inside the block, restored after it. On a loaded machine one
+    thread can be many times faster: OpenMP threads wait for each other at every parallel region (training a
+    fast-scan codec runs thousands of them)."""
+    faiss = _faiss()
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 class ServedVectors:
@@ -320,13 +351,15 @@ class ServedVectors:
 
 
 def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
-                           index_type: IndexType = "flat", options: IndexOptions | None = None) -> tuple[Any, Any]:
+                           index_type: IndexType = "flat", options: IndexOptions | None = None,
+                           trained: Any = None) -> tuple[Any, Any]:
     """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
 
     Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
     the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
-    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it. Inputs that
-    are not in memory (:class:`spar.model.embeddings.ShardedVectors`, a corpus too large to copy) give
+    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it, unless
+    ``trained`` (an index from :func:`trained_faiss_index` for these vectors and options) is given to code with.
+    Inputs that are not in memory (:class:`spar.model.embeddings.ShardedVectors`, a corpus too large to copy) give
     :class:`ServedVectors`, decoded row block by row block as they are read (concat).
     """
     options = options or IndexOptions()
@@ -337,7 +370,7 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
         return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
     _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     faiss = _faiss()
-    index = trained_faiss_index([base_p, lambda_p], variant, index_type, options)
+    index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
     codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
     if streamed and variant == "concat":
         dim = base_p.shape[1]

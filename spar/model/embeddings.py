@@ -167,6 +167,11 @@ class ShardedVectors:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(vectors)``: every row in memory (a caller that needs the whole matrix asks for it)."""
+        whole = self[0:self.shape[0]]
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
     def __getitem__(self, key) -> np.ndarray:
         if isinstance(key, slice):
             start, stop, step = key.indices(self.shape[0])
@@ -178,6 +183,8 @@ class ShardedVectors:
                 if a < b:
                     parts.append(_read_rows(shard, a - lo, b - lo))
             return np.concatenate(parts) if parts else np.zeros((0, self.shape[1]), self.dtype)
+        if np.ndim(key) == 0:  # one row, as an ndarray's integer index gives
+            return self[[int(key)]][0]
         rows = np.asarray(key, dtype=np.int64)
         which = np.searchsorted(self.offsets, rows, side="right") - 1
         out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)

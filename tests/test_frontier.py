@@ -1,0 +1,226 @@
+"""The frontier's default rule (#28 item 3), the defaults that follow it, and `spar frontier`'s arguments (#31 items
+7 and 8)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import cli
+from spar.core.artifacts import artifact_dir
+from spar.core.config import IndexSection, LexicalSection, TrainSection, load_config
+from spar.core.errors import ConfigError
+from spar.evaluate.frontier_report import FrontierPoint, FrontierReport
+
+from test_tune import experiment_config, sample_experiment  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _point(dim, storage, nbytes, dev, seed=0, test=None, ms=None, kind="projection"):
+    return FrontierPoint(kind=kind, dim=dim, seed=seed, mu=1.0, dev_spar=dev,
+                         spar={"nDCG@10": dev if test is None else test, "R@100": 0.9}, lambda_alone={"nDCG@10": 0.5},
+                         rbo=0.5, bytes_per_passage=nbytes, train_seconds=0.0, storage=storage,
+                         latency={"flat": {"single_ms": ms}} if ms is not None else {})
+
+
+def _seeds(dim, storage, nbytes, devs, ms=None, tests=None):
+    """One group: a point per seed (the first seed timed, as the frontier does)."""
+    return [_point(dim, storage, nbytes, dev, seed, None if tests is None else tests[seed],
+                   ms if seed == 0 else None) for seed, dev in enumerate(devs)]
+
+
+REFS = {"base": {"nDCG@10": 0.6, "R@100": 0.9, "bytes_per_passage": 1536}, "bm25": {"nDCG@10": 0.6, "R@100": 0.9},
+        "hybrid": {"nDCG@10": 0.7, "R@100": 0.9, "alpha": 0.1}}
+
+# ----------------------------------------------------------------------------------------------------------------
+# The rule
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_the_rule_takes_the_cheapest_point_within_one_seed_sd_of_the_best_on_dev():
+    best = _seeds(6144, "sq4", 3264, [0.80, 0.79, 0.81], ms=6.0)           # the best on dev: mean 0.80, sd 0.01
+    others = (_seeds(3072, "sq4", 1728, [0.79, 0.79, 0.80], ms=3.0)        # 0.7933: within 0.01 of the best
+              + _seeds(768, "sq4", 576, [0.78, 0.79, 0.78], ms=1.0)        # 0.7833: below the best by more
+              + _seeds(6144, "float32", 26112, [0.80, 0.795, 0.80]))     # as good, at 8x the bytes
+    choice = FrontierReport("toy", best + others, REFS).choice()
+    assert choice.key == ("projection", 3072, "sq4") and choice.bytes_per_passage == 1728
+    assert choice.best == ("projection", 6144, "sq4") and choice.tolerance == pytest.approx(0.01)
+    # The tolerance is the best group's own spread over seeds: a noisier best lets a cheaper point in.
+    noisy = _seeds(6144, "sq4", 3264, [0.83, 0.80, 0.77], ms=6.0)          # mean 0.80, sd 0.03
+    assert FrontierReport("toy", noisy + others, REFS).choice().key == ("projection", 768, "sq4")
+
+
+def test_equal_bytes_are_decided_by_single_query_latency():
+    points = (_seeds(5376, "sq4", 2880, [0.80, 0.80, 0.80], ms=4.8)
+              + _seeds(5376, "fs4", 2880, [0.79, 0.80, 0.80], ms=1.5)      # same bytes, a little worse, 3x faster
+              + _seeds(5376, "sq6", 4320, [0.82, 0.80, 0.79], ms=5.5))     # the best on dev: sd 0.015
+    assert FrontierReport("toy", points, REFS).choice().key == ("projection", 5376, "fs4")
+    # An untimed point counts as the slowest of its byte size.
+    untimed = [p for p in points if p.storage != "fs4"] + _seeds(5376, "fs4", 2880, [0.79, 0.80, 0.80])
+    assert FrontierReport("toy", untimed, REFS).choice().key == ("projection", 5376, "sq4")
+
+
+def test_the_rule_never_looks_at_test_and_one_seed_means_the_best_on_dev():
+    points = (_seeds(3072, "sq4", 1728, [0.80], tests=[0.60])
+              + _seeds(768, "sq4", 576, [0.799], tests=[0.90]))  # better on test, a hair worse on dev
+    report = FrontierReport("toy", points, REFS)
+    choice = report.choice()
+    assert choice.key == ("projection", 3072, "sq4") and choice.tolerance is None
+    assert "one seed: the noise is unknown" in report.choice_line()
+    assert FrontierReport("toy", [], REFS).choice() is None
+
+
+def test_a_report_reads_back_from_its_json_with_older_files_too():
+    points = _seeds(3072, "fs2", 864, [0.79, 0.80], ms=0.7)
+    report = FrontierReport("toy", points, REFS, {"commands": ["spar frontier --dims 3072"]})
+    again = FrontierReport.from_json(json.loads(json.dumps(report.to_json())))
+    assert again.points == report.points and again.details["commands"] == ["spar frontier --dims 3072"]
+    older = report.to_json()
+    for p in older["points"]:
+        del p["approximate"]  # written before approximate indexes joined the frontier
+    assert FrontierReport.from_json(older).choice().key == ("projection", 3072, "fs2")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The defaults follow the rule
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config,frontier", [(None, "scifact-sample"),
+                                             ("configs/experiments/scifact.yaml", "scifact"),
+                                             ("configs/experiments/cranfield.yaml", "cranfield")])
+def test_shipped_configs_use_the_point_their_frontier_chose(config, frontier):
+    report = FrontierReport.from_json(json.loads((REPO / "results" / f"{frontier}-frontier.json").read_text()))
+    choice = report.choice()
+    cfg = load_config(REPO / config if config else None)
+    assert (cfg.train.kind, cfg.train.lexical.dim, cfg.index.type, cfg.index.storage) == (
+        choice.kind, choice.dim, "flat", choice.storage)
+
+
+def test_the_codes_own_defaults_are_the_embedded_defaults_choice():
+    """A config written from `--help` (no train/index sections) gets the rule's point, not 384 float32."""
+    report = FrontierReport.from_json(json.loads((REPO / "results" / "scifact-sample-frontier.json").read_text()))
+    choice = report.choice()
+    assert (TrainSection().kind, LexicalSection().dim, IndexSection().storage) == (
+        choice.kind, choice.dim, choice.storage)
+    bare = load_config(None, ["train.lexical.dim=1"])  # any config that leaves them out gets the same
+    assert bare.index.storage == IndexSection().storage
+
+
+def test_frontier_help_lists_every_storage(capsys):
+    from spar.index.storage import STORAGES
+
+    with pytest.raises(SystemExit):
+        cli.main(["frontier", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(s in text for s in STORAGES) and "fs4" in text and "fs2" in text and "--indexes" in text
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# `spar frontier` checks its arguments (#31 items 7 and 8)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag,value", [("--dims", "abc"), ("--seeds", "x"), ("--dims", "64,b")])
+def test_non_integer_dims_and_seeds_are_a_usage_error_not_a_traceback(flag, value, capsys, tmp_path):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["frontier", flag, value, f"experiment.output_dir={tmp_path}"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected comma-separated integers, got '{value}'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kinds", "foo"], "--kinds: unknown 'foo'; use transformer, projection, static"),
+    (["--kinds", ""], "--kinds is empty"),
+    (["--storages", ","], "--storages is empty"),
+    (["--storages", "sq4,int3"], "--storages: unknown 'int3'"),
+    (["--indexes", "flat,lsh"], "--indexes: unknown 'lsh'"),
+    (["--dims", "64,64"], "--dims lists 64 more than once"),
+    (["--seeds", "0,1,0"], "--seeds lists 0 more than once"),
+    (["--dims", "0"], "--dims must be positive"),
+    (["--kinds", "projection,transformer"], "--kinds transformer: the frontier scores the run's own trained "
+                                            "transformer Λ, but"),
+])
+def test_bad_arguments_are_refused_and_nothing_is_written(args, message, capsys, tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    earlier = results / "default-frontier.md"
+    earlier.write_text("an earlier frontier\n")
+    code = cli.main(["frontier", *args, f"experiment.output_dir={tmp_path / 'run'}",
+                     f"experiment.results_dir={results}", "experiment.name=default"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert earlier.read_text() == "an earlier frontier\n" and sorted(p.name for p in results.iterdir()) == [
+        "default-frontier.md"]
+    assert not (tmp_path / "run" / "frontier").exists()
+
+
+def test_force_recomputes_only_what_it_is_asked_and_every_command_is_recorded(sample_experiment, tmp_path,  # noqa: F811
+                                                                              monkeypatch):
+    import pipelines.frontier as frontier_stage
+
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "lambda", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    cfg = experiment_config(root, root / "results")
+    monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16,32", "--seeds", "0,1"])
+    frontier_stage.run(cfg, ("projection",), (16, 32), (0, 1))
+    first = json.loads((root / "frontier" / "frontier.json").read_text())
+    assert sorted((p["dim"], p["seed"]) for p in first["points"]) == [(16, 0), (16, 1), (32, 0), (32, 1)]
+
+    monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16", "--seeds", "0", "--force"])
+    frontier_stage.run(cfg, ("projection",), (16,), (0,), force=True)
+    second = json.loads((root / "frontier" / "frontier.json").read_text())
+    assert sorted((p["dim"], p["seed"]) for p in second["points"]) == [(16, 0), (16, 1), (32, 0), (32, 1)]
+    before = {(p["dim"], p["seed"]): p for p in first["points"]}
+    after = {(p["dim"], p["seed"]): p for p in second["points"]}
+    assert all(after[k] == before[k] for k in before if k != (16, 0))  # the other points are untouched
+    assert second["commands"] == ["spar frontier --dims 16,32 --seeds 0,1", "spar frontier --dims 16 --seeds 0 --force"]
+    table = (root / "frontier" / "frontier.md").read_text()
+    assert all(f"`{command}`" in table for command in second["commands"])
+    assert "| projection | 16 | float32 | " in table and " | 2 | " in table  # two seeds, not three
+
+    # A results copy holding points this run's frontier lacks (a committed frontier) is kept before it is replaced.
+    copy = root / "results" / f"{cfg.experiment.name}-frontier.json"
+    committed = json.loads(copy.read_text())
+    committed["points"].append({**committed["points"][0], "dim": 6144})
+    copy.write_text(json.dumps(committed))
+    frontier_stage.run(cfg, ("projection",), (16,), (0,))
+    kept = json.loads((root / "frontier" / f"replaced-{copy.name}").read_text())
+    assert kept == committed
+
+    # Points of other settings are moved aside, not dropped.
+    changed = experiment_config(root, root / "results", "label.k1=1.2")
+    monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16", "--seeds", "0"])
+    frontier_stage.run(changed, ("projection",), (16,), (0,))
+    third = json.loads((root / "frontier" / "frontier.json").read_text())
+    assert [(p["dim"], p["seed"]) for p in third["points"]] == [(16, 0)]
+    aside = list((root / "frontier").glob("superseded-*.json"))
+    assert len(aside) == 1 and len(json.loads(aside[0].read_text())["points"]) == 4
+
+
+def test_a_repeated_point_is_computed_once(sample_experiment, tmp_path):  # noqa: F811
+    from spar.evaluate.frontier import run_frontier
+
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16, 16), (0, 0),
+                          progress=lambda _: None)
+    assert [(p.dim, p.seed) for p in report.points] == [(16, 0)]
+
+
+def test_transformer_named_on_a_run_without_one_is_refused(tmp_path):
+    import pipelines.frontier as frontier_stage
+
+    cfg = experiment_config(tmp_path, tmp_path / "results")
+    with pytest.raises(ConfigError, match=r"--kinds transformer: .* holds no trained Λ"):
+        frontier_stage.check_arguments(cfg, ("transformer",), (64,), (0,), ("float32",), ("flat",))
