@@ -28,8 +28,6 @@ from spar.core.artifacts import ensure_writable, write_json_atomic
 from spar.core.errors import ConfigError
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
-#: The kinds the frontier computes itself; any other (transformer) is the run's own trained Λ.
-COMPUTED_KINDS = ("projection", "static")
 
 
 def settings_fingerprint(cfg, kind: str) -> str:
@@ -74,13 +72,13 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
     (``transformer``: the run's own trained Λ of that kind). ``kinds=None``: every kind, the run's own Λ when it
     has one."""
     from spar.evaluate.frontier import INDEX_TYPES
-    from spar.lexical import KINDS
+    from spar.lexical import KINDS, computed_kinds
     from spar.index.storage import STORAGES
 
     if kinds is not None:
         kinds = _listed("--kinds", kinds, KINDS)
         for kind in kinds:
-            if kind not in COMPUTED_KINDS:
+            if kind not in computed_kinds():
                 _check_run_lambda(cfg, kind)
     dims = _listed("--dims", dims)
     if any(d < 1 for d in dims):
@@ -90,12 +88,12 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
 
 
 def _check_run_lambda(cfg, kind: str) -> None:
-    from spar.core.artifacts import is_complete
     from spar.core.run_context import RunContext
-    from spar.lexical import read_lambda_config
+    from spar.experiment.lambda_source import run_lambda
 
     lam_dir = RunContext(cfg).artifact("lambda")
-    found = read_lambda_config(lam_dir).get("kind") if is_complete(lam_dir) else None
+    source = run_lambda(cfg)
+    found = source.kind if source is not None else None
     if found != kind:
         held = f"holds a {found} Λ" if found else "holds no trained Λ"
         raise ConfigError(f"--kinds {kind}: the frontier scores the run's own trained {kind} Λ, but {lam_dir} "

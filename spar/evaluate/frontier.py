@@ -271,14 +271,14 @@ def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapp
     from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, served_passage_vectors,
                                        spar_query_vectors, trained_faiss_index)
     from spar.evaluate.metrics import evaluate_run, ranked_run
-    from spar.evaluate.tuning import tune_mu
+    from spar.evaluate.tuning import choose_mu
 
     dev, test = inputs.dev, inputs.test
     options = IndexOptions(**{**inputs.index_params, "storage": storage})
     flat = trained_faiss_index([inputs.base_p, lam_p], "concat", "flat", options)
     served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", "flat", options, flat)
-    tuned = tune_mu(inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev.ids, inputs.doc_ids,
-                    dev.qrels, metric, "concat", confirm=False)
+    tuned = choose_mu(inputs.cfg, inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev, inputs.doc_ids,
+                      "concat", metric=metric, confirm=False)
     del served_base, served_lambda
     mu = tuned.search.best
     flat = add_passages(flat, [inputs.base_p, lam_p], "concat")
@@ -331,7 +331,7 @@ def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dic
             "hybrid": {**evaluate_run(qrels, hybrid, METRICS), "alpha": alpha}}
 
 
-def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Sequence[int] = DEFAULT_DIMS,
+def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = DEFAULT_DIMS,
                  seeds: Sequence[int] = (0, 1, 2), storages: Sequence[str] = ("float32",),
                  work_dir: str | Path | None = None,
                  progress: Callable[[str], None] = log.info,
@@ -341,8 +341,14 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
     """Every (kind, dim, storage, seed) point on ``cfg``'s run (see the module docstring). ``known`` points
     (from an earlier run with the same settings) are kept instead of being recomputed, and a point asked for twice
     is computed once; ``on_point(points)`` is called after each new point (to save progress: a static point costs
-    minutes). ``index_types``: the index types timed (and, approximate ones, scored) on the first seed."""
+    minutes). ``index_types``: the index types timed (and, approximate ones, scored) on the first seed.
+    ``kinds``: default the kinds the frontier computes (:func:`spar.lexical.computed_kinds`)."""
+    from spar.experiment.lambda_source import run_lambda
+    from spar.lexical import computed_kinds, lambda_class
     from spar.lexical.projection import ProjectionLambda
+
+    computed = computed_kinds()
+    kinds = computed if kinds is None else tuple(kinds)
 
     inputs = FrontierInputs(cfg)
     lex = cfg.train.lexical
@@ -374,24 +380,26 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
             projection = ProjectionLambda(inputs.weights, dim, lex.projection, seed,
                                           lex.nonzeros if lex.projection == "sparse" else None)
             types = index_types if seed == timed_seed else ()
-            todo = [st for st in dict.fromkeys(storages) if ("projection", dim, seed, st) not in done]
-            if "projection" in kinds and todo:
-                add(score_points(inputs, projection, seed, 0.0, 0, todo, types))
-            todo = [st for st in dict.fromkeys(storages) if ("static", dim, seed, st) not in done]
-            if "static" in kinds and todo:
-                model, seconds, steps = train_static(cfg, projection, work / f"static-d{dim}-s{seed}", seed)
-                add(score_points(inputs, model, seed, seconds, steps, todo, types))
-    lam_dir = RunContext(cfg).artifact("lambda")
-    if is_complete(lam_dir):  # the run's own Λ, of a requested kind this loop does not compute (transformer)
+            for kind in computed:  # the projection, then the kinds trained from it (static)
+                todo = [st for st in dict.fromkeys(storages) if (kind, dim, seed, st) not in done]
+                if kind not in kinds or not todo:
+                    continue
+                if lambda_class(kind).trainable:
+                    model, seconds, steps = train_from_projection(cfg, kind, projection,
+                                                                  work / f"{kind}-d{dim}-s{seed}", seed)
+                    add(score_points(inputs, model, seed, seconds, steps, todo, types))
+                else:
+                    add(score_points(inputs, projection, seed, 0.0, 0, todo, types))
+    source = run_lambda(cfg)
+    if source is not None:  # the run's own Λ, of a requested kind this loop does not compute (transformer)
         from spar.core.artifacts import read_manifest
-        from spar.lexical import load_lambda, read_lambda_config
 
-        run_kind = read_lambda_config(lam_dir)["kind"]
+        run_kind = source.kind
         todo = [st for st in dict.fromkeys(storages) if not any(p.kind == run_kind and p.storage == st
                                                                 for p in points)]
-        if run_kind in kinds and run_kind not in ("projection", "static") and todo:
-            stats = read_manifest(lam_dir).get("stats", {})
-            add(score_points(inputs, load_lambda(lam_dir), None, float(stats.get("train_seconds", 0.0)),
+        if run_kind in kinds and run_kind not in computed and todo:
+            stats = read_manifest(source.location).get("stats", {})
+            add(score_points(inputs, source.load(), None, float(stats.get("train_seconds", 0.0)),
                              int(stats.get("steps", 0)), todo, index_types))
     return FrontierReport(RunContext(cfg).dataset, points,
                           {**inputs.reference_figures,
@@ -405,24 +413,33 @@ def run_frontier(cfg, kinds: Sequence[str] = ("projection", "static"), dims: Seq
                            "projection": cfg.train.lexical.projection})
 
 
-def train_static(cfg, projection, work_dir: Path, seed: int):
-    """Train a static Λ initialised from ``projection`` on the run's labels (Lightning, as ``spar train``)."""
+def train_from_projection(cfg, kind: str, projection, work_dir: Path, seed: int):
+    """Train a Λ of the trainable term-based ``kind`` (static) initialised from ``projection`` on the run's labels
+    (Lightning, as ``spar train``)."""
     import shutil
 
-    from spar.lexical.static import StaticLambda
+    from spar.lexical import lambda_class
     from spar.train.training import train_lambda
 
     lex = cfg.train.lexical
-    model = StaticLambda.from_projection(projection, objective=lex.objective, temperature=lex.temperature)
-    train = cfg.train.model_copy(update={"kind": "static"})
+    model = lambda_class(kind).from_projection(  # type: ignore[attr-defined]
+        projection, objective=lex.objective, temperature=lex.temperature)
+    train = cfg.train.model_copy(update={"kind": kind})
     if work_dir.exists():
         shutil.rmtree(work_dir)  # a frontier point is cheap: never resume from another configuration
     start = time.perf_counter()
     run = RunContext(cfg)
     result = train_lambda(model, train, run.passages, run.artifact("labels"), work_dir, seed=seed,
                           use_title=cfg.data.title_field,
-                          run_name=f"{cfg.experiment.name}-frontier-static-d{projection.dim}-s{seed}",
+                          run_name=f"{cfg.experiment.name}-frontier-{kind}-d{projection.dim}-s{seed}",
                           logger_root=cfg.output_dir, enable_progress_bar=False, wandb_group=cfg.experiment.name)
     seconds = time.perf_counter() - start
     shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
     return model.eval(), seconds, result.steps
+
+
+def train_static(cfg, projection, work_dir: Path, seed: int):
+    """:func:`train_from_projection` of the static kind (the name before spar 0.2, kept for one release)."""
+    from spar.lexical.static import StaticLambda
+
+    return train_from_projection(cfg, StaticLambda.kind, projection, work_dir, seed)

@@ -436,6 +436,19 @@ def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda
     return MuTuning(variant, search, confirmed, cands.stats, seconds)
 
 
+def choose_mu(cfg, base_q: np.ndarray, lambda_q: np.ndarray, served_base: np.ndarray, served_lambda: np.ndarray,
+              dev, doc_ids: Sequence[str], variant: Variant | None = None, metric: str | None = None,
+              confirm: bool | None = None, confirm_with: tuple | None = None, judge: Any = None) -> MuTuning:
+    """μ chosen on the dev questions ``dev`` (a :class:`spar.data.question_sets.SplitQueries`) with the ``tune``
+    section's grid, candidate depth and extensions: the one place μ is chosen (``spar tune`` and each frontier
+    point). ``variant``: default ``index.variant``; ``metric``: default ``tune.metric``; ``confirm``: default
+    ``tune.confirm``; the rest as :func:`tune_mu`."""
+    t = cfg.tune
+    return tune_mu(base_q, lambda_q, served_base, served_lambda, dev.ids, doc_ids, dev.qrels, metric or t.metric,
+                   variant or cfg.index.variant, t.candidates, grid_values(t.grid), t.max_extensions,
+                   t.confirm if confirm is None else confirm, confirm_with=confirm_with, judge=judge)
+
+
 @dataclass
 class TuneReport:
     """What the tune stage found: ``payload`` is ``tune/tune.json``; the searches feed the plots."""
@@ -487,7 +500,6 @@ def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> 
     judge = inputs.answer_judge(dev, t.metric)
     base_q = inputs.query_vectors("base", dev)
     lambda_q = inputs.query_vectors("lambda", dev)
-    grid = grid_values(t.grid)
     candidates = resolve_candidates(t.candidates, t.metric)
     where = f"{len(dev.ids)} dev queries" + (f" of {dev.name}" if dev.name else "")
 
@@ -500,9 +512,8 @@ def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> 
     for variant in variants:
         progress(f"tuning μ ({variant}) on {where}, {t.metric}, passages stored as {options.storage}")
         served_base, served_lambda = served_passage_vectors(base_p, lambda_p, variant, cfg.index.type, options)
-        tuned[variant] = tune_mu(base_q, lambda_q, served_base, served_lambda, dev.ids, doc_ids, dev.qrels, t.metric,
-                                 variant, candidates, grid, t.max_extensions, t.confirm,
-                                 confirm_with=(base_p, lambda_p, cfg.index.type, options), judge=judge)
+        tuned[variant] = choose_mu(cfg, base_q, lambda_q, served_base, served_lambda, dev, doc_ids, variant,
+                                   confirm_with=(base_p, lambda_p, cfg.index.type, options), judge=judge)
 
     progress(f"tuning α of base + α·BM25 on {where}")
     start = time.perf_counter()

@@ -212,6 +212,15 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
     return LambdaSource(location, origin, kind, dim, statistics, fields.get("path"))
 
 
+def run_lambda(cfg) -> LambdaSource | None:
+    """The Λ this run trained (``<output_dir>/lambda``, complete), whatever ``encode.lambda`` names; None when the
+    run has none (the frontier scores it as one more point)."""
+    from spar.core.artifacts import is_complete
+
+    lam = RunContext(cfg).artifact("lambda")
+    return resolve_lambda(None, cfg.output_dir) if is_complete(lam) else None
+
+
 def experiment_lambda(cfg) -> LambdaSource:
     """The Λ of an experiment: ``encode.lambda`` when set, else its own ``lambda/``; a ``statistics: target`` Λ
     refits on the experiment's passages (:func:`spar.experiment.lambda_source.experiment_corpus_passages`)."""

@@ -21,7 +21,8 @@ import torch
 
 from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
-__all__ = ["KINDS", "LexicalModel", "build_lambda", "lambda_class", "load_lambda", "read_lambda_config"]
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "computed_kinds", "lambda_class", "load_lambda",
+           "read_lambda_config"]
 
 #: Names that lived here before spar 0.2, kept for one release (:mod:`spar._compat`).
 _EXPORTS = {"corpus_texts": "spar.data.passages", "experiment_corpus_passages": "spar.experiment.lambda_source"}
@@ -34,6 +35,12 @@ def lambda_class(kind: str) -> type[LexicalModel]:
         raise ConfigError(f"unknown Λ kind {kind!r}; use one of {', '.join(KINDS)}")
     module, _, name = REGISTRY[kind].partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def computed_kinds() -> tuple[str, ...]:
+    """The kinds made from the teacher's term statistics alone (``term_based``: fitted, or trained from that fit),
+    in registry order: what the frontier computes for itself; any other kind is a run's own trained Λ."""
+    return tuple(kind for kind in KINDS if lambda_class(kind).term_based)
 
 
 def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
