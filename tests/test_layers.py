@@ -248,3 +248,20 @@ print(json.dumps(results))
     assert set(results) == set(modules)
     failures = {name: outcome for name, outcome in results.items() if outcome != "ok"}
     assert not failures, failures
+
+
+def test_the_docs_name_modules_that_exist():
+    """Every ``spar/...py`` path README.md and docs/*.md name exists (the move rewrote them; a stale one fails), and
+    docs/architecture.md names every package of :data:`LAYERS`."""
+    import re
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = {}
+    for doc in docs:
+        paths = set(re.findall(r"(?<![\w/.])spar/[\w/]+\.py\b", doc.read_text(encoding="utf-8")))
+        gone = sorted(p for p in paths if not (ROOT / p).exists())
+        if gone:
+            missing[doc.name] = gone
+    assert not missing, missing
+    architecture = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert all(f"{package}/" in architecture for layer in LAYERS for package in layer)

@@ -283,3 +283,28 @@ def test_the_tune_fingerprint_settings_are_those_recorded_before_the_move():
                        "tune_both_variants": True, "confirm": True}
     assert tune_settings(load_config(None)) == recorded_before
     assert tune_settings(load_config(None, ["index.variant=sum"]))["variant"] == "sum"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Which Λ, and μ
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_a_lambda_is_opened_by_the_one_resolver():
+    """Outside the Λ package, only the resolver opens a Λ directory or reads its config: encode, evaluate's fresh
+    queries, publish and the frontier (the run's own Λ) all go through spar/experiment/lambda_source.py."""
+    users = _users(r"\b(?:load_lambda|read_lambda_config)\(", ("spar", "pipelines"))
+    assert {u for u in users if not u.startswith("spar/lexical/")} == {"spar/experiment/lambda_source.py"}
+    assert _users(r"\bexperiment_lambda\(|\brun_lambda\(", ("spar", "pipelines")) >= {
+        "pipelines/encode.py", "pipelines/publish.py", "spar/experiment/inputs.py", "spar/evaluate/frontier.py",
+        "pipelines/frontier.py"}
+
+
+def test_mu_is_chosen_in_one_place():
+    """μ is chosen by spar.evaluate.tuning.choose_mu (tune's settings): spar tune and every frontier point."""
+    assert _users(r"\btune_mu\(", ("spar", "pipelines")) == {"spar/evaluate/tuning.py"}
+    text = _without_docstrings(SPAR / "evaluate" / "tuning.py")
+    callers = [node.name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)
+               and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "tune_mu" for c in ast.walk(node))]
+    assert callers == ["choose_mu"]
+    assert _users(r"\bchoose_mu\(", ("spar", "pipelines")) == {"spar/evaluate/tuning.py", "spar/evaluate/frontier.py"}
