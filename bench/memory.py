@@ -157,6 +157,7 @@ def child(kind: str, a: dict) -> dict:
         seeds = {"base": 1, "lambda": 2}
         pipelines.encode.load_encoder = lambda cfg, name: (stub_encoder(a["dim"], seeds[name]),
                                                            f"synthetic-{name}", {})
+        pipelines.encode.encoder_sources = lambda cfg, name: []
         overrides += ["encode.encoders=[base,lambda]", f"encode.shard_size={a['shard_size']}",
                       f"encode.batch_size={a['batch_size']}"]
         run = pipelines.encode.run

@@ -21,6 +21,7 @@ from spar.core.fingerprint import file_fingerprint, fingerprint_dict
 from spar.model.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
 from spar.model.engines import resolve_devices
 from spar.core.executor import make_executor
+from spar.core.lineage import source as lineage_source
 from spar.model.onnx_encoder import backend_name, with_backend
 from spar.data.passages import experiment_passages
 from spar.core.run_context import RunContext
@@ -86,6 +87,37 @@ def load_encoder(cfg, name: str):
     return configured_encoder(cfg, name), source.fingerprint(), extra
 
 
+def encoder_sources(cfg, name: str) -> list[dict[str, str]]:
+    """What the vectors of ``base`` or ``lambda`` depend on besides the texts (:mod:`spar.core.lineage`): the base
+    model's files, or the Λ's."""
+    from spar.model.resolve import model_sources
+
+    if name == "base":
+        return model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)
+    from spar.experiment.lambda_source import experiment_lambda
+
+    return experiment_lambda(cfg).sources()
+
+
+def _query_files(cfg, split: str) -> list[dict[str, str]]:
+    """The files an embeddings split's questions are read from: the questions, and the qrels (or answers) that
+    choose them."""
+    from spar.core.lineage import source
+    from spar.data.question_sets import UNNAMED, configured_splits, embeddings_key
+
+    d = cfg.data
+    for name, part in configured_splits(cfg):
+        if split == f"queries-{embeddings_key(name, part)}":
+            if name == UNNAMED:
+                holdout = d.dev_holdout_fraction is not None
+                files = [d.queries, d.qrels_test if part == "test" or holdout else d.qrels_dev]
+            else:
+                qs = d.question_sets[name]
+                files = [getattr(qs, part), getattr(qs, f"qrels_{part}"), qs.answers]
+            return [source(path, "file") for path in files if path]
+    return []
+
+
 def passage_titles(cfg, encoder) -> bool:
     """Whether ``encoder`` is handed passages with their titles: ``data.title_field`` for a transformer; always for a
     term-based Λ, whose own fields (the teacher's, fixed when it was fitted) make its text."""
@@ -105,6 +137,7 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
     with make_executor(cfg.executor) as executor:
         for name in enc.encoders:
             encoder, weights, extra = load_encoder(cfg, name)
+            made_from = encoder_sources(cfg, name)
             # Exported (or found in the cache) once for all splits; `auto` may fall back to torch: the splits
             # follow. A Ray worker loads the encoder itself and puts it on the same backend
             # (spar/model/encode_workers.py).
@@ -112,13 +145,18 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
             common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size,
                           dtype=enc.dtype, options=replace(options, backend=backend_name(encoder)),
                           executor=executor, make_encoder=functools.partial(configured_encoder, cfg, name))
-            yield passages_unit(encoder, source, run.embeddings(name, "passages"),
-                                corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
-                                use_titles=passage_titles(cfg, encoder), inputs=extra, **common)
+            unit = passages_unit(encoder, source, run.embeddings(name, "passages"),
+                                 corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
+                                 use_titles=passage_titles(cfg, encoder), inputs=extra, **common)
+            unit.sources = [*(lineage_source(path, "file")
+                              for path in ([source] if isinstance(source, Path) else source)), *made_from]
+            yield unit
             for split, pairs in queries.items():
                 qinputs = {**extra, **question_files(cfg, split)}
-                yield queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
-            del encoder
+                unit = queries_unit(encoder, pairs, run.embeddings(name, split), inputs=qinputs, **common)
+                unit.sources = [*_query_files(cfg, split), *made_from]
+                yield unit
+            del encoder, unit
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

@@ -14,6 +14,9 @@ from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
 from spar.experiment.inputs import ExperimentInputs
+from spar.index.files import SEARCH_TIME, index_info
+from spar.index.spar_index import check_serves
+from spar.core.lineage import source
 from spar.experiment.preflight import check_inputs, skipped_records
 from spar.data.question_sets import configured_splits, embeddings_key, set_files
 from spar.core.run_context import RunContext
@@ -29,14 +32,21 @@ def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
     test_keys = [embeddings_key(name, split) for name, split in configured_splits(cfg) if split == "test"]
     fingerprints = inputs.input_fingerprints(test_keys)
+    sources = inputs.sources(test_keys)
     for name in ("tune", "index", "teacher_index"):
         d = RunContext(cfg).artifact(name)
         if is_complete(d):
             fingerprints[name] = read_manifest(d)["fingerprint"]
+            sources.append(source(d))
+    index_dir = RunContext(cfg).artifact("index")
+    info = index_info(index_dir, required=False)
+    if info:  # an override the index cannot honour is refused, also when the results are up to date
+        check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
     d = cfg.data
     for name, path in set_files(cfg).items():
         if name not in ("qrels_dev",) and not name.endswith((".dev", ".qrels_dev")):
             fingerprints[name] = file_fingerprint(path)
+            sources.append(source(path, "file"))
     paths = _result_paths(cfg)
     config = {"evaluate": settings(cfg.evaluate),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
@@ -45,8 +55,10 @@ def plan(cfg, force: bool = False) -> Unit:
     if d.question_sets:
         config.update(results=[str(p) for p in paths], question_sets={
             name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
+    if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
+        config["search"] = {k: getattr(cfg.index, k) for k in SEARCH_TIME}
     return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,
-                current=lambda: all(p.exists() for p in paths), payload=inputs)
+                current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
@@ -92,7 +104,7 @@ def on_skip(cfg, manifest: dict) -> dict:
     return {"results": ", ".join(str(j) for j, _ in files), "table": "\n".join(md.read_text() for _, md in files)}
 
 
-STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "evaluate"),
+STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
               summary="evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, "
               "evaluation/", plan=plan, work=work, on_skip=on_skip)
 run = STAGE.run

@@ -13,6 +13,7 @@ import logging
 from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest
 from spar.core.errors import ArtifactError
 from spar.core.executor import make_executor
+from spar.core.lineage import source
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, settings
 from spar.experiment.inputs import ExperimentInputs
@@ -33,7 +34,7 @@ def plan(cfg, force: bool = False) -> Unit:
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
     return Unit(RunContext(cfg).artifact("index"), kind="index", config=settings(cfg.index), inputs=inputs,
-                payload=(base_dir, lambda_dir))
+                payload=(base_dir, lambda_dir), sources=[source(base_dir), source(lambda_dir)])
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

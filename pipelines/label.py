@@ -28,6 +28,7 @@ from spar.core.fingerprint import file_fingerprint
 from spar.core.config import LabelSection, SparConfig
 from spar.core.executor import make_executor
 from spar.core.java import start_jvm
+from spar.core.lineage import source
 from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
 from spar.model.resolve import model_fingerprint
 from spar.core.run_context import RunContext
@@ -63,7 +64,7 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     passages = RunContext(cfg).passages
     passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
     unit = Unit(RunContext(cfg).artifact("teacher_index"), kind="teacher_index",
-                config=_teacher_config(section), inputs={"passages": passages_fp})
+                config=_teacher_config(section), inputs={"passages": passages_fp}, sources=[source(passages, "file")])
 
     def work(w: ArtifactWriter) -> dict:
         if section.teacher == "bm25":
@@ -102,13 +103,14 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
     labels_dir = RunContext(cfg).artifact("labels")
-    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1)
+    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1,
+                 sources=[source(qdir), source(index_dir)])
     if s.num_shards == 1:
         return final
     # A part's payload is the final labels' unit: its fingerprint names the job the parts belong to.
     return Unit(labels_dir.with_name(part_dir_name(s.shard_index, s.num_shards)), kind="labels-part",
                 config={**final.config, "num_shards": s.num_shards, "shard_index": s.shard_index}, inputs=inputs,
-                resumable=True, payload=final)
+                resumable=True, payload=final, sources=final.sources)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

@@ -33,6 +33,8 @@ def model_output(cfg) -> Path:
 
 def plan(cfg, force: bool = False) -> Unit:
     from spar.experiment.lambda_source import experiment_lambda
+    from spar.core.lineage import source as lineage_source
+    from spar.model.resolve import model_sources
     from spar.model.resolve import model_fingerprint
 
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
@@ -46,18 +48,24 @@ def plan(cfg, force: bool = False) -> Unit:
         "index": index_fingerprint(index_dir),
         "base_model": model_fingerprint(cfg.encode.base.model),
     }
+    sources = [*source.sources(), lineage_source(tuned.path.parent), lineage_source(index_dir),
+               *model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)]
     if results_md.exists():
         inputs["results"] = file_fingerprint(results_md)
+    evaluation = RunContext(cfg).artifact("evaluation")
+    if is_complete(evaluation):  # the card quotes its results
+        sources.append(lineage_source(evaluation))
     # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint; nor does
     # where it is written (publish.output), and the manifest that ships with the model names no directory.
     publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
     config = {"publish": publish, "base": settings(cfg.encode.base)}
     return Unit(model_output(cfg), kind="model", config=config, inputs=inputs,
-                payload=(source, tuned, index_dir, results_md))
+                payload=(source, tuned, index_dir, results_md), sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     from spar.model.encoders import BiEncoder
+    from spar.index.spar_index import check_serves
     from spar.publish.card import gather_card_facts, model_provenance
     from spar.publish.model_dir import SparEncoder, publish_model
 
@@ -68,6 +76,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
                             f"({tuned.path}); re-run `spar tune` and `spar index` with one index.variant")
     if index_info:
+        check_serves(index_info, cfg.index, cfg.experiment.seed, index_dir)  # the card's config is what is served
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     _check_index_is_current(cfg, index_dir)
     base = BiEncoder.from_section(cfg.encode.base)
@@ -174,7 +183,8 @@ def _push(cfg, out: Path) -> dict:
     return {"hub": url}
 
 
-STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "publish"),
+STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "index",
+                                        "publish"),
               summary="export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> "
               "model/", plan=plan, work=work, finish=finish)
 run = STAGE.run

@@ -13,7 +13,8 @@ from spar.core.artifacts import PASSAGES_FILE, ArtifactWriter
 from spar.core.fingerprint import fingerprint_dict
 from spar.core.config import SparConfig
 from spar.core.executor import make_executor
-from spar.data.readers import ReadStats, corpus_fingerprint, read_corpus
+from spar.core.lineage import source as lineage_source
+from spar.data.readers import ReadStats, corpus_files, corpus_fingerprint, read_corpus
 from spar.data.sampling import write_query_set
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, settings
@@ -30,7 +31,8 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
     return Unit(RunContext(cfg).artifact("queries"), kind="queries", config=config,
-                inputs={"corpus": source["corpus"]})
+                inputs={"corpus": source["corpus"]},
+                sources=[lineage_source(path, "file") for path in corpus_files(cfg.data.corpus)])
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

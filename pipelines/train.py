@@ -19,6 +19,7 @@ from spar.core.artifacts import ArtifactWriter, is_complete, manifest_fingerprin
 from spar.core.config import SparConfig
 from spar.core.run_context import RunContext
 from spar.lexical import build_lambda, lambda_class
+from spar.core.lineage import source
 from spar.core.stage import Stage, Unit, settings
 from spar.train.training import is_primary_process, summarize, train_lambda
 
@@ -37,14 +38,16 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     qdir = RunContext(cfg).artifact("queries")
     require(qdir, "queries")
     inputs = {"queries": manifest_fingerprint(qdir)}
+    sources = [source(qdir)]
     if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
         ldir = RunContext(cfg).artifact("labels")
         require(ldir, "labels")
         inputs["labels"] = manifest_fingerprint(ldir)
+        sources.append(source(ldir))
     # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in
     # the same work directory, and rank 0 exports and finalises.
     return Unit(RunContext(cfg).artifact("lambda"), kind="lambda", config=fingerprint_config(cfg),
-                inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process())
+                inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process(), sources=sources)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

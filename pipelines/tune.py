@@ -11,13 +11,14 @@ from spar.core.artifacts import ArtifactWriter, write_json_atomic
 from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.spar_index import IndexOptions
+from spar.core.lineage import source
 from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 from spar.evaluate.tuning import plot_curve, tune_experiment, tune_settings
 
 
-def _data_inputs(cfg) -> dict[str, str]:
+def _data_files(cfg) -> dict[str, str]:
     """The question files tune reads: the unnamed set's queries and dev qrels (its test qrels with a dev hold-out),
     or every file of the named sets it tunes on."""
     d = cfg.data
@@ -27,7 +28,11 @@ def _data_inputs(cfg) -> dict[str, str]:
     else:
         files = {"queries": d.queries, "qrels_dev": d.qrels_dev,
                  "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
-    return {name: file_fingerprint(path) for name, path in files.items() if path}
+    return {name: path for name, path in files.items() if path}
+
+
+def _data_inputs(cfg) -> dict[str, str]:
+    return {name: file_fingerprint(path) for name, path in _data_files(cfg).items()}
 
 
 def dev_keys(cfg) -> list[str]:
@@ -48,14 +53,16 @@ def _set_settings(cfg) -> dict:
 def plan(cfg, force: bool = False) -> Unit:
     inputs = ExperimentInputs(cfg)
     fingerprints = {**inputs.input_fingerprints(dev_keys(cfg)), **_data_inputs(cfg)}
+    sources = [*inputs.sources(dev_keys(cfg)), *(source(path, "file") for path in _data_files(cfg).values())]
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
+        sources.append(source(RunContext(cfg).artifact("teacher_index")))
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
     config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec, **_set_settings(cfg)}
     return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,
-                payload=inputs)
+                payload=inputs, sources=sources)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

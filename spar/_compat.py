@@ -46,6 +46,7 @@ ALIASES: dict[str, str] = {
     "spar.schemas": "spar.core.schemas",
     "spar.java": "spar.core.java",
     "spar.executor": "spar.core.executor",
+    "spar.lineage": "spar.core.lineage",
     "spar.readers": "spar.data.readers",
     "spar.passages": "spar.data.passages",
     "spar.sampling": "spar.data.sampling",

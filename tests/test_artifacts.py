@@ -191,3 +191,95 @@ def test_a_really_full_file_system(tmp_path: Path):
         assert list(full.iterdir()) == []
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_an_artifact_is_replaced_in_place_and_only_with_what_its_manifest_lists(tmp_path: Path):
+    """#31 items 1 and 5: the directory itself is kept (a mount point cannot be removed; an empty directory keeps its
+    owner and mode), the earlier artifact's files go, files it does not list stop the replacement."""
+    out = tmp_path / "model"
+    out.mkdir()
+    inode = out.stat().st_ino
+    with ArtifactWriter(out, kind="model", config={"v": 1}, inputs={}) as w:
+        (w.path / "old.bin").write_bytes(b"old")
+        (w.path / "sub").mkdir()
+        (w.path / "sub" / "weights.bin").write_bytes(b"1")
+    with ArtifactWriter(out, kind="model", config={"v": 2}, inputs={}) as w:
+        (w.path / "sub").mkdir()
+        (w.path / "sub" / "weights.bin").write_bytes(b"2")
+    assert out.stat().st_ino == inode
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["manifest.json", "sub", "sub/weights.bin"]
+    assert (out / "sub" / "weights.bin").read_bytes() == b"2" and read_manifest(out)["config"] == {"v": 2}
+
+    (out / "sub" / "mine.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match=rf"^{out}: holds files its earlier model artifact does not list "
+                                            r"\(sub/mine.txt\); spar replaces only what it wrote and never deletes "
+                                            r"the rest: move them out, or choose another directory$"):
+        with ArtifactWriter(out, kind="model", config={"v": 3}, inputs={}) as w:
+            (w.path / "x").write_bytes(b"")
+    assert (out / "sub" / "mine.txt").read_text() == "mine" and read_manifest(out)["config"] == {"v": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+REPLACE_AND_DIE = """
+import os, shutil, signal, sys
+from spar.core.artifacts import ArtifactWriter
+moved = []
+real = shutil.move
+def move(src, dst):
+    real(src, dst)
+    moved.append(dst)
+    if len(moved) == int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)
+shutil.move = move
+with ArtifactWriter(sys.argv[1], kind="model", config={"v": 2}, inputs={}) as w:
+    for name in ("a.bin", "b.bin", "c.bin"):
+        (w.path / name).write_bytes(name.encode())
+"""
+
+
+@pytest.mark.parametrize("killed_after", [1, 3])
+def test_a_replacement_killed_part_way_is_finished_by_the_next_run(tmp_path: Path, killed_after: int):
+    """Replacing in place is not one rename: a kill -9 part-way leaves a directory without a manifest (so it does not
+    look complete), whose every file spar can still account for (its journal), so the next run replaces it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "model"
+    with ArtifactWriter(out, kind="model", config={"v": 1}, inputs={}) as w:
+        (w.path / "old.bin").write_bytes(b"old")
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", REPLACE_AND_DIE, str(out), str(killed_after)], cwd=repo,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == -9, done.stderr
+    assert not is_complete(out) and (out / ".spar-replacing.json").exists()
+    with ArtifactWriter(out, kind="model", config={"v": 3}, inputs={}) as w:
+        (w.path / "d.bin").write_bytes(b"d")
+    assert sorted(p.name for p in out.iterdir()) == ["d.bin", "manifest.json"] and read_manifest(out)["config"] == {
+        "v": 3}
+
+
+def test_a_really_full_file_system_while_encoding(tmp_path: Path):
+    """#31 item 8: NumPy's short write on a full disk is an OSError without errno ("N requested and M written"), so
+    it escaped the "no space left" translation as a traceback. A real tmpfs where the machine lets us mount one."""
+    import subprocess
+
+    from spar.model.embeddings import encode_passages
+    from spar.lexical.projection import ProjectionLambda
+
+    full = tmp_path / "full"
+    full.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(full)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root); tests/test_reliability.py injects a short write")
+    try:
+        texts = [f"passage number {i} about retrieval" for i in range(200)]
+        lam = ProjectionLambda.fit(texts, dim=256)
+        with pytest.raises(ArtifactError) as error:
+            encode_passages(lam, [(str(i), "", t) for i, t in enumerate(texts)], full / "passages",
+                            shard_size=50, inputs={"corpus": "x"})
+        message = str(error.value)
+        assert message.startswith(f"{full / 'passages'}: no space left on device while writing the embeddings "
+                                  "artifact (finished parts are kept in") and "\n" not in message
+        assert not [p for p in (full / "passages.partial").iterdir() if ".tmp-" in p.name]  # no half-written shard
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

@@ -302,7 +302,9 @@ def _experiment_with_index(sample_experiment: Path, root: Path, base_dir: str, l
     with ArtifactWriter(artifact_dir(root, "index"), kind="index", config={"type": index_type}, inputs={}) as w:
         SparIndex.build(base, lam, variant="concat", index_type=index_type, hnsw_m=16, nprobe=64).save(w.path)
         w.stats = {"variant": "concat", "type": index_type, "count": len(base.ids)}
-    return experiment_config(root, root / "results", *overrides)
+    # The config that index is (#31 item 3: evaluating it under another index.type is refused).
+    return experiment_config(root, root / "results", f"index.type={index_type}", "index.hnsw_m=16", "index.nprobe=64",
+                             *overrides)
 
 
 def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  # noqa: F811
@@ -382,6 +384,10 @@ def test_skipped_input_records_reach_the_results(sample_experiment, tmp_path):  
     evaluate_stage.run(cfg)
     results = json.loads((cfg.results_dir / f"{cfg.experiment.name}.json").read_text())
     assert results["skipped_records"]["data.qrels_test"] == {"unknown passage": 1}
+    # #31 item 9: the evaluation's manifest counts them too, as the README says.
+    from spar.core.artifacts import read_manifest
+
+    assert read_manifest(tmp_path / "run" / "evaluation")["stats"]["skipped_records"] == {"data.qrels_test": 1}
     table = (cfg.results_dir / f"{cfg.experiment.name}.md").read_text()
     assert "Input records skipped (experiment.on_bad_record=skip): " in table
     assert "data.qrels_test: 1 unknown passage" in table

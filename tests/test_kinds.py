@@ -78,8 +78,16 @@ def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 2, (stage, done.stdout[-2000:], done.stderr[-2000:])
         assert "embeddings/lambda/passages: made with Λ" in done.stderr and "re-run `spar encode`" in done.stderr
-    # #22 item 4: Λ re-encoded but not re-indexed: publish refuses the stale index, as evaluate does.
+    # #22 item 4: Λ re-encoded but not re-indexed: publish refuses the stale index, as evaluate does. #31 item 2:
+    # and the μ tuned for the old Λ's vectors, named first (tune/ is made from embeddings that changed since).
     _spar("encode", *static)
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", "publish", *static], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == 2 and "the index is stale, re-run `spar index`" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert f"{tmp_path / 'tune'}: made from {tmp_path / 'embeddings' / 'lambda' / 'passages'}" in done.stderr
+    assert "re-run `spar tune`" in done.stderr
+    _spar("tune", *static)
+    for stage in ("evaluate", "publish"):
+        done = subprocess.run([sys.executable, "-m", "pipelines.cli", stage, *static], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 2 and "re-run `spar index`" in done.stderr, (stage, done.stderr[-2000:])

@@ -87,7 +87,7 @@ def tiny_run(tmp_path_factory):
     cfg = load_config(None, [f"experiment.output_dir={run}", f"experiment.results_dir={run / 'results'}",
                              "experiment.name=tiny", "publish.data_license=CC BY-NC 2.0",
                              "publish.dataset=BeIR/scifact", "publish.push_to_hub=null",
-                             f"encode.base.passage_max_length={PASSAGE_TOKENS}",
+                             f"encode.base.passage_max_length={PASSAGE_TOKENS}", "index.storage=float32",
                              f"train.encoder.passage_max_length={PASSAGE_TOKENS}"])
     pipelines.sample.run(cfg)
     table = read_table(run / "queries" / "passages.arrow")
@@ -422,12 +422,17 @@ def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
     ("   ", 10, "query 1 is empty: nothing to search for"),
     ("scurvy", 0, "k must be at least 1, got 0"),
     (b"caf\xe9".decode("utf-8", "surrogateescape"), 10, "query 1 is not valid UTF-8 text"),
+    ("scurvy --mu nan", 10, "mu must be a finite number, got nan"),
+    ("scurvy --mu inf", 10, "mu must be a finite number, got inf"),
 ])
 def test_search_refuses_empty_queries_k_0_and_undecodable_bytes(tiny_run, capsys, query, k, message):
-    """#22 items 9 and 12: these returned 10 arbitrary hits or a traceback; now one line, exit 2."""
+    """#22 items 9 and 12: these returned 10 arbitrary hits or a traceback; now one line, exit 2. #31 item 9: so
+    did --mu nan / inf (no hits, exit 0)."""
     from pipelines import cli
 
-    assert cli.main(["search", str(tiny_run["model"]), query, "-k", str(k)]) == 2
+    flags = query.split(" --mu ")
+    mu = ["--mu", flags[1]] if len(flags) > 1 else []
+    assert cli.main(["search", str(tiny_run["model"]), flags[0], "-k", str(k), *mu]) == 2
     err = capsys.readouterr().err
     assert f"spar: error: {message}" in err and err.count("\n") == 1
 
@@ -645,6 +650,65 @@ def test_publish_refuses_the_run_its_ancestors_other_artifacts_files_and_foreign
     assert Path(_publish_to(tiny_run, tmp_path / "empty", force=True)["output"]) == tmp_path / "empty"
 
 
+def test_publish_replaces_only_what_it_wrote(tiny_run, tmp_path):
+    """#31 item 1: files a user put into an earlier model directory (notes, a folder of theirs) were deleted by the
+    next publish, exit 0. The old model's manifest lists every file it wrote: anything else makes publish refuse in
+    one line naming it, --force or not, with nothing deleted."""
+    from spar.core.artifacts import read_manifest
+    from spar.core.errors import ArtifactError
+
+    model = tmp_path / "model"
+    _publish_to(tiny_run, model)
+    (model / "notes.txt").write_text("my notes")
+    (model / "mine").mkdir()
+    (model / "mine" / "x.dat").write_bytes(b"mine")
+    before = {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert _publish_to(tiny_run, model).get("skipped")  # up to date: nothing to replace
+    import pipelines.publish
+
+    cfg = tiny_run["cfg"]
+    other = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"output": str(model), "license": "mit"})})
+    for publish in (lambda: pipelines.publish.run(other), lambda: _publish_to(tiny_run, model, force=True)):
+        with pytest.raises(ArtifactError, match=rf"^{model}: holds files its earlier model artifact does not list "
+                                                r"\(mine/x.dat, notes.txt\); spar replaces only what it wrote"):
+            publish()
+    assert {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*") if p.is_file()} == before
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    # Without them it is replaced in place (the directory itself stays), and an upload marker spar wrote is its own.
+    shutil.rmtree(model / "mine")
+    (model / "notes.txt").unlink()
+    (model / ".hub_push.json").write_text("{}")
+    inode = model.stat().st_ino
+    _publish_to(tiny_run, model, force=True)
+    assert model.stat().st_ino == inode and read_manifest(model)["kind"] == "model"
+    assert not (model / ".hub_push.json").exists() and not (model / ".spar-replacing.json").exists()
+
+
+def test_publish_into_a_mount_point(tiny_run, tmp_path):
+    """#31 item 5: publish.output at an empty mount point failed with a traceback ("Device or resource busy":
+    spar removed the directory before renaming its work into place) and left the complete model behind as
+    model.tmp-<pid>/. Now an existing directory is written into, never removed: a real tmpfs mount where this
+    machine allows it (CI runs as root), else an empty directory (same code path; the inode must not change)."""
+    import subprocess
+
+    from spar.publish.model_dir import check_model_dir
+
+    target = tmp_path / "mnt"
+    target.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", str(target)],
+                                                  capture_output=True).returncode == 0
+    try:
+        inode = target.stat().st_ino
+        for force in (False, True):  # into the empty mount, then over its own earlier model
+            assert Path(_publish_to(tiny_run, target, force=force)["output"]) == target
+            check_model_dir(target)
+            assert target.stat().st_ino == inode and (not mounted or os.path.ismount(target))
+        assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(target)], check=True)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # A published model works anywhere: no absolute path; index any corpus with it and search it (#30 item 1)
 # ----------------------------------------------------------------------------------------------------------------
@@ -716,15 +780,16 @@ def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, c
     assert cli.main(["search", str(out), *query.split(), "-k", "2"]) == 0
     assert ids[int(np.argmax(brute))] in capsys.readouterr().out
     # Up to date: nothing is re-encoded. Without --storage/--type the model's own index options are the defaults
-    # (configs/default.yaml's, shipped in spar_config.yaml: 4-bit scalar codes, flat).
+    # (shipped in spar_config.yaml: the index it was published with, float32 and flat here, where
+    # configs/default.yaml says sq4), so that index is up to date too.
     assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
                      "--storage", "float32", "--type", "flat"]) == 0
     assert "skipped (up to date)" in capsys.readouterr().out
     assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out)]) == 0
-    capsys.readouterr()
+    assert "skipped (up to date)" in capsys.readouterr().out
     info = json.loads((out / "index.json").read_text())
-    assert (info["storage"], info["type"]) == (tiny_run["cfg"].index.storage, tiny_run["cfg"].index.type) == ("sq4",
-                                                                                                          "flat")
+    assert (info["storage"], info["type"]) == (tiny_run["cfg"].index.storage, tiny_run["cfg"].index.type) == (
+        "float32", "flat")
 
 
 def test_a_tsv_corpus_with_another_storage_and_index_type(tiny_run, tmp_path):

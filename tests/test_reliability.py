@@ -374,3 +374,65 @@ def test_label_removes_what_killed_runs_left_behind(tmp_path):
     removed = remove_stale_temporaries(tmp_path)
     assert sorted(p.name for p in removed) == sorted([p.name for p in stale] + [f".manifest.json.tmp-{dead}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in kept)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# #31: a short write is a full disk; a Λ without its manifest is checked; evaluate counts skipped records
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_numpys_short_write_is_a_full_disk_in_one_line(tmp_path, monkeypatch):
+    """#31 item 8 (injected; tests/test_artifacts.py fills a real tmpfs): NumPy reports a short write as an OSError
+    without errno ("N requested and M written"), which escaped the "no space left" translation as a traceback."""
+    import numpy as np
+
+    from spar.model.embeddings import encode_passages
+    from spar.core.errors import no_space_left
+    from spar.lexical.projection import ProjectionLambda
+
+    assert no_space_left(OSError("393216 requested and 262144 written")) is not None
+    assert no_space_left(OSError("something else")) is None and no_space_left(ValueError("1 requested and 0 written")) \
+        is None
+
+    def short_write(fh, array, **kwargs):
+        fh.write(b"\x93NUMPY")
+        raise OSError(f"{array.nbytes} requested and 6 written")
+
+    monkeypatch.setattr(np, "save", short_write)
+    texts = [f"passage {i} about sparse retrieval" for i in range(20)]
+    out = tmp_path / "embeddings" / "lambda" / "passages"
+    with pytest.raises(ArtifactError) as error:
+        encode_passages(ProjectionLambda.fit(texts, dim=16), [(str(i), "", t) for i, t in enumerate(texts)], out,
+                        inputs={"corpus": "x"})
+    assert str(error.value).startswith(f"{out}: no space left on device while writing the embeddings artifact")
+    assert "\n" not in str(error.value)
+    assert not [p for p in out.with_name("passages.partial").iterdir() if ".tmp-" in p.name]
+
+
+def test_a_lambda_without_its_manifest_is_checked_by_its_own_checksums(tmp_path):
+    """#31 item 9: a Λ directory that travelled without manifest.json was used unchecked: two swapped vocabulary lines
+    (same size) made another, silently wrong Λ. spar_lambda.json now records the size and SHA-256 of the Λ's files
+    (written last by save); a Λ with neither is refused."""
+    import json as _json
+
+    from spar.experiment.lambda_source import resolve_lambda
+    from spar.lexical.projection import ProjectionLambda
+    from spar.lexical.static import StaticLambda
+
+    lam = tmp_path / "copied"
+    StaticLambda.from_projection(ProjectionLambda.fit(["sparse retrieval with bm25", "dense retrieval"], dim=8)
+                                 ).save(lam)
+    assert not (lam / "manifest.json").exists()
+    assert resolve_lambda(str(lam), tmp_path).kind == "static"
+    vocab = lam / "vocab.txt"
+    terms = vocab.read_text().splitlines()
+    vocab.write_text("\n".join([terms[1], terms[0], *terms[2:]]) + "\n")
+    with pytest.raises(ArtifactError, match=rf"^{vocab}: content changed since the Λ was saved \(by "
+                                            rf"{lam / 'spar_lambda.json'}\); train or copy it again$"):
+        resolve_lambda(str(lam), tmp_path)
+    config = _json.loads((lam / "spar_lambda.json").read_text())
+    del config["checksums"]  # as written before #31, or by hand
+    (lam / "spar_lambda.json").write_text(_json.dumps(config))
+    with pytest.raises(ArtifactError, match=rf"^{lam}: no manifest.json and no checksums in spar_lambda.json, so "
+                                            r"its files cannot be checked"):
+        resolve_lambda(str(lam), tmp_path)

@@ -5,6 +5,7 @@ These run the real CLI in subprocesses (real Pyserini, real torch), on a slice o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -81,3 +82,51 @@ def test_label_killed_then_resumed_is_byte_identical(sampled: Path, tmp_path: Pa
 
     # A complete stage re-run does nothing.
     assert "skipped (up to date)" in _spar(resumed, "label", *LABEL_ARGS).stdout
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training: killed at every checkpoint boundary, resumed, it exports what an uninterrupted run exports (#31 item 4)
+# ----------------------------------------------------------------------------------------------------------------
+
+#: A static Λ on the test_train slice of SciFact, a few steps. (a) validation and the periodic checkpoint fall on the
+#: same steps and the best model is the first validation's (the issue's case: a kill between the periodic checkpoint
+#: and the validation of that step lost the best model); (b) a periodic checkpoint between validations, and a last
+#: step that is not a validation step (validated after training).
+KILLED_TRAININGS = {
+    "validation-steps": {"max_steps": 6, "val_check_interval": 2, "checkpoint_every_n_steps": 2},
+    "between-validations": {"max_steps": 5, "val_check_interval": 2, "checkpoint_every_n_steps": 3},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(KILLED_TRAININGS))
+def test_train_killed_at_every_checkpoint_boundary_exports_what_an_uninterrupted_run_exports(case, datasets_dir,
+                                                                                          tmp_path_factory):
+    """The static-Λ training is SIGKILLed right after each checkpoint write, after the export and after the best
+    checkpoint's removal, then re-run: each resumed run reports the uninterrupted run's best step and score and
+    exports byte-identical files (tests/train_kill_harness.py). Before #31 a kill between the step's periodic
+    checkpoint and its validation skipped that validation on resume, and a kill after the export exported the last
+    weights instead of the best."""
+    from test_train import labelled
+
+    run = labelled.__wrapped__(datasets_dir, tmp_path_factory)
+    out = tmp_path_factory.mktemp(f"killed-{case}")
+    settings = {"kind": "static", "lexical": {"dim": 32}, "batch_size": 8, "random_negatives": 16,
+                "learning_rate": 0.05, "accelerator": "cpu", "devices": 1, "num_workers": 0,
+                "wandb_mode": "disabled", "log_every_n_steps": 1, **KILLED_TRAININGS[case]}
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "train_kill_harness.py"), str(run), str(out),
+                           json.dumps(settings)], env={**ENV, "PYTHONPATH": str(Path(__file__).parents[1])},
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    reference = report["reference"]
+    assert reference["exported"] and reference["best_step"] is not None
+    events = reference["events"]
+    assert any(e.startswith("save best.ckpt") for e in events) and "export" in events and "remove best.ckpt" in events
+    assert [k["killed_after"] for k in report["killed"]] == events  # killed once after each boundary
+    for killed in report["killed"]:
+        where = f"killed after {killed['killed_after']} (event {killed['k']})"
+        assert killed["killed_status"] == signal.SIGKILL and killed["resumed_status"] == 0, where
+        assert (killed["best_step"], killed["best_valid_mrr"]) == (reference["best_step"],
+                                                                   reference["best_valid_mrr"]), where
+        assert killed["exported"] == reference["exported"], where

@@ -181,6 +181,37 @@ def test_mu_tuned_for_another_storage_is_refused(sample_experiment, tmp_path):  
     assert evaluate_experiment(cfg).systems["spar"]["nDCG@10"] > 0
 
 
+def test_overrides_the_stored_index_cannot_honour_are_refused(sample_experiment, tmp_path):  # noqa: F811
+    """#31 item 3: `spar evaluate … index.storage=…` on an index stored otherwise served the stored index while the
+    results recorded the override's command line (and publish's card its config); an index of a variant μ was not
+    tuned for was searched with the other variant's μ. Both are refused in one line naming what to rebuild, also
+    when the results are up to date, and nothing is recorded."""
+    from pipelines import evaluate as evaluate_stage
+    from pipelines import index as index_stage
+    from pipelines import tune as tune_stage
+
+    root = _copy_experiment(sample_experiment, tmp_path / "run")
+    common = ("evaluate.shuffled=false", "tune.tune_both_variants=false")
+    cfg = experiment_config(root, root / "results", *common)
+    tune_stage.run(cfg)
+    index_stage.run(cfg)
+    sq8 = experiment_config(root, root / "results", *common, "index.storage=sq8")
+    refusal = (rf"^{root / 'index'}: not the index the config asks for: index.storage=sq8 \(the index has float32\); "
+               r"re-run `spar index` \(and `spar tune`\) with these settings, or drop the override$")
+    with pytest.raises(ArtifactError, match=refusal):
+        evaluate_stage.run(sq8)
+    assert not (root / "results").exists() and not (root / "evaluation").exists()
+    evaluate_stage.run(cfg)
+    with pytest.raises(ArtifactError, match=refusal):  # up to date for float32: still not served as sq8
+        evaluate_stage.run(sq8)
+
+    as_sum = experiment_config(root, root / "results", *common, "index.variant=sum")
+    index_stage.run(as_sum)
+    with pytest.raises(ArtifactError, match=rf"^{root / 'index'}: a 'sum' index, but μ in {root / 'tune'}/tune.json "
+                                            r"was tuned for concat only: re-run `spar tune` with tune.variant=sum"):
+        evaluate_stage.run(as_sum)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The bytes-per-passage frontier
 # ----------------------------------------------------------------------------------------------------------------

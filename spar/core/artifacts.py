@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from spar.core.errors import ArtifactError, no_space_left
 from spar.core.fingerprint import file_sha256, fingerprint_dict
@@ -203,6 +203,9 @@ class ArtifactWriter:
     config: Any
     inputs: dict[str, str]
     resumable: bool = False
+    #: What the artifact was made from (:func:`spar.core.lineage.source` records), kept in the manifest as ``sources``
+    #: with paths relative to the artifact, so :func:`spar.core.lineage.check_current` can tell when one has changed.
+    sources: Sequence[dict[str, str]] = ()
 
     def __post_init__(self) -> None:
         self.final = Path(self.final)
@@ -214,9 +217,10 @@ class ArtifactWriter:
         self.path = self.final.with_name(self.final.name + suffix)
 
     def check_replaceable(self) -> None:
-        """Refuse to write over anything but an earlier artifact of this kind (or an empty directory): spar never
-        deletes what it did not write, e.g. ``publish.output`` pointing at a run, an ancestor of one, another
-        artifact, a file, or a directory of the user's files."""
+        """Refuse to write over anything but an earlier artifact of this kind (or an empty directory), and over an
+        earlier artifact holding files its manifest does not list: spar never deletes what it did not write, e.g.
+        ``publish.output`` pointing at a run, an ancestor of one, another artifact, a file, a directory of the
+        user's files, or an earlier model the user added notes to."""
         final = self.final
         if not final.exists() and not final.is_symlink():
             return
@@ -225,17 +229,17 @@ class ArtifactWriter:
                                 "there: choose another path")
         if not any(final.iterdir()):
             return
-        manifest = final / MANIFEST
-        kind = None
-        if manifest.is_file():
-            try:
-                kind = json.loads(manifest.read_text(encoding="utf-8")).get("kind")
-            except (ValueError, AttributeError):
-                kind = None
+        kind, ours = _spar_files(final)
         if kind != self.kind:
             what = f"a spar '{kind}' artifact" if kind else "not a spar artifact (no manifest.json of spar's)"
             raise ArtifactError(f"{final}: not empty and {what}; spar replaces only its own {self.kind} directory "
                                 "and never deletes what it did not write: choose another (or an empty) directory")
+        foreign = [name for name in _entries(final) if name not in ours and not _is_own_temporary(name)]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise ArtifactError(f"{final}: holds files its earlier {kind} artifact does not list ({shown}); spar "
+                                "replaces only what it wrote and never deletes the rest: move them out, or choose "
+                                "another directory")
 
     def __enter__(self) -> "ArtifactWriter":
         ensure_writable(self.final.parent)
@@ -276,6 +280,9 @@ class ArtifactWriter:
             ),
             "stats": self.stats,
         }
+        if self.sources:
+            manifest["sources"] = [{**s, "path": os.path.relpath(Path(s["path"]).absolute(), self.final.absolute())}
+                                   for s in self.sources]
         (self.path / ".fingerprint").unlink(missing_ok=True)
         manifest["checksums"] = file_checksums(self.path)
         write_json_atomic(self.path / MANIFEST, manifest)
@@ -285,9 +292,82 @@ class ArtifactWriter:
             if not self.resumable:
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
-        if self.final.exists():
-            shutil.rmtree(self.final)
-        os.replace(self.path, self.final)
+        if self.final.is_dir():
+            self._replace_in_place()
+        else:
+            os.replace(self.path, self.final)
+
+    def _replace_in_place(self) -> None:
+        """Move the finished artifact into the existing directory ``final`` (an earlier artifact of this kind, or an
+        empty directory such as a mount point) without removing the directory itself: first a journal naming every
+        old and new file, then the old manifest and files out, the new files in (manifest last), the journal out. A
+        crash part-way leaves a directory without a manifest (not complete) whose every file spar can account for."""
+        final = self.final
+        _, old = _spar_files(final)
+        old |= {name for name in _entries(final) if _is_own_temporary(name)}
+        new = _entries(self.path)
+        write_json_atomic(final / REPLACING, {"kind": self.kind, "files": sorted(old | set(new))})
+        (final / MANIFEST).unlink(missing_ok=True)  # from here on it does not look complete
+        for name in sorted(old - {REPLACING, MANIFEST}):
+            _remove_file(final, name)
+        for name in sorted(new, key=lambda n: n == MANIFEST):  # the manifest last
+            target = final / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.path / name), str(target))  # a rename, or a copy onto another file system
+        shutil.rmtree(self.path)
+        (final / REPLACING).unlink()
+
+
+#: Inside an artifact directory being replaced in place: every file of the old and the new artifact, written before
+#: the first file is touched (see :meth:`ArtifactWriter._replace_in_place`).
+REPLACING = ".spar-replacing.json"
+#: Files a stage adds to its finished artifact after the manifest: spar's own too (the model's upload marker).
+AFTER_MANIFEST = (".hub_push.json",)
+
+
+def _entries(directory: Path) -> list[str]:
+    """Every file (and link) under ``directory``, relative, sorted; directories themselves are not entries."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        found += [os.path.relpath(os.path.join(root, n), directory) for n in files]
+        found += [os.path.relpath(os.path.join(root, n), directory) for n in dirs
+                  if os.path.islink(os.path.join(root, n))]
+    return sorted(found)
+
+
+def _spar_files(directory: Path) -> tuple[str | None, set[str]]:
+    """(kind, the files spar wrote) of a directory, from its manifest and the journal of an interrupted
+    replacement."""
+    kind, files = None, set()
+    for record in (directory / MANIFEST, directory / REPLACING):
+        try:
+            payload = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(payload, dict):
+            kind = kind or payload.get("kind")
+            files |= {str(f) for f in payload.get("files") or ()} | {str(f) for f in payload.get("checksums") or ()}
+            files.add(record.name)
+    if kind is not None:
+        files |= {name for name in AFTER_MANIFEST if (directory / name).exists()}
+    return kind, files
+
+
+def _is_own_temporary(name: str) -> bool:
+    """A half-written file of a dead spar process (``.<file>.tmp-<pid>``, :func:`atomic_file`)."""
+    found = _TEMPORARY.search(name)
+    return (found is not None and Path(name).name.startswith(".") and int(found.group(1)) != os.getpid()
+            and not pid_alive(int(found.group(1))))
+
+
+def _remove_file(directory: Path, name: str) -> None:
+    """Delete ``directory/name`` and the folders it leaves empty, up to ``directory``."""
+    path = directory / name
+    path.unlink(missing_ok=True)
+    parent = path.parent
+    while parent != directory and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
 
 
 def check_files(path: str | Path, names: Iterable[str]) -> None:
@@ -433,18 +513,36 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+def holds_output_lock() -> bool:
+    """Whether this process holds (or shares, as a stage of ``spar run``) an output directory's whole lock: then no
+    other spar run is writing there, and a temporary whose process is dead is litter (see :func:`output_lock`)."""
+    held = os.environ.get(LOCK_ENV, "")
+    return Path(held.rpartition("|")[0]).name == LOCK_FILE
+
+
+def remove_stale_temporaries(directory: str | Path, names: Iterable[str] | None = None) -> list[Path]:
     """Delete ``*.tmp-<pid>*`` work files and directories in ``directory`` whose process is dead (a killed stage's
-    ``teacher_index.tmp-<pid>/``, its JSON collection copy, half-written files). Returns what was removed."""
+    ``teacher_index.tmp-<pid>/``, its JSON collection copy, half-written files). Returns what was removed.
+
+    ``names``: only the temporaries of these artifacts (``index`` -> ``index.tmp-<pid>/``, ``.index.tmp-<pid>``),
+    and of directories only those spar's writer made (its ``.fingerprint`` stamp or a manifest inside) or empty ones:
+    what a stage's runner clears beside its artifact, which may sit in a directory of the user's."""
     removed = []
     d = Path(directory)
     if not d.is_dir():
         return removed
+    prefixes = None if names is None else tuple(f"{name}.tmp-" for name in names)
     for entry in d.iterdir():
         found = _TEMPORARY.search(entry.name)
         if found is None or pid_alive(int(found.group(1))) or int(found.group(1)) == os.getpid():
             continue
-        if entry.is_dir() and not entry.is_symlink():
+        is_dir = entry.is_dir() and not entry.is_symlink()
+        if prefixes is not None:
+            if not entry.name.lstrip(".").startswith(prefixes):
+                continue
+            if is_dir and any(entry.iterdir()) and not any((entry / n).exists() for n in (".fingerprint", MANIFEST)):
+                continue
+        if is_dir:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)

@@ -99,6 +99,13 @@ def directory_fingerprint(directory: str | Path, full: bool = True, suffixes: tu
     return digest(chunks())
 
 
+def model_files_fingerprint(directory: str | Path) -> str:
+    """A local model directory's weights, as :func:`spar.model.resolve.model_fingerprint` identifies them: its
+    config, weight and vocabulary files by bare name, size and first 64 KiB."""
+    return directory_fingerprint(directory, full=False, suffixes=(".json", ".safetensors", ".bin", ".txt"),
+                                 relative_names=False)
+
+
 def records_fingerprint(records: Iterable[Any]) -> str:
     """Records held in memory (e.g. ``[id, title, text]`` lists), each hashed as its JSON (UTF-8) in order."""
     return digest(json.dumps(record, ensure_ascii=False).encode() for record in records)

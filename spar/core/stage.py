@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
-from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest
+from spar.core.artifacts import ArtifactWriter, holds_output_lock, is_complete, read_manifest, remove_stale_temporaries
+from spar.core.lineage import changed_sources, check_all_current
 
 
 @dataclass
@@ -51,17 +52,27 @@ class Unit:
     #: False on a worker rank of a multi-process job: it works in the primary's directory and never writes the
     #: artifact (nor discards it on ``--force``); the primary does.
     primary: bool = True
+    #: What the artifact is made from (:func:`spar.core.lineage.source` records): every artifact among them must be
+    #: current before this unit is skipped or written, and a change to any of them makes the output out of date.
+    sources: Sequence[dict[str, str]] = ()
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
 
     def writer(self) -> ArtifactWriter:
         return ArtifactWriter(self.output, kind=self.kind, config=self.config, inputs=self.inputs,
-                              resumable=self.resumable)
+                              resumable=self.resumable, sources=self.sources)
 
     def up_to_date(self, fingerprint: str) -> bool:
         return (is_complete(self.output, fingerprint, content=self.verify_content)
-                and (self.current is None or self.current()))
+                and (self.current is None or self.current()) and not changed_sources(self.output))
+
+
+def is_current(unit: Unit) -> bool:
+    """Whether ``unit``'s output is up to date (its stage would skip it); refuses, as running it would, an input
+    artifact made from something that has changed since (:func:`spar.core.lineage.check_current`)."""
+    check_all_current(unit.sources)
+    return unit.up_to_date(unit.writer().fingerprint)
 
 
 def run_unit(unit: Unit, work: Callable[[ArtifactWriter], dict], force: bool = False,
@@ -71,9 +82,16 @@ def run_unit(unit: Unit, work: Callable[[ArtifactWriter], dict], force: bool = F
     ``work`` fills ``writer.path`` (and ``writer.stats`` / ``writer.schema`` for the manifest) and returns the
     statistics to print. ``guard`` may refuse to replace what is there (not called with ``force``). ``force``
     discards a resumable unit's finished parts and writes it again.
+
+    Every run first refuses an input artifact made from something that has changed since
+    (:func:`spar.core.lineage.check_current`), and, while this process holds the output directory's lock, removes the
+    temporaries (``<artifact>.tmp-<pid>/``) that killed runs left beside the unit's output.
     """
+    current = is_current(unit)
+    if unit.primary and holds_output_lock():
+        remove_stale_temporaries(unit.output.parent, [unit.output.name])
     writer = unit.writer()
-    if not force and unit.up_to_date(writer.fingerprint):
+    if not force and current:
         return {"skipped": True, **(on_skip(read_manifest(unit.output)) if on_skip else {})}
     if guard is not None and not force:
         guard()
@@ -116,6 +134,12 @@ class Stage:
             results[str(unit.output)] = self._run(cfg, unit, force)
             del unit
         return self.finish(cfg, results, None) if self.finish else results
+
+    def status(self, cfg: Any) -> dict[str, bool]:
+        """``{output: up to date}`` of every artifact the stage would write now, writing none of them (a plan still
+        makes what it depends on: label's teacher index). Refuses what running the stage would refuse."""
+        plan = self.plan(cfg, False)
+        return {str(unit.output): is_current(unit) for unit in ([plan] if isinstance(plan, Unit) else plan)}
 
     def _run(self, cfg: Any, unit: Unit, force: bool) -> dict:
         skipped, guarded = self.on_skip, self.guard

@@ -143,7 +143,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline; a named set's in
     ``<runs_dir>/<set>/``).
     """
-    from spar.index.spar_index import SparIndex, build_spar_index
+    from spar.index.spar_index import SparIndex, build_spar_index, check_serves
     from spar.data.question_sets import test_splits
 
     inputs = inputs or ExperimentInputs(cfg)
@@ -152,6 +152,8 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
         raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
     spar_index = SparIndex.load(index_dir)
     inputs.check_index(index_dir, spar_index.info, spar_index.ids)
+    check_serves(spar_index.info, cfg.index, cfg.experiment.seed, index_dir)  # what is recorded is what is served
+    spar_index.set_search_params(**search_params(cfg))
     tuned_all = read_tuned(cfg.output_dir)
     tuned_all.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
@@ -194,7 +196,11 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     doc_ids = inputs.doc_ids
 
     spar_variant = getattr(spar_index, "variant", None) or read_manifest(index_dir)["stats"].get("variant", "concat")
-    spar_mu = tuned.mu(spar_variant) if spar_variant in tuned.variants else mu
+    if spar_variant not in tuned.variants:
+        raise ArtifactError(f"{index_dir}: a '{spar_variant}' index, but μ in {tuned.path} was tuned for "
+                            f"{', '.join(sorted(tuned.variants))} only: re-run `spar tune` with "
+                            f"tune.variant={spar_variant}, or rebuild the index")
+    spar_mu = tuned.mu(spar_variant)
     sum_mu = tuned.mu("sum") if "sum" in tuned.variants else None
     if sum_index is not None and sum_mu is None:
         log.warning("μ was not tuned for the 'sum' variant; spar_sum uses the concat μ=%g", mu)
@@ -279,7 +285,8 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
-                  "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim")},
+                  "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
+                  **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
     }
     if test.name:
@@ -323,6 +330,13 @@ def results_markdown(reports: dict[str, EvaluationReport]) -> str:
             lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
         lines.append("")
     return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
+
+
+def search_params(cfg) -> dict[str, int]:
+    """The search-time settings (``index.hnsw_ef_search``, ``index.nprobe``) the SPAR index is served with."""
+    from spar.index.files import SEARCH_TIME
+
+    return {k: getattr(cfg.index, k) for k in SEARCH_TIME}
 
 
 def _why_skipped(name: str, sum_index, alpha) -> str:

@@ -147,6 +147,18 @@ class ExperimentInputs:
         self.check_lambda_embeddings(splits)
         return prints
 
+    def sources(self, splits: Sequence[str]) -> list[dict[str, str]]:
+        """What tuning or evaluating on ``splits`` reads, for the manifest (:mod:`spar.core.lineage`): the passage
+        embeddings, the stored query vectors of those splits, Λ."""
+        from spar.core.lineage import source
+
+        found = []
+        for name in ENCODERS:
+            found.append(source(self.passage_dir(name)))
+            found += [source(self.query_dir(name, split)) for split in splits
+                      if is_complete(self.query_dir(name, split))]
+        return found + self.lambda_source.sources()
+
     def check_lambda_embeddings(self, splits: Sequence[str] = ()) -> None:
         """Refuse Λ embeddings made with another Λ than the current one (retrained, or ``encode.lambda`` moved),
         by the Λ fingerprint each embedding directory records: its vectors would be scored as the new Λ's."""

@@ -72,15 +72,29 @@ class LambdaSource:
         retrained Λ keeps its manifest fingerprint when its config is unchanged, not its weights), plus the target
         corpus's with ``statistics: target``."""
         if self._fingerprint is None:
-            from spar.core.fingerprint import fingerprint_dict
+            from spar.core.fingerprint import directory_fingerprint, fingerprint_dict
             from spar.data.readers import corpus_fingerprint
-            from spar.core.fingerprint import directory_fingerprint
 
             self._fingerprint = directory_fingerprint(self.location)
             if self.statistics == "target":
                 target = corpus_fingerprint(self.target) if self.target else None
                 self._fingerprint = fingerprint_dict({"lambda": self._fingerprint, "statistics_from": target})
         return self._fingerprint
+
+    def sources(self) -> list[dict[str, str]]:
+        """What a Λ read from here depends on, as manifests record it (:mod:`spar.core.lineage`): its files, and the
+        target corpus with ``statistics: target``."""
+        from spar.core.fingerprint import directory_fingerprint
+        from spar.core.lineage import source
+
+        found = [{"path": str(self.location.absolute()), "of": "files",
+                  "fingerprint": self.fingerprint() if self.statistics != "target"
+                  else directory_fingerprint(self.location)}]
+        if self.statistics == "target" and self.target is not None:
+            from spar.data.readers import corpus_files
+
+            found += [source(path, "file") for path in corpus_files(self.target) if path.exists()]
+        return found
 
     def describe(self) -> dict[str, Any]:
         """For manifests, results and model cards."""
@@ -178,14 +192,18 @@ def _kind_and_dim(d: Path) -> tuple[str, int]:
 
 
 def _check_as_written(location: Path) -> None:
-    """A Λ (or published model) directory holding spar's manifest must hold its files as spar wrote them: a
-    reordered ``vocab.txt`` or truncated weights would otherwise be read as a different, silently wrong Λ."""
+    """A Λ (or published model) directory must hold its files as spar wrote them, by its manifest (or, for a Λ
+    without one, the checksums in ``spar_lambda.json``): a reordered ``vocab.txt`` or truncated weights would
+    otherwise be read as a different, silently wrong Λ."""
     from spar.core.artifacts import MANIFEST, check_unchanged
+    from spar.lexical.base import check_lambda_files
     from spar.model.resolve import check_weight_files
 
     check_weight_files(location)
     if (location / MANIFEST).exists():
         check_unchanged(location, "publish" if (location / "spar_model.json").exists() else "train")
+    elif _is_lambda_dir(location):  # a Λ without its manifest: checked by the checksums save() recorded
+        check_lambda_files(location)
 
 
 def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str | Path) -> LambdaSource:
@@ -202,13 +220,13 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
         raise ArtifactError(f"{where}: Λ is a {kind} Λ, but encode.lambda.kind expects {fields['kind']}")
     if fields.get("dim") and int(fields["dim"]) != dim:
         raise ArtifactError(f"{where}: Λ has {dim} dimensions, but encode.lambda.dim expects {fields['dim']}")
-    _check_as_written(location)
     statistics = fields.get("statistics") or "carried"
     from spar.lexical import lambda_class
 
     if statistics == "target" and not lambda_class(kind).term_based:
         raise ArtifactError(f"{where}: encode.lambda.statistics=target refits a term-based Λ's corpus statistics, but "
                             f"this Λ is a {kind} (use statistics: carried)")
+    _check_as_written(location)
     return LambdaSource(location, origin, kind, dim, statistics, fields.get("path"))
 
 

@@ -145,6 +145,25 @@ class IndexOptions(IndexSection):
                 "ivf_nlist": self.ivf_nlist, "train_size": self.train_size, "seed": self.seed}
 
 
+def check_serves(info: dict[str, Any], section: IndexSection, seed: int, directory: str | Path) -> None:
+    """Refuse an index (its ``index.json`` ``info``) that is not what the ``index`` config asks for: another variant,
+    type, storage or codec. An override the stored index cannot honour (``spar evaluate index.storage=float32`` on a
+    4-bit index) would otherwise be recorded in the results and the model card but not served."""
+    options = IndexOptions.from_section(section, seed=seed)
+    storage = info.get("storage", "pq" if info.get("type") == "ivfpq" else "float32")
+    have = {"variant": info.get("variant"), "type": info.get("type"), **info.get("codec", {"storage": storage})}
+    wanted = {"variant": section.variant, "type": section.type, **options.codec(section.type)}
+    main = ("variant", "type", "storage")
+    differ = [key for key in main if have.get(key) != wanted[key]]
+    if not differ and wanted["storage"] != "float32":  # then the codec's options (float32 vectors have none)
+        differ = [key for key in wanted if key not in main and have.get(key) != wanted[key]]
+    if differ:
+        names = ", ".join(f"{'experiment' if key == 'seed' else 'index'}.{key}={wanted[key]} (the index has "
+                          f"{have.get(key)})" for key in differ)
+        raise ArtifactError(f"{directory}: not the index the config asks for: {names}; re-run `spar index` (and "
+                            "`spar tune`) with these settings, or drop the override")
+
+
 def default_nlist(n: int) -> int:
     """≈ 4·√N inverted lists, but at least 39 training points per list (FAISS's k-means minimum)."""
     return max(1, min(int(round(4 * math.sqrt(n))), n // 39 or 1))

@@ -30,6 +30,8 @@ from spar.core.config import LambdaKind
 from spar.core.errors import ArtifactError, ConfigError
 
 LAMBDA_CONFIG = "spar_lambda.json"
+#: The key of ``spar_lambda.json`` that records its Λ's files (size and SHA-256), as a manifest does.
+CHECKSUMS = "checksums"
 #: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use), derived
 #: from the kind names written once in the config (:data:`spar.core.config.LambdaKind`): kind ``k`` is the class
 #: ``<K>Lambda`` of ``spar/lexical/<k>.py``. A new kind is that module and its name in ``LambdaKind``.
@@ -173,9 +175,16 @@ class LexicalModel(nn.Module):
         raise NotImplementedError
 
     def write_config(self, directory: str | Path) -> None:
+        """``spar_lambda.json``, written last by ``save``: the description and the size and SHA-256 of every file
+        of the kind (so a Λ directory that travels without its manifest can still be checked)."""
+        from spar.core.artifacts import file_checksums
+
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        (d / LAMBDA_CONFIG).write_text(json.dumps(self.describe(), indent=2) + "\n")
+        own = sorted(str(p.relative_to(d)) for name in self.files if name != LAMBDA_CONFIG
+                     for p in ((d / name).rglob("*") if name.endswith("/") else [d / name]) if p.is_file())
+        config = {**self.describe(), CHECKSUMS: file_checksums(d, own)}
+        (d / LAMBDA_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> "LexicalModel":
@@ -200,6 +209,24 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
     if not d.exists():
         raise ArtifactError(f"{d}: no such Λ directory")
     raise ArtifactError(f"{d}: missing file '{LAMBDA_CONFIG}' (not a Λ directory; run `spar train`)")
+
+
+def check_lambda_files(directory: str | Path) -> None:
+    """Refuse a Λ directory whose files are not as ``save`` wrote them, by the checksums in ``spar_lambda.json``
+    (for a Λ that travels without its manifest); one without either cannot be checked and is refused too."""
+    from spar.core.artifacts import changed_files
+
+    d = Path(directory)
+    recorded = read_lambda_config(d).get(CHECKSUMS)
+    if not isinstance(recorded, dict):
+        raise ArtifactError(f"{d}: no manifest.json and no checksums in {LAMBDA_CONFIG}, so its files cannot be "
+                            "checked: copy the Λ directory whole (manifest.json included), or save it again")
+    changed = changed_files(d, {CHECKSUMS: recorded}, content=True)
+    if changed:
+        name, why = changed[0].split(" (", 1)
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise ArtifactError(f"{d / name}: {why[:-1]} since the Λ was saved (by {d / LAMBDA_CONFIG}){more}; train "
+                            "or copy it again")
 
 
 def encode_in_batches(texts: Sequence[str], encode: Callable[[Sequence[str]], np.ndarray], dim: int,

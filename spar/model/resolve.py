@@ -171,7 +171,19 @@ def model_fingerprint(name_or_path: str) -> str:
     resolved = resolve_model(name_or_path)
     if isinstance(resolved, str):
         return "hub:" + resolved
-    from spar.core.fingerprint import directory_fingerprint
+    from spar.core.fingerprint import model_files_fingerprint
 
-    return directory_fingerprint(resolved, full=False, suffixes=(".json", ".safetensors", ".bin", ".txt"),
-                                 relative_names=False)
+    return model_files_fingerprint(resolved)
+
+
+def model_sources(*names: str | None) -> list[dict[str, str]]:
+    """Lineage records (:func:`spar.core.lineage.source`) of the models among ``names`` that are local directories
+    (a hub id is its name)."""
+    from spar.core.lineage import source
+
+    found = []
+    for name in names:
+        resolved = resolve_model(name) if name else None
+        if isinstance(resolved, Path):
+            found.append(source(resolved, "model"))
+    return found

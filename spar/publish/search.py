@@ -16,6 +16,7 @@ Example (skipped in the doctest run: it needs a published run under ``runs/``)::
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,6 +25,7 @@ from typing import Sequence
 
 from spar.core.artifacts import PASSAGES_FILE
 from spar.core.errors import ArtifactError, ConfigError
+from spar.core.lineage import check_current
 from spar.core.run_context import RunContext
 from spar.publish.model_dir import MODEL_CONFIG, SparEncoder, check_model_dir, is_model_dir
 
@@ -124,10 +126,12 @@ class SparSearcher:
                 raise ConfigError(f"{p} is a model directory: --model names the model of an index directory")
             model_dir = p
             check_model_dir(model_dir)
+            check_current(model_dir)  # a model made from a Λ, μ or index that has changed since is refused
             index_dir, passages = resolve_index_location(model_dir)
         elif is_index_dir(p):
             index_dir, passages = p, None
             model_dir = _model_of_index(p, model)
+            check_current(model_dir)
         elif not p.exists():
             raise ArtifactError(f"{p}: no such directory")
         else:
@@ -154,6 +158,8 @@ class SparSearcher:
         queries = list(queries)
         if k < 1:
             raise ConfigError(f"k must be at least 1, got {k}")
+        if mu is not None and not math.isfinite(mu):
+            raise ConfigError(f"mu must be a finite number, got {mu}")
         for i, query in enumerate(queries):
             if not isinstance(query, str) or not query.strip():
                 raise ConfigError(f"query {i + 1} is empty: nothing to search for")

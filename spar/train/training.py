@@ -56,6 +56,7 @@ Example (the stage driver ``pipelines/train.py`` does this from a config)::
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -67,9 +68,11 @@ from typing import Any, Sequence
 
 import lightning.pytorch as pl
 import numpy as np
+from lightning.pytorch.callbacks import Checkpoint
 import torch
 import torch.nn.functional as F
 
+from spar.core.artifacts import write_json_atomic
 from spar.core.java import jvm_signal_handlers_kept
 from spar.core.config import TrainSection
 from spar.core.run_context import RunContext
@@ -84,6 +87,8 @@ log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 BEST_CHECKPOINT = "best"
+#: Written into the checkpoint directory once the best model is exported, before ``best.ckpt`` is removed.
+EXPORTED = "exported.json"
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -266,6 +271,39 @@ class LambdaModule(pl.LightningModule):
         self._resuming = True
 
 
+class LastCheckpoint(Checkpoint):
+    """``last.ckpt`` (the full training state) after every validation and every ``every_n_steps`` steps.
+
+    The periodic one is written when the next batch starts, i.e. after the validation of that step when there is
+    one: a checkpoint never holds a validation step whose validation has not run, which a resumed run would skip
+    (its best-model record, and so its export, would differ from an uninterrupted run's). A :class:`Checkpoint`, so
+    Lightning runs it after the best-model callback listed before it. Checkpoints are written atomically
+    (Lightning writes through an fsspec transaction).
+    """
+
+    def __init__(self, path: Path, every_n_steps: int):
+        self.path, self.every_n_steps = Path(path), every_n_steps
+        self._saved_at = -1
+
+    def _save(self, trainer: pl.Trainer) -> None:
+        if trainer.global_step != self._saved_at and not trainer.sanity_checking:
+            trainer.save_checkpoint(str(self.path), weights_only=False)
+            self._saved_at = trainer.global_step
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lightning.pytorch.trainer.states import TrainerFn
+
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._saved_at = -1  # this step's state now includes its validation
+            self._save(trainer)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        step = trainer.global_step
+        if self.every_n_steps and step and step % self.every_n_steps == 0:
+            self._save(trainer)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------------------------
@@ -405,14 +443,11 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
     best_ckpt = ModelCheckpoint(dirpath=str(ckpt_dir), filename=BEST_CHECKPOINT, monitor="valid_mrr", mode="max",
                                 save_top_k=1, save_weights_only=True, enable_version_counter=False,
                                 auto_insert_metric_name=False)
-    last_ckpt = ModelCheckpoint(dirpath=str(ckpt_dir), filename="step-{step}", save_top_k=0, save_last=True,
-                                every_n_train_steps=train.checkpoint_every_n_steps, enable_version_counter=False)
-    all_callbacks = [last_ckpt, LearningRateMonitor(logging_interval="step"), *callbacks]
-    if data.has_validation:
-        # last.ckpt also after every validation, so a kill right after one never replays it (or loses its record).
-        last_at_validation = ModelCheckpoint(dirpath=str(ckpt_dir), save_top_k=0, save_last=True,
-                                             save_on_train_epoch_end=False, enable_version_counter=False)
-        all_callbacks[:0] = [best_ckpt, last_at_validation]
+    # best.ckpt first, then last.ckpt (checkpoint callbacks run last, in this order): last.ckpt then records the
+    # validation and the best model it just saw.
+    all_callbacks = [*([best_ckpt] if data.has_validation else []),
+                     LastCheckpoint(ckpt_dir / LAST_CHECKPOINT, train.checkpoint_every_n_steps),
+                     LearningRateMonitor(logging_interval="step"), *callbacks]
     trainer = pl.Trainer(
         accelerator=train.accelerator, devices=train.devices, num_nodes=train.num_nodes, strategy=train.strategy,
         precision=precision, max_epochs=train.max_epochs, max_steps=train.max_steps,
@@ -454,12 +489,20 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
     best_step: int | None = int(trainer.global_step)
     if trainer.is_global_zero:
         best_path = best_ckpt.best_model_path if data.has_validation else ""
+        exported = ckpt_dir / EXPORTED
         if best_path and Path(best_path).exists():
             state = trainer.strategy.load_checkpoint(best_path, weights_only=True)
             best_step = int(state.get("global_step", 0))
             module.load_state_dict(state["state_dict"])
-            Path(best_path).unlink()  # the export below is the best model; last.ckpt stays for resuming
-        module.model.save(export_dir)
+            module.model.save(export_dir)
+            # The export is the best model now; last.ckpt stays for resuming. Recorded before best.ckpt goes, so a
+            # run killed from here on and resumed keeps this export instead of exporting its last weights.
+            write_json_atomic(exported, {"best_step": best_step, "best_valid_mrr": best_valid})
+            Path(best_path).unlink()
+        elif best_path and exported.exists():
+            best_step = int(json.loads(exported.read_text())["best_step"])  # exported before the run was killed
+        else:
+            module.model.save(export_dir)
         if not train.keep_checkpoint:
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         if train.wandb_mode != "disabled":
