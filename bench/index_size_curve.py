@@ -57,7 +57,8 @@ def main() -> None:
     from spar.data.question_sets import set_split
     from spar.core.schemas import PASSAGES, write_table
     from spar.teacher.teachers import BM25Searcher, build_bm25_index
-    from spar.evaluate.tuning import hybrid_fuse, read_tuned
+    from spar.evaluate.candidates import hybrid_fuse
+    from spar.evaluate.tuning import read_tuned
 
     cfg = load_config(args.config)
     inputs = ExperimentInputs(cfg)

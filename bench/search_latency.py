@@ -5,7 +5,7 @@
   (:class:`spar.index.spar_index.SparIndex`).
 - **peer** (hybrid): an ``IndexFlatIP`` search of the base vectors (384 dims) + a Pyserini BM25 search
   (``LuceneSearcher``, k1=0.9 b=0.4, over a Lucene index of the same passages built with
-  :func:`spar.teacher.teachers.build_bm25_index`) + score fusion (:func:`spar.evaluate.tuning.hybrid_fuse`, dense +
+  :func:`spar.teacher.teachers.build_bm25_index`) + score fusion (:func:`spar.evaluate.candidates.hybrid_fuse`, dense +
   α·BM25, both at depth k).
 
 Passages: the real SciFact corpus repeated and perturbed to ``--passages`` (copy c > 0 of a passage drops a seeded
@@ -172,7 +172,8 @@ def real_vectors(args, argv) -> dict:
     from spar.evaluate.metrics import evaluate_run, ranked_run
     from spar.index.storage import code_bytes, hnsw_can_store
     from spar.teacher.teachers import BM25Searcher, build_bm25_index
-    from spar.evaluate.tuning import hybrid_candidates, hybrid_fuse, tune_mu, tune_weight
+    from spar.evaluate.candidates import hybrid_candidates, hybrid_fuse, tune_weight
+    from spar.evaluate.tuning import tune_mu
 
     cfg = load_config(args.config)
     label, k = cfg.label, args.k
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.evaluate.metrics import ranked_run
     from spar.data.readers import read_qrels, read_queries
     from spar.teacher.teachers import build_bm25_index
-    from spar.evaluate.tuning import hybrid_fuse
+    from spar.evaluate.candidates import hybrid_fuse
 
     scifact = datasets() / "scifact"
     if not (scifact / "corpus.jsonl").exists():

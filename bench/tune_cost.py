@@ -1,7 +1,7 @@
 """Cost of tuning μ (``spar tune``'s sweep) against one evaluation pass, on the same data in the same process.
 
 One evaluation pass = build the SPAR query vectors, one search of the combined flat FAISS index (top-100) and
-ir_measures on the result. The tuning sweep = :func:`spar.evaluate.tuning.spar_candidates` (each part's
+ir_measures on the result. The tuning sweep = :func:`spar.evaluate.candidates.spar_candidates` (each part's
 top-``candidates`` and their exact scores) + ranking and ir_measures for every μ of the 19-value grid. Also reported:
 the sweep as the stage runs it (grid extension at an edge, then the confirming real search). Index building and query
 encoding are the index and encode stages' work and are not timed. Each figure is the median of ``--repeat`` runs.
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.data.question_sets import split_queries
     from spar.index.spar_index import build_spar_index, spar_query_vectors
     from spar.evaluate.metrics import evaluate_run, ranked_run
-    from spar.evaluate.tuning import resolve_candidates, spar_candidates, tune_mu, tune_weight
+    from spar.evaluate.tuning import resolve_candidates, tune_mu
+    from spar.evaluate.candidates import spar_candidates, tune_weight
 
     faiss.omp_set_num_threads(args.threads)
     torch.set_num_threads(args.threads)

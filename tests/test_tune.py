@@ -22,7 +22,8 @@ from spar.core.artifacts import ArtifactWriter, artifact_dir, is_complete  # noq
 from spar.core.config import load_config  # noqa: E402
 from spar.evaluate.metrics import evaluate_run  # noqa: E402
 from spar.evaluate.grid import default_grid, extend_grid, grid_search  # noqa: E402
-from spar.evaluate.tuning import AffineCandidates, hybrid_candidates, hybrid_fuse, spar_candidates, tune_mu, tune_weight
+from spar.evaluate.candidates import AffineCandidates, hybrid_candidates, hybrid_fuse, spar_candidates, tune_weight
+from spar.evaluate.tuning import tune_mu
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -178,11 +179,11 @@ def test_rescoring_with_all_candidates_is_brute_force(variant):
 @pytest.mark.parametrize("full_matrix", [True, False], ids=["full-matrix", "faiss-topk-gather"])
 @pytest.mark.parametrize("variant", ["concat", "sum"])
 def test_rescored_candidates_equal_a_real_combined_faiss_search(variant, full_matrix, monkeypatch):
-    import spar.evaluate.tuning
+    import spar.evaluate.candidates
     from spar.index.spar_index import build_spar_index, spar_query_vectors
 
     if not full_matrix:  # the path large corpora take: FAISS top-k per part, then an exact gather of the union
-        monkeypatch.setattr(spar.evaluate.tuning, "FULL_MATRIX_LIMIT", 0)
+        monkeypatch.setattr(spar.evaluate.candidates, "FULL_MATRIX_LIMIT", 0)
 
     q0, q1, p0, p1 = _random_problem(n_docs=1000, d1=16, seed=1)
     qids, dids = [f"q{i}" for i in range(len(q0))], [f"d{i}" for i in range(len(p0))]
@@ -197,7 +198,7 @@ def test_rescored_candidates_equal_a_real_combined_faiss_search(variant, full_ma
 
 
 def test_incremental_metric_equals_a_full_ir_measures_evaluation_at_every_weight():
-    from spar.evaluate.tuning import IncrementalMetric
+    from spar.evaluate.candidates import IncrementalMetric
 
     q0, q1, p0, p1 = _random_problem(n_docs=300, n_queries=40, seed=4)
     qids, dids = [f"q{i}" for i in range(40)], [f"d{i}" for i in range(300)]

@@ -45,7 +45,8 @@ from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
 from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run
 from spar.core.run_context import RunContext
-from spar.evaluate.tuning import hybrid_fuse, read_tuned, resolve_candidates
+from spar.evaluate.candidates import hybrid_fuse
+from spar.evaluate.tuning import read_tuned, resolve_candidates
 
 log = logging.getLogger(__name__)
 

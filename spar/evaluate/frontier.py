@@ -208,7 +208,7 @@ def _time_one_thread(systems: Mapping[str, Callable[[list[int]], Any]], queries:
 
 def _hybrid_system(inputs: "FrontierInputs") -> dict[str, Callable[[list[int]], Any]]:
     """The BM25 + dense hybrid as a timed system: base flat float32 search + Pyserini BM25 + fusion."""
-    from spar.evaluate.tuning import hybrid_fuse
+    from spar.evaluate.candidates import hybrid_fuse
 
     k, pairs = LATENCY_K, inputs.test.pairs()
     base_q, base_flat, alpha = inputs.base_q["test"], inputs.base_index("flat"), inputs.hybrid_alpha
@@ -316,7 +316,7 @@ def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapp
 def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dict[str, float]]:
     """Base, BM25 and the base + α·BM25 hybrid (α tuned on dev) on test: the frontier's horizontal lines."""
     from spar.evaluate.metrics import evaluate_run
-    from spar.evaluate.tuning import hybrid_candidates, hybrid_fuse, tune_weight
+    from spar.evaluate.candidates import hybrid_candidates, hybrid_fuse, tune_weight
 
     cfg = inputs.cfg
     base_dev = _top_run(inputs.base_q["dev"], inputs.base_p, inputs.dev.ids, inputs.doc_ids, 100)
