@@ -28,7 +28,7 @@ import shutil
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -189,8 +189,27 @@ def write_json_atomic(path: str | Path, payload: Any) -> None:
         tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
 
 
+@dataclass(kw_only=True)
+class ArtifactSpec:
+    """What an artifact is besides where it lies, held once for the stage runner's unit
+    (:class:`spar.core.stage.Unit`) and the writer it makes: its kind, the settings and input fingerprints its
+    fingerprint hashes (:func:`stage_fingerprint`), whether a crash keeps its work directory, what it is made from."""
+
+    kind: str
+    config: Any
+    inputs: dict[str, str]
+    resumable: bool = False
+    #: What the artifact was made from (:func:`spar.core.lineage.source` records), kept in the manifest as ``sources``
+    #: with paths relative to the artifact, so :func:`spar.core.lineage.check_current` can tell when one has changed.
+    sources: Sequence[dict[str, str]] = ()
+
+    def spec(self) -> dict[str, Any]:
+        """These fields, to make another :class:`ArtifactSpec` (a writer) of the same artifact."""
+        return {f.name: getattr(self, f.name) for f in fields(ArtifactSpec)}
+
+
 @dataclass
-class ArtifactWriter:
+class ArtifactWriter(ArtifactSpec):
     """Builds an artifact in a temporary sibling directory and renames it into place on success.
 
     ``resumable=True`` keeps the work directory (``<final>.partial``) across crashes so a stage can skip the
@@ -199,13 +218,6 @@ class ArtifactWriter:
     """
 
     final: Path
-    kind: str
-    config: Any
-    inputs: dict[str, str]
-    resumable: bool = False
-    #: What the artifact was made from (:func:`spar.core.lineage.source` records), kept in the manifest as ``sources``
-    #: with paths relative to the artifact, so :func:`spar.core.lineage.check_current` can tell when one has changed.
-    sources: Sequence[dict[str, str]] = ()
 
     def __post_init__(self) -> None:
         self.final = Path(self.final)

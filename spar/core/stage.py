@@ -30,19 +30,17 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
-from spar.core.artifacts import ArtifactWriter, holds_output_lock, is_complete, read_manifest, remove_stale_temporaries
+from spar.core.artifacts import (ArtifactSpec, ArtifactWriter, holds_output_lock, is_complete, read_manifest,
+                                 remove_stale_temporaries)
 from spar.core.lineage import changed_sources, check_all_current
 
 
 @dataclass
-class Unit:
-    """One artifact a stage writes: where, of what kind, and what it depends on (its fingerprint)."""
+class Unit(ArtifactSpec):
+    """One artifact a stage writes: where, and (:class:`spar.core.artifacts.ArtifactSpec`: kind, settings, inputs,
+    resumable, sources) what it is and depends on (its fingerprint)."""
 
     output: Path
-    kind: str
-    config: Any
-    inputs: dict[str, str]
-    resumable: bool = False
     #: Up to date only while every file still has the checksum its manifest records (not just its size).
     verify_content: bool = False
     #: More than the manifest that must hold for the output to be up to date (e.g. evaluate's results files).
@@ -52,16 +50,14 @@ class Unit:
     #: False on a worker rank of a multi-process job: it works in the primary's directory and never writes the
     #: artifact (nor discards it on ``--force``); the primary does.
     primary: bool = True
-    #: What the artifact is made from (:func:`spar.core.lineage.source` records): every artifact among them must be
-    #: current before this unit is skipped or written, and a change to any of them makes the output out of date.
-    sources: Sequence[dict[str, str]] = ()
+    # sources (ArtifactSpec): every artifact among them must be current before this unit is skipped or written, and a
+    # change to any of them makes the output out of date.
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
 
     def writer(self) -> ArtifactWriter:
-        return ArtifactWriter(self.output, kind=self.kind, config=self.config, inputs=self.inputs,
-                              resumable=self.resumable, sources=self.sources)
+        return ArtifactWriter(self.output, **self.spec())
 
     def up_to_date(self, fingerprint: str) -> bool:
         return (is_complete(self.output, fingerprint, content=self.verify_content)
