@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pipelines import STAGES, skipped_by_config
-from spar.core.artifacts import RUN_COMMAND_ENV, hold_output_lock, release_output_lock, run_lock_name
+from spar.core.artifacts import RUN_COMMAND_ENV, acquire_output_lock, release_output_lock, run_lock_name
 from spar.core.errors import SparError, no_space_left
 from spar.experiment.preflight import check_inputs, skipped_records
 
@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure("verbose" if getattr(args, "verbose", False) else "quiet" if getattr(args, "quiet", False)
               else "normal")
-    lock = None
+    previous_run_command, lock = os.environ.get(RUN_COMMAND_ENV), None
     try:
         if args.command == "search":
             from pipelines.search import search_command
@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _print_stats("index", run_from_args(args), time.time() - started)
                 return 0
         cfg = _load(args)
-        lock = hold_output_lock(cfg.output_dir, run_lock_name(args.command, cfg))  # one run per output directory
+        lock = acquire_output_lock(cfg.output_dir, run_lock_name(args.command, cfg))  # one run per output directory
         if args.command == "frontier":
             import pipelines.frontier
 
@@ -322,9 +322,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"spar: error: {where}no space left on device (the stage's temporary files were removed and finished "
               "work is kept: free space and re-run to resume)", file=sys.stderr)
         return 2
-    finally:  # also when main() is called in-process (tests): the lock, and the environment that shares it, go
+    finally:  # main() called in-process (a library user, a test): the next call starts clean
         release_output_lock(lock)
+        if args.command == "run":
+            _restore_env(RUN_COMMAND_ENV, previous_run_command)
     return 0
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 if __name__ == "__main__":

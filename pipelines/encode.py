@@ -148,8 +148,8 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
             unit = passages_unit(encoder, source, run.embeddings(name, "passages"),
                                  corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
                                  use_titles=passage_titles(cfg, encoder), inputs=extra, **common)
-            unit.sources = [*(lineage_source(path, "file")
-                              for path in ([source] if isinstance(source, Path) else source)), *made_from]
+            unit.sources = [*(lineage_source(path, "file") for path in ([source] if isinstance(source, Path)
+                                                                         else source)), *made_from]
             yield unit
             for split, pairs in queries.items():
                 qinputs = {**extra, **question_files(cfg, split)}

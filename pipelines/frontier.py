@@ -29,6 +29,9 @@ from spar.core.errors import ConfigError
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
 
+#: What names one measured point of the frontier (a point asked again with --force is recomputed).
+POINT_KEY = ("kind", "dim", "seed", "storage")
+
 
 def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
@@ -128,7 +131,7 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
         print(f"frontier: {len(superseded)} point(s) made under other settings moved to {aside}")
     if force:  # recompute what this command asks for; keep every other point
         asked = {(k, d, s, st) for k in kinds for d in dims for s in seeds for st in storages}
-        kept = [p for p in kept if (p["kind"], p["dim"], p["seed"], p["storage"]) not in asked
+        kept = [p for p in kept if tuple(p[f] for f in POINT_KEY) not in asked
                 and not (p["seed"] is None and p["kind"] in kinds and p["storage"] in storages)]
     known = [FrontierPoint.from_json(p) for p in kept]
     command = RunContext(cfg).command_line("frontier")

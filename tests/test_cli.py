@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -46,8 +47,13 @@ def test_run_stops_at_a_failing_stage(monkeypatch):
     called = []
     monkeypatch.setattr(cli, "_run_stage_process",
                         lambda stage, args, stats_file: called.append(stage) or (3 if stage == "train" else 0))
+    for name in ("SPAR_RUN_COMMAND", "SPAR_OUTPUT_LOCK"):
+        monkeypatch.delenv(name, raising=False)
     assert cli.main(["run", "--to", "encode"]) == 3
     assert called == ["sample", "label", "train"]
+    # The stages saw the run's command and shared its lock; the process keeps neither (a later in-process call
+    # would record the wrong command, or act as if it held a lock it does not hold).
+    assert "SPAR_RUN_COMMAND" not in os.environ and "SPAR_OUTPUT_LOCK" not in os.environ
 
 
 def test_run_skips_complete_stages_in_subprocesses():
