@@ -2,13 +2,13 @@
 
 Both encode the same strings (``title [SEP] text``) with the same model (bundled all-MiniLM-L6-v2: mean pooling,
 L2-normalised), batch size, max length, device, thread count and precision. spar's number is the whole
-:func:`spar.embeddings.encode_passages` call (tokenisation, length-sorted batches, writing the .npy shard and ids);
-runs alternate between the systems and the best of ``--repeats`` is reported (the machine is shared). The
+:func:`spar.model.embeddings.encode_passages` call (tokenisation, length-sorted batches, writing the .npy shard and
+ids); runs alternate between the systems and the best of ``--repeats`` is reported (the machine is shared). The
 Lightning predict loop on one device is measured too (``lightning_predict``), which is why ``encode.engine=auto``
 uses the plain loop on one device.
 
-``--backends onnx onnx-int8`` adds spar's ONNX Runtime backends (``encode.backend``, :mod:`spar.onnx_encoder`): the
-same ``encode_passages`` call with another backend, alternating with the torch path in each repeat, with each
+``--backends onnx onnx-int8`` adds spar's ONNX Runtime backends (``encode.backend``, :mod:`spar.model.onnx_encoder`):
+the same ``encode_passages`` call with another backend, alternating with the torch path in each repeat, with each
 backend's throughput ratio to the torch path and its vectors' distance to torch's (max abs difference, cosine).
 The export is done once before timing (its cold-cache cost is reported as ``export_seconds``). The CPU time of
 this process is compared too (``cpu_seconds_vs_torch``: what each backend costs in CPU-seconds, which other jobs
@@ -66,12 +66,12 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from spar.embeddings import EncodeOptions, encode_passages, load_embeddings
-    from spar.encode_engines import format_items
-    from spar.encoders import BiEncoder
-    from spar.models import resolve_model
-    from spar.onnx_encoder import with_backend
-    from spar.readers import read_corpus
+    from spar.model.embeddings import EncodeOptions, encode_passages, load_embeddings
+    from spar.model.engines import format_items
+    from spar.model.encoders import BiEncoder
+    from spar.model.resolve import resolve_model
+    from spar.model.onnx_encoder import with_backend
+    from spar.data.readers import read_corpus
 
     if args.peer == "torch" and not args.backends:
         ap.error("--peer torch needs --backends")

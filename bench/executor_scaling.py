@@ -3,10 +3,10 @@
 One process starts Ray on this machine (``ray.init(num_cpus=2)``) and runs, on the same SciFact inputs:
 
 - label: ``--queries`` sampled SciFact sentences (BM25, K = 50) in shards of ``--label-shard`` queries, by
-  :class:`spar.labelling.ShardLabeller` workers: in this process (1 Lucene thread: the local executor), then on 1
-  and on 2 Ray workers (``executor.cpus_per_worker=1``: 1 search thread each);
+  :class:`spar.teacher.labelling.ShardLabeller` workers: in this process (1 Lucene thread: the local executor), then on
+  1 and on 2 Ray workers (``executor.cpus_per_worker=1``: 1 search thread each);
 - encode: the first ``--passages`` passages with the bundled all-MiniLM-L6-v2 (mean pooling, ``--max-length``
-  tokens) in shards of ``--encode-shard``, by :class:`spar.encode_workers.ShardEncoder` workers, the same three
+  tokens) in shards of ``--encode-shard``, by :class:`spar.model.encode_workers.ShardEncoder` workers, the same three
   ways (torch with 1 thread per worker).
 
 Workers are built before the clock starts (``Executor.start``: a JVM and a searcher, or a model, per worker) and do
@@ -76,8 +76,8 @@ def _timed(items: int, run: Callable[[], None], pids: list[int]) -> dict[str, An
 def _scaling(name: str, items: int, tasks: Callable[[Path], list], make: Callable[[Path], Any],
              local: Callable[[Path], Any], needs: Callable[[Path], dict], pattern: str, work: Path) -> dict[str, Any]:
     """The stage's workers in this process, then on 1 and on 2 Ray workers; shards compared with the local run's."""
-    from spar.config import ExecutorSection
-    from spar.executor import LocalExecutor, RayExecutor, WorkerSpec
+    from spar.core.config import ExecutorSection
+    from spar.core.executor import LocalExecutor, RayExecutor, WorkerSpec
 
     runs: dict[str, Any] = {}
     reference: dict[str, str] = {}
@@ -135,15 +135,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     import pipelines.label
     import pipelines.sample
-    from spar import schemas
-    from spar.artifacts import artifact_dir
-    from spar.config import EncoderSection, load_config
-    from spar.embeddings import PassageShards
-    from spar.encode_workers import EncodeOptions, EncodeTask, ShardEncoder
-    from spar.encoders import BiEncoder
-    from spar.java import jvm_signal_handlers_kept
-    from spar.labelling import ShardLabeller
-    from spar.teachers import configured_teacher
+    from spar.core import schemas
+    from spar.core.config import EncoderSection, load_config
+    from spar.core.run_context import RunContext
+    from spar.model.embeddings import PassageShards
+    from spar.model.encode_workers import EncodeOptions, EncodeTask, ShardEncoder
+    from spar.model.encoders import BiEncoder
+    from spar.core.java import jvm_signal_handlers_kept
+    from spar.teacher.labelling import ShardLabeller
+    from spar.teacher.teachers import configured_teacher
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="spar-scaling-bench-"))
     cfg = load_config(REPO / "configs" / "experiments" / "scifact.yaml", [
@@ -152,13 +152,13 @@ def main(argv: list[str] | None = None) -> dict:
         "label.threads=1"])
     pipelines.sample.run(cfg)
     index_dir = pipelines.label.build_teacher_index(cfg)
-    queries_dir = artifact_dir(cfg.output_dir, "queries")
+    queries_dir = RunContext(cfg).artifact("queries")
     section = cfg.label
     n_queries = schemas.read_shards(queries_dir, "queries").num_rows
     label_shards = list(range(-(-n_queries // args.label_shard)))
     teacher = functools.partial(configured_teacher, section, index_dir.resolve(), 1)
 
-    with jvm_signal_handlers_kept():  # the teacher index was built by this process's JVM (see spar.executor)
+    with jvm_signal_handlers_kept():  # the teacher index was built by this process's JVM (see spar.core.executor)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
     try:
         label = _scaling(
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
             lambda out: {"queries": queries_dir, "teacher index": index_dir, "output": out},
             "labels-*.arrow", work)
 
-        passages = PassageShards(queries_dir / "passages.arrow", args.encode_shard)
+        passages = PassageShards(RunContext(cfg).passages, args.encode_shard)
         n_shards = -(-args.passages // args.encode_shard)
         n_passages = sum(len(passages[i]) for i in range(n_shards))
         options = EncodeOptions(batch_size=32, accelerator="cpu", show_progress=False)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
             "encode", n_passages, encode_tasks,
             lambda out: functools.partial(ShardEncoder, options,
                                           make_encoder=functools.partial(BiEncoder.from_section, encoder)),
-            local_encoder, lambda out: {"passages": queries_dir / "passages.arrow", "output": out},
+            local_encoder, lambda out: {"passages": RunContext(cfg).passages, "output": out},
             "part-*.npy", work)
     finally:
         with jvm_signal_handlers_kept():

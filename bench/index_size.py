@@ -1,11 +1,12 @@
 """Index size per passage: the SPAR index ([P, PΛ], 384 + 384 dims) vs the base index (P, 384 dims).
 
-For each FAISS type spar builds (flat, HNSW, IVF-PQ) both indexes are built with :func:`spar.index.build_spar_index`
-over the same N synthetic unit vectors of the real dimensions (MiniLM base and MiniLM-initialised Λ: 384 each) and
-serialised; the figure is bytes of ``index.faiss`` per passage (``ids.arrow`` is the same for both and excluded).
-Sizes do not depend on the vector values (flat, HNSW) or barely (IVF-PQ: codes have a fixed size), so synthetic
-vectors give the real figures. IVF-PQ uses the same ``pq_m`` for both, i.e. the same code size: SPAR's PQ codes then
-spend half as many bits per dimension (the accuracy cost is for the evaluate stage to measure).
+For each FAISS type spar builds (flat, HNSW, IVF-PQ) both indexes are built with
+:func:`spar.index.spar_index.build_spar_index` over the same N synthetic unit vectors of the real dimensions (MiniLM
+base and MiniLM-initialised Λ: 384 each) and serialised; the figure is bytes of ``index.faiss`` per passage
+(``ids.arrow`` is the same for both and excluded). Sizes do not depend on the vector values (flat, HNSW) or barely
+(IVF-PQ: codes have a fixed size), so synthetic vectors give the real figures. IVF-PQ uses the same ``pq_m`` for both,
+i.e. the same code size: SPAR's PQ codes then spend half as many bits per dimension (the accuracy cost is for the
+evaluate stage to measure).
 
     python bench/index_size.py                 # N = 50,000
 """
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
     import numpy as np
 
-    from spar.index import build_spar_index, default_nlist
+    from spar.index.spar_index import build_spar_index, default_nlist
 
     faiss.omp_set_num_threads(args.threads)
     rng = np.random.default_rng(0)

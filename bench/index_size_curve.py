@@ -47,16 +47,18 @@ def main() -> None:
     parser.add_argument("--out", default="results/index-size-curve")
     args = parser.parse_args()
 
-    from spar.config import load_config
-    from spar.evaluation import passage_texts
-    from spar.experiment import ExperimentInputs, dense_search
-    from spar.index import IndexOptions, served_passage_vectors
-    from spar.metrics import answer_accuracy, evaluate_run
-    from spar.passages import PassagesTable
-    from spar.question_sets import set_split
-    from spar.schemas import PASSAGES, write_table
-    from spar.teachers import BM25Searcher, build_bm25_index
-    from spar.tuning import hybrid_fuse, read_tuned
+    from spar.core.config import load_config
+    from spar.evaluate.evaluation import passage_texts
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.evaluate.exact import dense_search
+    from spar.index.spar_index import IndexOptions, served_passage_vectors
+    from spar.evaluate.metrics import answer_accuracy, evaluate_run
+    from spar.data.passages import PassagesTable
+    from spar.data.question_sets import set_split
+    from spar.core.schemas import PASSAGES, write_table
+    from spar.teacher.teachers import BM25Searcher, build_bm25_index
+    from spar.evaluate.candidates import hybrid_fuse
+    from spar.evaluate.tuning import read_tuned
 
     cfg = load_config(args.config)
     inputs = ExperimentInputs(cfg)

@@ -2,7 +2,7 @@
 
 One invocation samples the queries (or reuses a sampled run), builds the Lucene teacher index, then:
 
-1. **throughput, in this process**: both teachers label the same queries with ``spar.labelling.label_queries``
+1. **throughput, in this process**: both teachers label the same queries with ``spar.teacher.labelling.label_queries``
    (search, positive/negative selection, Arrow shards), shard by shard, alternating which engine goes first, so the
    shared machine's load hits both alike. The memory engine's start-up (analysing every passage through
    Pyserini's analyzer, building the postings) is timed apart.
@@ -97,11 +97,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     import pipelines.label
     import pipelines.sample
-    from spar.artifacts import artifact_dir, read_manifest
-    from spar.bm25_memory import MemoryBM25
-    from spar.config import load_config
-    from spar.labelling import label_queries, passage_row_map
-    from spar.teachers import BM25Searcher
+    from spar.core.artifacts import read_manifest
+    from spar.core.run_context import RunContext
+    from spar.teacher.bm25_memory import MemoryBM25
+    from spar.core.config import load_config
+    from spar.teacher.labelling import label_queries, passage_row_map
+    from spar.teacher.teachers import BM25Searcher
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="spar-label-engine-"))
     overrides = [f"label.threads={args.threads}", f"label.k={args.k}", f"label.batch_size={args.batch_size}",
@@ -115,8 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     index_dir = pipelines.label.build_teacher_index(cfg)
     index_seconds = time.perf_counter() - t0
-    queries_dir = artifact_dir(work, "queries")
-    passages = queries_dir / "passages.arrow"
+    queries_dir = RunContext.at(work).artifact("queries")
+    passages = RunContext.at(work).passages
     rows = passage_row_map(passages)
     n_queries = read_manifest(queries_dir)["stats"]["queries"]
 
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     start_seconds = time.perf_counter() - t0
     teachers = {"lucene": lucene, "memory": memory}
 
-    from spar import schemas
+    from spar.core import schemas
 
     table = schemas.read_shards(queries_dir, "queries")
     warm = list(zip(table.column("query_id").to_pylist()[:2000], table.column("text").to_pylist()[:2000]))

@@ -46,10 +46,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     import pipelines.label
     import pipelines.sample
-    from spar import schemas
-    from spar.artifacts import artifact_dir, read_manifest
-    from spar.config import load_config
-    from spar.java import pyserini_module
+    from spar.core import schemas
+    from spar.core.artifacts import read_manifest
+    from spar.core.run_context import RunContext
+    from spar.core.config import load_config
+    from spar.core.java import pyserini_module
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="spar-label-bench-"))
     overrides = [
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     index_dir = pipelines.label.build_teacher_index(cfg)
     index_seconds = time.perf_counter() - t0
 
-    queries = schemas.read_shards(artifact_dir(work, "queries"), "queries")
+    queries = schemas.read_shards(RunContext.at(work).artifact("queries"), "queries")
     qids, texts = queries.column("query_id").to_pylist(), queries.column("text").to_pylist()
     n = len(qids)
     searcher = lucene.LuceneSearcher(str(index_dir))
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
                 [(hit.docid, hit.score) for hit in results[qid]]
         return n / (time.perf_counter() - start)
 
-    labels_dir = artifact_dir(work, "labels")
+    labels_dir = RunContext.at(work).artifact("labels")
 
     def spar() -> float:
         shutil.rmtree(labels_dir, ignore_errors=True)

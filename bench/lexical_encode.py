@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.lexical.projection import ProjectionLambda
     from spar.lexical.static import StaticLambda
     from spar.lexical.transformer import TransformerLambda
-    from spar.readers import read_corpus
+    from spar.data.readers import read_corpus
 
     torch.set_num_threads(args.threads)
     passages = [(p.title, p.text) for p in itertools.islice(read_corpus(args.corpus), args.passages)]

@@ -6,7 +6,7 @@ Gaussian one, on enwiki-2015's 663,483 passages (title + text, the teacher's fie
    frequencies, the fit's time and peak RSS.
 2. Each projection runs in its own process (its own peak RSS): the Λ is built on those statistics (the table's
    build time and bytes), then the first ``--passages`` passages (0: all) are encoded through the encode stage's own
-   writer (:func:`spar.embeddings.encode_passages`: 100k-passage shards of float32 ``.npy``, as ``spar encode``),
+   writer (:func:`spar.model.embeddings.encode_passages`: 100k-passage shards of float32 ``.npy``, as ``spar encode``),
    into ``--work``; the shards it wrote are deleted afterwards.
 
 ``spar`` is ``sparse`` (``--nonzeros`` entries per term), ``peer`` the ``gaussian`` table at the same dim; the ratio
@@ -62,7 +62,7 @@ def current_rss_gb() -> float:
 
 def fit_statistics(corpus: Path, out: Path) -> dict:
     from spar.lexical.terms import BM25Weights
-    from spar.passages import indexed_text
+    from spar.data.passages import indexed_text
 
     start = time.perf_counter()
     weights = BM25Weights.fit(indexed_text((title, text)) for _, title, text in stream(corpus))
@@ -80,7 +80,7 @@ def worker(args) -> dict:
     import numpy as np
     import scipy.sparse as sp
 
-    from spar.embeddings import encode_passages
+    from spar.model.embeddings import encode_passages
     from spar.lexical.projection import ProjectionLambda
     from spar.lexical.terms import BM25Weights
 

@@ -12,7 +12,7 @@ and file-backed (``RssFile``: memory-mapped files, e.g. embedding shards) reside
     ``--encode-max-length`` tokens and the shard size is small (``--encode-shard-size``) so N spans several
     shards: memory is flat in N when the peak does not grow with the number of shards (the slope below).
 (b) **1M passages, write + index.** ``spar encode`` writes N synthetic unit vectors for the base encoder and for
-    Λ (384-d each) through its real path (the stage, :func:`spar.embeddings.encode_passages`, the shard writer and
+    Λ (384-d each) through its real path (the stage, :func:`spar.model.embeddings.encode_passages`, the shard writer and
     manifest; ``encode.shard_size`` as configured, 100,000 by default), with the model replaced by a stub that
     returns random vectors (so the write costs seconds, not days); then, in another fresh subprocess, the ``spar
     index`` stage (:func:`pipelines.index.run`) builds the SPAR ``concat`` index ``[P, PΛ]`` (768-d) from those
@@ -104,7 +104,7 @@ class Probe:
 
 
 def stub_encoder(dim: int, seed: int):
-    """A :class:`~spar.encoders.BiEncoder` whose model returns random hidden states (mean-pooled, normalised).
+    """A :class:`~spar.model.encoders.BiEncoder` whose model returns random hidden states (mean-pooled, normalised).
 
     Everything around the model is spar's: tokenised shards (a stub tokenizer: one token per passage),
     length-sorted batches, collation, pooling, normalisation, the .npy shards, ids and manifest.
@@ -113,7 +113,7 @@ def stub_encoder(dim: int, seed: int):
 
     import torch
 
-    from spar.encoders import BiEncoder, EncoderSettings
+    from spar.model.encoders import BiEncoder, EncoderSettings
 
     class RandomModel(torch.nn.Module):
         def __init__(self):
@@ -141,7 +141,7 @@ def child(kind: str, a: dict) -> dict:
     import torch
 
     torch.set_num_threads(a["threads"])
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     out_dir = Path(a["dir"])
     overrides = [f"experiment.output_dir={out_dir}", "data.queries=null", "encode.accelerator=cpu"]
@@ -179,7 +179,7 @@ def child(kind: str, a: dict) -> dict:
     figures = probe.stop()
     figures.update(seconds=round(seconds, 1), summary=summary)
     if kind in ("encode", "write"):
-        from spar.artifacts import read_manifest
+        from spar.core.artifacts import read_manifest
 
         stats = read_manifest(out_dir / "embeddings" / "base" / "passages")["stats"]
         figures.update(shards=stats["shards"], count=stats["count"], truncated=stats["truncated"],
@@ -200,11 +200,11 @@ def write_passages(path: Path, n: int, source: Path | None, batch: int = 100_000
     """
     import pyarrow as pa
 
-    from spar.schemas import PASSAGES
+    from spar.core.schemas import PASSAGES
 
     base = None
     if source is not None:
-        from spar.readers import read_corpus
+        from spar.data.readers import read_corpus
 
         base = [(p.id, p.title, p.text) for p in read_corpus(source)]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@
 A ``gaussian`` projection holds a vocabulary × dim float32 table in memory (and, before tables were regenerated, in
 every published model): 515,936 analysed terms × 3,072 dims = 6.3 GB for enwiki-2015's 663k passages
 (``bench/lexical_scale.py`` measures the vocabulary). The cures scored here, each on the same run's frontier inputs
-(:class:`spar.frontier.FrontierInputs`; each point is :func:`spar.frontier.score_points`: μ tuned on dev against the
-stored passage vectors, SPAR nDCG@10 on test):
+(:class:`spar.evaluate.frontier.FrontierInputs`; each point is :func:`spar.evaluate.frontier.score_points`: μ tuned on
+dev against the stored passage vectors, SPAR nDCG@10 on test):
 
 - ``gaussian``: today's table (rows drawn in vocabulary order from ``numpy.random.default_rng(seed)``): the peer;
 - ``hashed-gaussian``: N(0, 1/dim) rows regenerated per term (NumPy's Philox keyed by blake2b(seed, term)): no
@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
 
-    from spar.config import load_config
-    from spar.frontier import FrontierInputs, score_points
+    from spar.core.config import load_config
+    from spar.evaluate.frontier import FrontierInputs, score_points
     from spar.lexical.projection import ProjectionLambda
 
     cfg = load_config(args.config, args.overrides)

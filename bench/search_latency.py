@@ -1,11 +1,12 @@
 """Search latency at k=100 on a 100k-passage corpus: one FAISS search of the SPAR index vs the dense+BM25 hybrid.
 
 - **spar**: one search of the SPAR index ``[P, PΛ]`` (384 + ``--lambda-dim`` dims, stored as each of
-  ``--storages``: float32, or a quantizer such as 4-bit) with query ``[Q, μ·QΛ]`` (:class:`spar.index.SparIndex`).
+  ``--storages``: float32, or a quantizer such as 4-bit) with query ``[Q, μ·QΛ]``
+  (:class:`spar.index.spar_index.SparIndex`).
 - **peer** (hybrid): an ``IndexFlatIP`` search of the base vectors (384 dims) + a Pyserini BM25 search
   (``LuceneSearcher``, k1=0.9 b=0.4, over a Lucene index of the same passages built with
-  :func:`spar.teachers.build_bm25_index`) + score fusion (:func:`spar.tuning.hybrid_fuse`, dense + α·BM25, both at
-  depth k).
+  :func:`spar.teacher.teachers.build_bm25_index`) + score fusion (:func:`spar.evaluate.candidates.hybrid_fuse`, dense +
+  α·BM25, both at depth k).
 
 Passages: the real SciFact corpus repeated and perturbed to ``--passages`` (copy c > 0 of a passage drops a seeded
 10% of its words), so BM25 sees real text statistics. Dense vectors: encoding 100k passages on CPU is too slow for
@@ -31,7 +32,7 @@ computed now from those passages' text (the teacher's statistics; ``-c CONFIG`` 
 the hybrid's α are tuned on the dev judgments against the stored codes, as ``spar tune`` does; test reports
 nDCG@10 and R@100 of the base, the hybrid, SPAR by exact scan of the codes, and SPAR through each index
 (``--index flat hnsw ivf``, at each ``--ef-search`` / ``--nprobe``; HNSW only for storages it can hold; IVF holds
-``[P, μ·PΛ]``, as in :mod:`spar.frontier`), and every
+``[P, μ·PΛ]``, as in :mod:`spar.evaluate.frontier`), and every
 system's latency one query at a time and batched, side by side in one process with one FAISS thread. The headline
 is the flat index of the first storage against the hybrid; each approximate row gives its nDCG@10 loss against
 the exact scan of the same codes::
@@ -68,8 +69,8 @@ def write_perturbed_corpus(corpus: Path, n: int, arrow: Path, seed: int = 0) -> 
     """The corpus repeated to ``n`` passages; every copy after the first drops a seeded 10% of its words."""
     import pyarrow as pa
 
-    from spar.readers import read_corpus
-    from spar.schemas import PASSAGES, write_table
+    from spar.data.readers import read_corpus
+    from spar.core.schemas import PASSAGES, write_table
 
     base = list(read_corpus(corpus))
     rng = random.Random(seed)
@@ -102,9 +103,9 @@ def base_vectors(directory: Path, limit: int | None):
     ``directory`` itself when it is the ``.partial`` one, else in ``<directory>.partial``)."""
     import numpy as np
 
-    from spar.artifacts import is_complete
-    from spar.embeddings import load_embeddings
-    from spar.schemas import read_table
+    from spar.core.artifacts import is_complete
+    from spar.model.embeddings import load_embeddings
+    from spar.core.schemas import read_table
 
     if is_complete(directory):
         emb = load_embeddings(directory)
@@ -129,7 +130,7 @@ def passages_subset(table: Path, ids: list[str], work: Path) -> Path:
     against the vectors' ids; reused when present."""
     import pyarrow as pa
 
-    from spar.schemas import PASSAGES, read_table, write_table
+    from spar.core.schemas import PASSAGES, read_table, write_table
 
     out = work / "passages.arrow"
     if out.exists() and read_table(out).column("id").to_pylist() == ids:
@@ -146,7 +147,7 @@ def judged(queries: Path, qrels: Path, known: set[str], limit: int, seed: int):
     """(ids, texts, qrels) of up to ``limit`` seeded queries with a judged passage among ``known``."""
     import random
 
-    from spar.readers import read_qrels, read_queries
+    from spar.data.readers import read_qrels, read_queries
 
     texts = {q.id: q.text for q in read_queries(queries)}
     judgments = {q: {d: r for d, r in docs.items() if d in known and r > 0} for q, docs in read_qrels(qrels).items()}
@@ -159,19 +160,20 @@ def real_vectors(args, argv) -> dict:
     """The real-vector mode (module docstring)."""
     import numpy as np
 
-    from spar.config import load_config
-    from spar.encoders import BiEncoder
-    from spar.experiment import top_k
-    from spar.index import (IndexOptions, add_passages, build_faiss_index, faiss_threads, served_passage_vectors,
-                            spar_query_vectors, trained_faiss_index)
-    from spar.latency import ratios, time_systems
-    from spar.lexical import corpus_texts
+    from spar.core.config import load_config
+    from spar.model.encoders import BiEncoder
+    from spar.evaluate.exact import top_k
+    from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, faiss_threads,
+                                       served_passage_vectors, spar_query_vectors, trained_faiss_index)
+    from spar.evaluate.latency import ratios, time_systems
+    from spar.data.passages import corpus_texts
     from spar.lexical.projection import ProjectionLambda
     from spar.lexical.terms import BM25Weights
-    from spar.metrics import evaluate_run, ranked_run
-    from spar.storage import code_bytes, hnsw_can_store
-    from spar.teachers import BM25Searcher, build_bm25_index
-    from spar.tuning import hybrid_candidates, hybrid_fuse, tune_mu, tune_weight
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+    from spar.index.storage import code_bytes, hnsw_can_store
+    from spar.teacher.teachers import BM25Searcher, build_bm25_index
+    from spar.evaluate.candidates import hybrid_candidates, hybrid_fuse, tune_weight
+    from spar.evaluate.tuning import tune_mu
 
     cfg = load_config(args.config)
     label, k = cfg.label, args.k
@@ -250,7 +252,7 @@ def real_vectors(args, argv) -> dict:
                 queries = test_q
                 if index_type == "flat":
                     index = add_passages(flat, [base_p, lam_p], "concat")
-                elif index_type == "ivf":  # [P, μ·PΛ] searched with [Q, QΛ]: the same scores (spar.frontier)
+                elif index_type == "ivf":  # [P, μ·PΛ] searched with [Q, QΛ]: the same scores (spar.evaluate.frontier)
                     index = build_faiss_index([base_p, np.float32(mu) * lam_p], "concat", "ivf", options)
                     queries = spar_query_vectors(base_q["test"], lam_q["test"], 1.0)
                 else:
@@ -357,7 +359,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lambda-dim", type=int, default=None,
                     help="Λ dimension (default: --dim; real vectors: the code's default, train.lexical.dim)")
     ap.add_argument("--storages", nargs="+", default=None,
-                    help="passage storages of the SPAR index (spar.storage: float32 ... sq4, fs4, fs2); "
+                    help="passage storages of the SPAR index (spar.index.storage: float32 ... sq4, fs4, fs2); "
                     "each is measured against the hybrid, the first is the headline (default float32; real vectors: "
                     "the code's default, index.storage)")
     ap.add_argument("--index", nargs="+", default=["flat", "hnsw"], choices=["flat", "hnsw", "ivf"],
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.embeddings is not None:
         if not (args.passages_table and args.queries and args.qrels_test and args.qrels_dev):
             ap.error("--embeddings needs --passages-table, --queries, --qrels-test and --qrels-dev")
-        from spar.config import IndexSection, LexicalSection
+        from spar.core.config import IndexSection, LexicalSection
 
         args.lambda_dim = args.lambda_dim or LexicalSection().dim  # the default point
         args.storages = args.storages or [IndexSection().storage]
@@ -404,12 +406,12 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
     import numpy as np
 
-    from spar.index import SparIndex, build_spar_index
-    from spar.java import pyserini_module
-    from spar.metrics import ranked_run
-    from spar.readers import read_qrels, read_queries
-    from spar.teachers import build_bm25_index
-    from spar.tuning import hybrid_fuse
+    from spar.index.spar_index import SparIndex, build_spar_index
+    from spar.core.java import pyserini_module
+    from spar.evaluate.metrics import ranked_run
+    from spar.data.readers import read_qrels, read_queries
+    from spar.teacher.teachers import build_bm25_index
+    from spar.evaluate.candidates import hybrid_fuse
 
     scifact = datasets() / "scifact"
     if not (scifact / "corpus.jsonl").exists():
@@ -427,7 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
         build_bm25_index(arrow, lucene_dir, threads=args.threads[0])
         print(f"built Lucene index of {args.passages:,} passages ({real:,} real SciFact passages, repeated and "
               f"perturbed) in {time.perf_counter() - start:.0f}s", file=sys.stderr)
-    from spar.schemas import read_table
+    from spar.core.schemas import read_table
 
     doc_ids = read_table(arrow).column("id").to_pylist()
     searcher = lucene.LuceneSearcher(str(lucene_dir))

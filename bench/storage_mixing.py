@@ -41,14 +41,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     import numpy as np
 
-    from spar.config import load_config
-    from spar.frontier import METRICS, FrontierInputs
-    from spar.index import IndexOptions, served_passage_vectors, spar_query_vectors
-    from spar.experiment import dense_search
+    from spar.core.config import load_config
+    from spar.evaluate.frontier import METRICS, FrontierInputs
+    from spar.index.spar_index import IndexOptions, served_passage_vectors, spar_query_vectors
+    from spar.evaluate.exact import dense_search
     from spar.lexical.projection import ProjectionLambda
-    from spar.metrics import evaluate_run
-    from spar.storage import code_bytes
-    from spar.tuning import tune_mu
+    from spar.evaluate.metrics import evaluate_run
+    from spar.index.storage import code_bytes
+    from spar.evaluate.tuning import tune_mu
 
     cfg = load_config(args.config)
     inputs = FrontierInputs(cfg)

@@ -1,6 +1,6 @@
 """Λ training throughput (passages/s, queries/s, seconds/step) on a run's real labels, per passage max length.
 
-Runs the same batches (:class:`spar.training.LabelDataModule`), loss (:meth:`LambdaModule.compute_loss`) and
+Runs the same batches (:class:`spar.train.training.LabelDataModule`), loss (:meth:`LambdaModule.compute_loss`) and
 optimiser (:meth:`LambdaModule.configure_optimizers`' fused AdamW) as ``spar train``, without Lightning's loop or
 validation, so the step cost alone is timed; also times one surrogate validation pass. Needs the outputs of
 ``spar run --to label`` for the config.
@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spar.artifacts import artifact_dir
-from spar.config import load_config
-from spar.training import LambdaModule, LabelDataModule, SurrogatePool, build_module, surrogate_mrr
+from spar.core.config import load_config
+from spar.core.run_context import RunContext
+from spar.train.training import LambdaModule, LabelDataModule, SurrogatePool, build_module, surrogate_mrr
 
 
 def time_steps(module: LambdaModule, data: LabelDataModule, steps: int, warmup: int = 1) -> dict:
@@ -85,12 +85,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)
-    qdir, ldir = artifact_dir(cfg.output_dir, "queries"), artifact_dir(cfg.output_dir, "labels")
+    ldir = RunContext(cfg).artifact("labels")
     rows = []
     for length in args.lengths:
         train = cfg.train.model_copy(deep=True)
         train.encoder.passage_max_length = length
-        module, data = build_module(train, qdir / "passages.arrow", ldir, cfg.experiment.seed, cfg.data.title_field)
+        module, data = build_module(train, RunContext(cfg).passages, ldir, cfg.experiment.seed, cfg.data.title_field)
         row = {"passage_max_length": length, "batch_size": train.batch_size,
                "hard_negatives": train.hard_negatives, "threads": torch.get_num_threads(),
                **time_steps(module, data, args.steps)}

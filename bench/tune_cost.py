@@ -1,10 +1,10 @@
 """Cost of tuning μ (``spar tune``'s sweep) against one evaluation pass, on the same data in the same process.
 
 One evaluation pass = build the SPAR query vectors, one search of the combined flat FAISS index (top-100) and
-ir_measures on the result. The tuning sweep = :func:`spar.tuning.spar_candidates` (each part's top-``candidates``
-and their exact scores) + ranking and ir_measures for every μ of the 19-value grid. Also reported: the sweep as the
-stage runs it (grid extension at an edge, then the confirming real search). Index building and query encoding are
-the index and encode stages' work and are not timed. Each figure is the median of ``--repeat`` runs.
+ir_measures on the result. The tuning sweep = :func:`spar.evaluate.candidates.spar_candidates` (each part's
+top-``candidates`` and their exact scores) + ranking and ir_measures for every μ of the 19-value grid. Also reported:
+the sweep as the stage runs it (grid extension at an edge, then the confirming real search). Index building and query
+encoding are the index and encode stages' work and are not timed. Each figure is the median of ``--repeat`` runs.
 
 Data: an experiment's dev split (``data.qrels_dev``) and its ``embeddings/{base,lambda}/passages`` when they exist;
 otherwise the corpus is encoded once into ``--work-dir`` with the configured base retriever and an *untrained* Λ
@@ -43,9 +43,9 @@ def median_time(fn, repeat: int):
 
 def passage_embeddings(cfg, work_dir: Path, max_length: int | None, threads: int):
     """(base, Λ) passage Embeddings of the experiment, or encoded now into ``work_dir`` (cached)."""
-    from spar.embeddings import EncodeOptions, encode_passages, load_embeddings
-    from spar.encoders import BiEncoder
-    from spar.experiment import ExperimentInputs
+    from spar.model.embeddings import EncodeOptions, encode_passages, load_embeddings
+    from spar.model.encoders import BiEncoder
+    from spar.experiment.inputs import ExperimentInputs
 
     inputs = ExperimentInputs(cfg)
     try:
@@ -83,11 +83,13 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
     import torch
 
-    from spar.config import load_config
-    from spar.experiment import ExperimentInputs, split_queries
-    from spar.index import build_spar_index, spar_query_vectors
-    from spar.metrics import evaluate_run, ranked_run
-    from spar.tuning import resolve_candidates, spar_candidates, tune_mu, tune_weight
+    from spar.core.config import load_config
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.data.question_sets import split_queries
+    from spar.index.spar_index import build_spar_index, spar_query_vectors
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+    from spar.evaluate.tuning import resolve_candidates, tune_mu
+    from spar.evaluate.candidates import spar_candidates, tune_weight
 
     faiss.omp_set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     dev = split_queries(cfg, "dev")
     inputs = ExperimentInputs(cfg)
     if source.startswith("encoded"):
-        from spar.encoders import BiEncoder
+        from spar.model.encoders import BiEncoder
 
         sections = {"base": cfg.encode.base, "lambda": cfg.train.encoder}
         queries = {name: BiEncoder.from_section(s).encode_query(list(dev.texts.values()))

@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from spar.readers import read_corpus
+from spar.data.readers import read_corpus
 
 
 def sample_ids(corpus: Path, size: int, seed: int) -> set[str]:

@@ -1,8 +1,8 @@
 """One thin driver per stage (Tevatron-style): parse typed config, wire library objects, print statistics.
 
-Each stage module declares ``STAGE``, a :class:`spar.stage.Stage`: its name, one-line summary, the config sections
+Each stage module declares ``STAGE``, a :class:`spar.core.stage.Stage`: its name, one-line summary, the config sections
 it reads (for ``--help``), a ``plan`` (what it writes and what that depends on) and its ``work``; the one runner,
-:func:`spar.stage.run_unit`, skips an output whose manifest matches the current config and inputs, starts over on
+:func:`spar.core.stage.run_unit`, skips an output whose manifest matches the current config and inputs, starts over on
 ``--force`` and writes atomically. ``run = STAGE.run`` is kept for callers.
 """
 

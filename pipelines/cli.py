@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Sequence
 
 from pipelines import STAGES, skipped_by_config
-from spar.artifacts import RUN_COMMAND_ENV, acquire_output_lock, release_output_lock, run_lock_name
-from spar.errors import SparError, no_space_left
-from spar.preflight import check_inputs, skipped_records
+from spar.core.artifacts import RUN_COMMAND_ENV, acquire_output_lock, release_output_lock, run_lock_name
+from spar.core.errors import SparError, no_space_left
+from spar.experiment.preflight import check_inputs, skipped_records
 
 #: One line per stage for ``spar --help`` (kept here so the top-level help imports no stage module).
 STAGE_HELP = {
@@ -43,12 +43,12 @@ STAGE_HELP = {
 
 
 def _stage(name: str):
-    """The :class:`~spar.stage.Stage` a stage module declares."""
+    """The :class:`~spar.core.stage.Stage` a stage module declares."""
     return importlib.import_module(f"pipelines.{name}").STAGE
 
 
 def _options_epilog(sections: Sequence[str]) -> str:
-    from spar.config import SparConfig, describe_options
+    from spar.core.config import SparConfig, describe_options
 
     lines = ["options (override any as section.key=value; values are YAML):"]
     for section in sections:
@@ -140,7 +140,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _storages() -> tuple[str, ...]:
-    from spar.storage import STORAGES
+    from spar.index.storage import STORAGES
 
     return STORAGES
 
@@ -152,7 +152,7 @@ def _version() -> str:
 
 
 def _load(args: argparse.Namespace):
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     overrides = list(args.overrides)
     config_file = getattr(args, "config_file", None)
@@ -175,7 +175,7 @@ def _print_stats(stage: str, stats: dict, seconds: float) -> None:
 
     from rich.console import Console
 
-    from spar.console import verbosity
+    from spar.core.console import verbosity
 
     if os.environ.get(STAGE_STATS_ENV):  # a stage of `spar run`: its parent prints one summary at the end
         with open(os.environ[STAGE_STATS_ENV], "w") as fh:
@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from spar.console import configure
+    from spar.core.console import configure
 
     configure("verbose" if getattr(args, "verbose", False) else "quiet" if getattr(args, "quiet", False)
               else "normal")

@@ -8,7 +8,7 @@ overrides change; ``encode.key=value`` sets batch size, devices and precision. T
     spar index --model me/spar-scifact --corpus passages.tsv --output indexes/mine --storage float16 --type hnsw
     spar search indexes/cranfield "boundary layer transition"
 
-Logic: :mod:`spar.corpus_index`.
+Logic: :mod:`spar.publish.corpus_index`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def wants_corpus_index(args: argparse.Namespace) -> bool:
 
 
 def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    from spar.config import parse_overrides
-    from spar.errors import ConfigError
+    from spar.core.config import parse_overrides
+    from spar.core.errors import ConfigError
 
     sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     for key, value in parse_overrides(list(args.overrides)):
@@ -58,13 +58,13 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def run_from_args(args: argparse.Namespace) -> dict:
-    """Check the arguments, take the output's lock, index (see :func:`spar.corpus_index.index_corpus`)."""
+    """Check the arguments, take the output's lock, index (see :func:`spar.publish.corpus_index.index_corpus`)."""
     from pydantic import ValidationError
 
-    from spar.artifacts import hold_output_lock
-    from spar.config import EncodeSection
-    from spar.corpus_index import index_corpus
-    from spar.errors import ConfigError
+    from spar.core.artifacts import hold_output_lock
+    from spar.core.config import EncodeSection
+    from spar.publish.corpus_index import index_corpus
+    from spar.core.errors import ConfigError
 
     missing = [f"--{name}" for name in ("model", "corpus", "output") if not getattr(args, name)]
     if missing:

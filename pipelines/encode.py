@@ -1,10 +1,11 @@
 """Stage `encode`: passages and dev/test queries with the base retriever and Λ -> ``embeddings/<encoder>/<split>/``.
 
-Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.lambda_source`).
+Λ is this run's ``lambda/`` or, with ``encode.lambda``, one trained elsewhere (:mod:`spar.experiment.lambda_source`).
 Splits: ``passages`` (``queries/passages.arrow`` from the sample stage, else ``data.corpus``), and each question
-set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.question_sets`, the
-splits tune and evaluate use). Every split is its own resumable artifact; see :mod:`spar.embeddings`.
-``encode.backend`` picks what runs a transformer encoder (torch, or ONNX Runtime on the CPU: :mod:`spar.onnx_encoder`).
+set's ``queries-dev`` / ``queries-test`` (``queries-<split>-<set>`` for named sets; :mod:`spar.data.question_sets`, the
+splits tune and evaluate use). Every split is its own resumable artifact; see :mod:`spar.model.embeddings`.
+``encode.backend`` picks what runs a transformer encoder (torch, or ONNX Runtime on the CPU:
+:mod:`spar.model.onnx_encoder`).
 """
 
 from __future__ import annotations
@@ -15,23 +16,24 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from spar.artifacts import ArtifactWriter, file_fingerprint, fingerprint_dict
-from spar.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
-from spar.encode_engines import resolve_devices
-from spar.executor import make_executor
-from spar.lineage import source as lineage_source
-from spar.onnx_encoder import backend_name, with_backend
-from spar.passages import experiment_passages
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit
+from spar.core.artifacts import ArtifactWriter
+from spar.core.fingerprint import file_fingerprint, fingerprint_dict
+from spar.model.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
+from spar.model.engines import resolve_devices
+from spar.core.executor import make_executor
+from spar.core.lineage import source as lineage_source
+from spar.model.onnx_encoder import backend_name, with_backend
+from spar.data.passages import experiment_passages
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit
 
 log = logging.getLogger(__name__)
 
 
 def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
     """``{"queries-dev": [(id, text)], "queries-test-nq": [...]}`` for every split of every question set the config
-    defines (:mod:`spar.question_sets`): exactly the questions tune and evaluate use."""
-    from spar.question_sets import configured_splits, set_split
+    defines (:mod:`spar.data.question_sets`): exactly the questions tune and evaluate use."""
+    from spar.data.question_sets import configured_splits, set_split
 
     sets = {}
     for name, split in configured_splits(cfg):
@@ -45,7 +47,7 @@ def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
 
 def question_files(cfg, split: str) -> dict[str, str]:
     """The fingerprint of the file a split's questions come from (``queries_file`` of the unnamed set)."""
-    from spar.question_sets import UNNAMED, configured_splits, embeddings_key
+    from spar.data.question_sets import UNNAMED, configured_splits, embeddings_key
 
     for name, part in configured_splits(cfg):
         if split == f"queries-{embeddings_key(name, part)}":
@@ -57,11 +59,11 @@ def question_files(cfg, split: str) -> dict[str, str]:
 def configured_encoder(cfg, name: str):
     """The encoder ``base`` or ``lambda`` as the config makes it: the one factory of the stage and of its Ray
     workers (``functools.partial(configured_encoder, cfg, name)`` is picklable; each worker loads its own)."""
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     if name == "base":
         return BiEncoder.from_section(cfg.encode.base)
-    from spar.lambda_source import experiment_lambda
+    from spar.experiment.lambda_source import experiment_lambda
 
     # The encode engines drive what the Λ names (a transformer's bi-encoder: tokenised, length-sorted, multi-device).
     return experiment_lambda(cfg).load().batch_encoder()
@@ -69,14 +71,14 @@ def configured_encoder(cfg, name: str):
 
 def load_encoder(cfg, name: str):
     """(BiEncoder, weights fingerprint, extra manifest inputs) of ``base`` or ``lambda``."""
-    from spar.models import model_fingerprint
+    from spar.model.resolve import model_fingerprint
 
     if name == "base":
         section = cfg.encode.base
         weights = fingerprint_dict({"model": model_fingerprint(section.model), "passage_model":
                                     model_fingerprint(section.passage_model) if section.passage_model else None})
         return configured_encoder(cfg, name), weights, {}
-    from spar.lambda_source import experiment_lambda
+    from spar.experiment.lambda_source import experiment_lambda
 
     source = experiment_lambda(cfg)
     # The source's fingerprint hashes Λ's files; its origin is recorded without machine-specific paths (the target
@@ -86,13 +88,13 @@ def load_encoder(cfg, name: str):
 
 
 def encoder_sources(cfg, name: str) -> list[dict[str, str]]:
-    """What the vectors of ``base`` or ``lambda`` depend on besides the texts (:mod:`spar.lineage`): the base
+    """What the vectors of ``base`` or ``lambda`` depend on besides the texts (:mod:`spar.core.lineage`): the base
     model's files, or the Λ's."""
-    from spar.lineage import model_sources
+    from spar.model.resolve import model_sources
 
     if name == "base":
         return model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)
-    from spar.lambda_source import experiment_lambda
+    from spar.experiment.lambda_source import experiment_lambda
 
     return experiment_lambda(cfg).sources()
 
@@ -100,8 +102,8 @@ def encoder_sources(cfg, name: str) -> list[dict[str, str]]:
 def _query_files(cfg, split: str) -> list[dict[str, str]]:
     """The files an embeddings split's questions are read from: the questions, and the qrels (or answers) that
     choose them."""
-    from spar.lineage import source
-    from spar.question_sets import UNNAMED, configured_splits, embeddings_key
+    from spar.core.lineage import source
+    from spar.data.question_sets import UNNAMED, configured_splits, embeddings_key
 
     d = cfg.data
     for name, part in configured_splits(cfg):
@@ -137,7 +139,8 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
             encoder, weights, extra = load_encoder(cfg, name)
             made_from = encoder_sources(cfg, name)
             # Exported (or found in the cache) once for all splits; `auto` may fall back to torch: the splits
-            # follow. A Ray worker loads the encoder itself and puts it on the same backend (spar/encode_workers.py).
+            # follow. A Ray worker loads the encoder itself and puts it on the same backend
+            # (spar/model/encode_workers.py).
             encoder = with_backend(encoder, enc.backend, device)
             common = dict(weights_fingerprint=weights, encoder_name=name, shard_size=enc.shard_size,
                           dtype=enc.dtype, options=replace(options, backend=backend_name(encoder)),

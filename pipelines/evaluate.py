@@ -2,24 +2,25 @@
 
 Also RBO of each dense system with the teacher and the token-shuffled-query analysis. Writes
 ``results/<experiment.name>.json`` and ``.md`` (``experiment.results_dir``), ``evaluation/runs/<system>.trec`` and
-logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluation.evaluate_experiment`.
+logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.evaluation.evaluate_experiment`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from spar.artifacts import ArtifactWriter, artifact_dir, ensure_writable, file_fingerprint, is_complete, read_manifest
-from spar.artifacts import write_json_atomic
-from spar.evaluation import evaluate_sets, results_markdown, results_payload
-from spar.experiment import ExperimentInputs
-from spar.index import INDEX_MANIFEST, check_serves
-from spar.lineage import source
-from spar.preflight import check_inputs, skipped_records
-from spar.question_sets import configured_splits, embeddings_key, set_files
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit, settings
+from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, read_manifest
+from spar.core.fingerprint import file_fingerprint
+from spar.core.artifacts import write_json_atomic
+from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.files import SEARCH_TIME, index_info
+from spar.index.spar_index import check_serves
+from spar.core.lineage import source
+from spar.experiment.preflight import check_inputs, skipped_records
+from spar.data.question_sets import configured_splits, embeddings_key, set_files
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, settings
 
 
 def _result_paths(cfg) -> list[Path]:
@@ -33,13 +34,14 @@ def plan(cfg, force: bool = False) -> Unit:
     fingerprints = inputs.input_fingerprints(test_keys)
     sources = inputs.sources(test_keys)
     for name in ("tune", "index", "teacher_index"):
-        d = artifact_dir(cfg.output_dir, name)
+        d = RunContext(cfg).artifact(name)
         if is_complete(d):
             fingerprints[name] = read_manifest(d)["fingerprint"]
             sources.append(source(d))
-    index_info = artifact_dir(cfg.output_dir, "index") / INDEX_MANIFEST
-    if index_info.is_file():  # an override the index cannot honour is refused, also when the results are up to date
-        check_serves(json.loads(index_info.read_text()), cfg.index, cfg.experiment.seed, index_info.parent)
+    index_dir = RunContext(cfg).artifact("index")
+    info = index_info(index_dir, required=False)
+    if info:  # an override the index cannot honour is refused, also when the results are up to date
+        check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
     d = cfg.data
     for name, path in set_files(cfg).items():
         if name not in ("qrels_dev",) and not name.endswith((".dev", ".qrels_dev")):
@@ -54,8 +56,8 @@ def plan(cfg, force: bool = False) -> Unit:
         config.update(results=[str(p) for p in paths], question_sets={
             name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
     if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
-        config["search"] = {k: getattr(cfg.index, k) for k in ("hnsw_ef_search", "nprobe")}
-    return Unit(artifact_dir(cfg.output_dir, "evaluation"), kind="evaluation", config=config, inputs=fingerprints,
+        config["search"] = {k: getattr(cfg.index, k) for k in SEARCH_TIME}
+    return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,
                 current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources)
 
 

@@ -14,8 +14,8 @@ settings (another teacher, base or training option) are not mixed in: they are m
 ``frontier/superseded-<settings>.json``, never dropped. Every command that added to the frontier is recorded.
 Writes ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*`` (a results copy
 holding points this frontier lacks is first kept as ``frontier/replaced-<name>-frontier.json``); a command that
-would leave the frontier empty is refused and writes nothing. Logic: :mod:`spar.frontier`, the report and the default
-rule: :mod:`spar.frontier_report`.
+would leave the frontier empty is refused and writes nothing. Logic: :mod:`spar.evaluate.frontier`, the report and the
+default rule: :mod:`spar.evaluate.frontier_report`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from spar.artifacts import artifact_dir, ensure_writable, write_json_atomic
-from spar.errors import ConfigError
+from spar.core.artifacts import ensure_writable, write_json_atomic
+from spar.core.errors import ConfigError
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
-#: The kinds the frontier computes itself; any other (transformer) is the run's own trained Λ.
-COMPUTED_KINDS = ("projection", "static")
 
 #: What names one measured point of the frontier (a point asked again with --force is recomputed).
 POINT_KEY = ("kind", "dim", "seed", "storage")
@@ -38,18 +36,20 @@ POINT_KEY = ("kind", "dim", "seed", "storage")
 def settings_fingerprint(cfg, kind: str) -> str:
     """What a ``kind`` point depends on besides (dim, seed): points computed under other settings are recomputed.
     A projection depends on the teacher, the data and the base; a trained kind also on every training option."""
-    from spar.artifacts import fingerprint_dict, is_complete, manifest_fingerprint
+    from spar.core.fingerprint import fingerprint_dict
+    from spar.core.artifacts import is_complete, manifest_fingerprint
     from spar.lexical import lambda_class
-    from spar.run_context import RunContext
-    from spar.stage import settings
+    from spar.core.run_context import RunContext
+    from spar.core.stage import settings
+    from spar.evaluate.tuning import tune_settings
 
-    shared = {"label": settings(cfg.label), "tune": settings(cfg.tune), "data": settings(cfg.data),
+    shared = {"label": settings(cfg.label), "tune": tune_settings(cfg), "data": settings(cfg.data),
               "projection": cfg.train.lexical.projection,
               **({"nonzeros": cfg.train.lexical.nonzeros} if cfg.train.lexical.projection == "sparse" else {}),
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
     if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
         shared["train"] = settings(cfg.train)
-        labels = artifact_dir(cfg.output_dir, "labels")  # none yet: no trained point can be made (nor kept)
+        labels = RunContext(cfg).artifact("labels")  # none yet: no trained point can be made (nor kept)
         shared["labels"] = manifest_fingerprint(labels) if is_complete(labels) else None
     return fingerprint_dict(shared)
 
@@ -74,14 +74,14 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
     or repeated values, empty lists, dimensions below 1, and a kind named that the run cannot provide
     (``transformer``: the run's own trained Λ of that kind). ``kinds=None``: every kind, the run's own Λ when it
     has one."""
-    from spar.frontier import INDEX_TYPES
-    from spar.lexical import KINDS
-    from spar.storage import STORAGES
+    from spar.evaluate.frontier import INDEX_TYPES
+    from spar.lexical import KINDS, computed_kinds
+    from spar.index.storage import STORAGES
 
     if kinds is not None:
         kinds = _listed("--kinds", kinds, KINDS)
         for kind in kinds:
-            if kind not in COMPUTED_KINDS:
+            if kind not in computed_kinds():
                 _check_run_lambda(cfg, kind)
     dims = _listed("--dims", dims)
     if any(d < 1 for d in dims):
@@ -91,11 +91,12 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
 
 
 def _check_run_lambda(cfg, kind: str) -> None:
-    from spar.artifacts import is_complete
-    from spar.lexical import read_lambda_config
+    from spar.core.run_context import RunContext
+    from spar.experiment.lambda_source import run_lambda
 
-    lam_dir = artifact_dir(cfg.output_dir, "lambda")
-    found = read_lambda_config(lam_dir).get("kind") if is_complete(lam_dir) else None
+    lam_dir = RunContext(cfg).artifact("lambda")
+    source = run_lambda(cfg)
+    found = source.kind if source is not None else None
     if found != kind:
         held = f"holds a {found} Λ" if found else "holds no trained Λ"
         raise ConfigError(f"--kinds {kind}: the frontier scores the run's own trained {kind} Λ, but {lam_dir} "
@@ -109,15 +110,15 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
     import json
     from dataclasses import asdict
 
-    from spar.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
+    from spar.evaluate.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
     from spar.lexical import KINDS
-    from spar.run_context import RunContext
+    from spar.core.run_context import RunContext
 
     kinds, dims, seeds, storages, index_types = check_arguments(
         cfg, kinds, DEFAULT_DIMS if dims is None else dims, (0, 1, 2) if seeds is None else seeds, storages,
         index_types)
 
-    out = ensure_writable(Path(cfg.output_dir) / "frontier")
+    out = ensure_writable(RunContext(cfg).artifact("frontier"))
     settings = {kind: settings_fingerprint(cfg, kind) for kind in KINDS}
     previous = json.loads((out / "frontier.json").read_text()) if (out / "frontier.json").exists() else {}
     kept, superseded = [], []

@@ -8,25 +8,18 @@ changing them updates ``index.json`` in place, never re-indexes.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from pathlib import Path
 
-from spar.artifacts import (ArtifactWriter, artifact_dir, is_complete, read_manifest, refresh_checksums,
-                            write_json_atomic)
-from spar.embeddings import load_embeddings
-from spar.errors import ArtifactError
-from spar.executor import make_executor
-from spar.experiment import ExperimentInputs
-from spar.lineage import source
-from spar.index import INDEX_FILE, INDEX_MANIFEST, IndexOptions, SparIndex
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit, settings
-
-#: Options read at search time (marked runtime-only on IndexSection): they live in index.json and are refreshed
-#: without rebuilding.
-SEARCH_TIME = ("hnsw_ef_search", "nprobe")
+from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest
+from spar.core.errors import ArtifactError
+from spar.core.executor import make_executor
+from spar.core.lineage import source
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, settings
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.files import SEARCH_TIME, index_file_bytes, index_schema, refresh_search_params
+from spar.index.spar_index import IndexOptions, SparIndex
+from spar.model.embeddings import load_embeddings
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +33,7 @@ def plan(cfg, force: bool = False) -> Unit:
     ExperimentInputs(cfg).check_lambda_embeddings()  # never index vectors of a Λ that has since changed
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
-    return Unit(artifact_dir(cfg.output_dir, "index"), kind="index", config=settings(cfg.index), inputs=inputs,
+    return Unit(RunContext(cfg).artifact("index"), kind="index", config=settings(cfg.index), inputs=inputs,
                 payload=(base_dir, lambda_dir), sources=[source(base_dir), source(lambda_dir)])
 
 
@@ -53,11 +46,8 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
         index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options,
                                 executor=executor)
     index.save(w.path)
-    size = os.path.getsize(w.path / INDEX_FILE)
-    w.schema = {"index.faiss": f"FAISS {section.type} (inner product), passages stored as {index.storage}",
-                "ids.arrow": "schemas.EMBEDDING_IDS",
-                INDEX_MANIFEST: "variant, type, storage, codec, code bytes, encoder fingerprints and dims, count, "
-                                "options"}
+    size = index_file_bytes(w.path)
+    w.schema = index_schema(section.type, index.storage)
     w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / max(1, len(index)), 1),
                **executor.describe()}
     return {"variant": section.variant, "type": section.type, "storage": index.storage,
@@ -69,30 +59,9 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
 
 def on_skip(cfg, manifest: dict) -> dict:
     """An up-to-date index still takes new search-time settings (no re-indexing)."""
-    changed = refresh_search_params(artifact_dir(cfg.output_dir, "index"),
+    changed = refresh_search_params(RunContext(cfg).artifact("index"),
                                     {k: getattr(cfg.index, k) for k in SEARCH_TIME})
     return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
-
-
-def refresh_search_params(index_dir: Path, search_params: dict) -> list[str]:
-    """Update the search-time parameters of a built index in place; returns what changed."""
-    info_path = index_dir / INDEX_MANIFEST
-    if not info_path.exists():
-        raise ArtifactError(f"{index_dir}: missing file '{INDEX_MANIFEST}' (re-run `spar index --force`)")
-    info = json.loads(info_path.read_text())
-    changed = []
-    opts = info.setdefault("options", {})
-    for key, value in search_params.items():
-        if opts.get(key) != value:
-            changed.append(f"{key} {opts.get(key)} -> {value}")
-            opts[key] = value
-    if changed:
-        write_json_atomic(info_path, info)
-        manifest = read_manifest(index_dir)
-        manifest["stats"]["options"] = opts
-        write_json_atomic(index_dir / "manifest.json", manifest)
-        refresh_checksums(index_dir, [INDEX_MANIFEST])
-    return changed
 
 
 STAGE = Stage(name="index", sections=("experiment", "data", "label", "encode", "index", "executor"), plan=plan,

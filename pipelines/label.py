@@ -1,11 +1,11 @@
 """Stage ``label``: the sparse teacher ranks passages for every sampled query (SPAR §4.1).
 
 Writes ``<output_dir>/teacher_index/`` (Lucene BM25 or impact index of ``queries/passages.arrow``; reused while its
-manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The logic lives in :mod:`spar.teachers` and
-:mod:`spar.labelling`.
+manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The logic lives in :mod:`spar.teacher.teachers` and
+:mod:`spar.teacher.labelling`.
 
     spar label                                   # resumable: a killed run continues at the first missing shard
-    spar label executor.kind=ray executor.address=auto  # shards on every worker of a Ray cluster (spar/executor.py)
+    spar label executor.kind=ray executor.address=auto  # shards on the workers of a Ray cluster (spar/core/executor.py)
     spar label label.num_shards=4 label.shard_index=2   # machine 2 of 4 -> labels-part-2-of-4/
 
 Several machines: with Ray (``executor.kind=ray``), one run schedules the shards on the cluster's workers, retries
@@ -21,17 +21,19 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from spar import schemas
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, manifest_fingerprint, read_manifest,
-                            remove_stale_temporaries, require)
-from spar.config import LabelSection, SparConfig
-from spar.executor import make_executor
-from spar.java import start_jvm
-from spar.lineage import source
-from spar.labelling import label_queries, merge_parts_when_ready, part_dir_name
-from spar.models import model_fingerprint
-from spar.stage import Stage, Unit, run_unit, settings
-from spar.teachers import configured_teacher
+from spar.core import schemas
+from spar.core.artifacts import (ArtifactWriter, manifest_fingerprint, read_manifest,
+                                 remove_stale_temporaries, require)
+from spar.core.fingerprint import file_fingerprint
+from spar.core.config import LabelSection, SparConfig
+from spar.core.executor import make_executor
+from spar.core.java import start_jvm
+from spar.core.lineage import source
+from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
+from spar.model.resolve import model_fingerprint
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, run_unit, settings
+from spar.teacher.teachers import configured_teacher
 
 
 def _teacher_config(section: LabelSection) -> dict:
@@ -54,14 +56,14 @@ def _job_config(section: LabelSection) -> dict:
 
 def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists."""
-    from spar.teachers import build_bm25_index, build_impact_index, impact_encoder
+    from spar.teacher.teachers import build_bm25_index, build_impact_index, impact_encoder
 
     section = cfg.label
-    qdir = artifact_dir(cfg.output_dir, "queries")
+    qdir = RunContext(cfg).artifact("queries")
     stats = require(qdir, "queries").get("stats", {})
-    passages = qdir / "passages.arrow"
+    passages = RunContext(cfg).passages
     passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
-    unit = Unit(artifact_dir(cfg.output_dir, "teacher_index"), kind="teacher_index",
+    unit = Unit(RunContext(cfg).artifact("teacher_index"), kind="teacher_index",
                 config=_teacher_config(section), inputs={"passages": passages_fp}, sources=[source(passages, "file")])
 
     def work(w: ArtifactWriter) -> dict:
@@ -80,27 +82,27 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
 
 def _engine(cfg: SparConfig) -> tuple[str, str]:
     """The engine ``label.teacher`` / ``label.engine`` ask for (``lucene`` or ``memory``), and why."""
-    from spar.bm25_memory import choose_engine
+    from spar.teacher.bm25_memory import choose_engine
 
     s = cfg.label
-    qdir = artifact_dir(cfg.output_dir, "queries")
+    qdir = RunContext(cfg).artifact("queries")
     total = read_manifest(qdir)["stats"].get("queries")
     queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
-    return choose_engine(s.engine, s.teacher, qdir / "passages.arrow", s.fields, queries)
+    return choose_engine(s.engine, s.teacher, RunContext(cfg).passages, s.fields, queries)
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
     """The labels (one machine), or this machine's part of them (``label.num_shards`` > 1); builds the teacher
     index first, since the labels depend on it."""
     s = cfg.label
-    qdir = artifact_dir(cfg.output_dir, "queries")
+    qdir = RunContext(cfg).artifact("queries")
     require(qdir, "queries")
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
         remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
     start_jvm(s.java_heap)
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
-    labels_dir = artifact_dir(cfg.output_dir, "labels")
+    labels_dir = RunContext(cfg).artifact("labels")
     final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1,
                  sources=[source(qdir), source(index_dir)])
     if s.num_shards == 1:
@@ -115,15 +117,15 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.label
     part = unit.kind == "labels-part"
     sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
-    index_dir = artifact_dir(cfg.output_dir, "teacher_index")
-    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    index_dir = RunContext(cfg).artifact("teacher_index")
+    passages = RunContext(cfg).passages
     engine, why = _engine(cfg)
     with make_executor(cfg.executor) as executor:
-        # The teacher as a factory: this process builds it once, or each Ray worker its own (spar/executor.py).
+        # The teacher as a factory: this process builds it once, or each Ray worker its own (spar/core/executor.py).
         teacher = functools.partial(configured_teacher, s, index_dir.resolve(), engine,
                                     cfg.executor.cpus_per_worker if executor.kind == "ray" else None,
                                     passages.resolve(), executor.kind == "local")
-        stats = label_queries(teacher, artifact_dir(cfg.output_dir, "queries"), w.path, s, executor=executor,
+        stats = label_queries(teacher, RunContext(cfg).artifact("queries"), w.path, s, executor=executor,
                               needs={"teacher index": index_dir}, **sharding)
     started = stats.pop("teacher_start_seconds", None)
     engine = f"{engine} ({why}" + (f"; postings built in {started} s)" if engine == "memory" and started else ")")

@@ -4,7 +4,7 @@ Reads ``lambda/`` (Λ), ``tune/tune.json`` (μ and the variant), ``index/`` (che
 ``publish.copy_index=true``, else found beside the model by ``spar search MODEL_DIR``) and the base retriever from
 ``encode.base``; writes the model directory (``publish.output``, default ``<output_dir>/model``) with a model card,
 and uploads it when ``publish.push_to_hub=REPO_ID`` is set. The model records no absolute path (its config's paths
-are relative to it). Logic and layout: :mod:`spar.publish`.
+are relative to it). Logic and layout: :mod:`spar.publish.model_dir`.
 """
 
 from __future__ import annotations
@@ -13,45 +13,48 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from spar.artifacts import (ArtifactWriter, artifact_dir, file_fingerprint, is_complete, read_manifest,
-                            write_json_atomic)
-from spar.errors import ArtifactError
-from spar.stage import Stage, Unit, settings
-from spar.run_context import RunContext
-from spar.tuning import read_tuned
+from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, write_json_atomic
+from spar.core.fingerprint import file_fingerprint
+from spar.core.errors import ArtifactError
+from spar.core.stage import Stage, Unit, settings
+from spar.core.run_context import RunContext, published_model_dir
+from spar.evaluate.tuning import read_tuned
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.files import index_fingerprint, require_index
+from spar.index.files import index_info as index_info_of
 
 #: Marker of the last successful upload (dot file: never uploaded itself).
 PUSH_MARKER = ".hub_push.json"
 
 
 def model_output(cfg) -> Path:
-    return Path(cfg.publish.output) if cfg.publish.output else artifact_dir(cfg.output_dir, "model")
+    return published_model_dir(cfg)
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    from spar.lambda_source import experiment_lambda
-    from spar.lineage import model_sources, source as lineage_source
-    from spar.models import model_fingerprint
+    from spar.experiment.lambda_source import experiment_lambda
+    from spar.core.lineage import source as lineage_source
+    from spar.model.resolve import model_sources
+    from spar.model.resolve import model_fingerprint
 
     source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
-    index_dir = artifact_dir(cfg.output_dir, "index")
+    index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
-    if not (index_dir / "index.faiss").exists():
-        raise ArtifactError(f"{index_dir}: missing file 'index.faiss' (run `spar index` first)")
+    require_index(index_dir)
     results_md = RunContext(cfg).results[1]
     inputs = {
         "lambda": source.fingerprint(),
         "tune": file_fingerprint(tuned.path),
-        "index": file_fingerprint(index_dir / "index.json") if (index_dir / "index.json").exists() else
-        file_fingerprint(index_dir / "index.faiss"),
+        "index": index_fingerprint(index_dir),
         "base_model": model_fingerprint(cfg.encode.base.model),
     }
     sources = [*source.sources(), lineage_source(tuned.path.parent), lineage_source(index_dir),
                *model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)]
     if results_md.exists():
         inputs["results"] = file_fingerprint(results_md)
-    if is_complete(artifact_dir(cfg.output_dir, "evaluation")):  # the card quotes its results
-        sources.append(lineage_source(artifact_dir(cfg.output_dir, "evaluation")))
+    evaluation = RunContext(cfg).artifact("evaluation")
+    if is_complete(evaluation):  # the card quotes its results
+        sources.append(lineage_source(evaluation))
     # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint; nor does
     # where it is written (publish.output), and the manifest that ships with the model names no directory.
     publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
@@ -61,26 +64,26 @@ def plan(cfg, force: bool = False) -> Unit:
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    from spar.encoders import BiEncoder
-    from spar.index import check_serves
-    from spar.model_card import gather_card_facts, model_provenance
-    from spar.publish import SparEncoder, publish_model
+    from spar.model.encoders import BiEncoder
+    from spar.index.spar_index import check_serves
+    from spar.publish.card import gather_card_facts, model_provenance
+    from spar.publish.model_dir import SparEncoder, publish_model
 
     source, tuned, index_dir, results_md = unit.payload
-    index_info = json.loads((index_dir / "index.json").read_text()) if (index_dir / "index.json").exists() else {}
+    index_info = index_info_of(index_dir, required=False)
     variant = tuned.variant
     if index_info.get("variant") and index_info["variant"] != variant:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
-                            f"({tuned.path}); rebuild the index or re-tune with tune.variant")
+                            f"({tuned.path}); re-run `spar tune` and `spar index` with one index.variant")
     if index_info:
         check_serves(index_info, cfg.index, cfg.experiment.seed, index_dir)  # the card's config is what is served
         tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
-    _check_index_is_current(cfg, index_dir, index_info)
+    _check_index_is_current(cfg, index_dir)
     base = BiEncoder.from_section(cfg.encode.base)
     out = unit.output
     provenance = _portable_provenance(model_provenance(cfg, source, tuned.payload, index_info), out)
     encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
-    manifests = {name: _manifest_or_empty(artifact_dir(cfg.output_dir, name)) for name in ("queries", "labels")}
+    manifests = {name: _manifest_or_empty(RunContext(cfg).artifact(name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     config_yaml = portable_config_yaml(cfg, out)
     command = RunContext(cfg).command_line("run")
@@ -90,7 +93,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     facts = gather_card_facts(cfg, encoder, tuned.payload, manifests, results_text, _portable_command(command),
                               source.describe())
     facts = replace(facts, config_yaml=config_yaml)
-    passages = artifact_dir(cfg.output_dir, "queries") / "passages.arrow"
+    passages = RunContext(cfg).passages
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
     w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
@@ -107,8 +110,8 @@ def portable_config_yaml(cfg, model_dir: Path) -> str:
     place reads the same files, and the model names no directory of the machine that made it."""
     import yaml
 
-    from spar.config import SparConfig
-    from spar.config_fields import relative_paths
+    from spar.core.config import SparConfig
+    from spar.core.config_fields import relative_paths
 
     tree = cfg.model_dump(mode="json", by_alias=True)
     relative_paths(tree, SparConfig, Path(model_dir).resolve())
@@ -117,7 +120,7 @@ def portable_config_yaml(cfg, model_dir: Path) -> str:
 
 def _portable_provenance(provenance: dict, model_dir: Path) -> dict:
     """``spar_model.json``'s provenance without absolute paths (Λ's location goes; paths become relative)."""
-    from spar.publish import portable_path
+    from spar.publish.model_dir import portable_path
 
     base = Path(model_dir).resolve()
     out = {k: portable_path(v, base) for k, v in provenance.items()}
@@ -154,26 +157,18 @@ def finish(cfg, stats: dict, unit: Unit) -> dict:
     return {**stats, **_push(cfg, model_output(cfg))} if cfg.publish.push_to_hub else stats
 
 
-def _check_index_is_current(cfg, index_dir: Path, index_info: dict) -> None:
+def _check_index_is_current(cfg, index_dir: Path) -> None:
     """As ``evaluate`` does: never publish an index built from other passage vectors than the run's current ones
     (Λ re-encoded but not re-indexed would pair the new query Λ with old passages)."""
-    from types import SimpleNamespace
-
-    from spar.evaluation import check_index_is_current
-    from spar.experiment import ExperimentInputs
-    from spar.index import IDS_FILE
-    from spar.schemas import read_table
-
     inputs = ExperimentInputs(cfg)
     if not all(is_complete(inputs.passage_dir(name)) for name in ("base", "lambda")):
         return  # a run without passage embeddings (an index built elsewhere): nothing to compare with
     inputs.check_lambda_embeddings()
-    ids = read_table(index_dir / IDS_FILE).column("id").to_pylist()
-    check_index_is_current(SimpleNamespace(info=index_info, ids=ids), index_dir, inputs)
+    inputs.check_index(index_dir)
 
 
 def _push(cfg, out: Path) -> dict:
-    from spar.publish import push_to_hub
+    from spar.publish.model_dir import push_to_hub
 
     marker = out / PUSH_MARKER
     manifest = read_manifest(out)

@@ -1,21 +1,23 @@
 """Stage ``sample``: corpus sentences become training queries (SPAR §4.1).
 
 Writes ``<output_dir>/queries/``: ``passages.arrow`` (the whole corpus, ``row`` = reading order) and
-``queries-NNNNN.arrow`` shards (train and dev queries). The logic lives in :mod:`spar.sampling`.
+``queries-NNNNN.arrow`` shards (train and dev queries). The logic lives in :mod:`spar.data.sampling`.
 
     spar sample --config configs/experiments/wiki-vital.yaml sample.max_queries=1000
 """
 
 from __future__ import annotations
 
-from spar import schemas
-from spar.artifacts import ArtifactWriter, artifact_dir, fingerprint_dict
-from spar.config import SparConfig
-from spar.executor import make_executor
-from spar.lineage import source as lineage_source
-from spar.readers import ReadStats, corpus_files, corpus_fingerprint, read_corpus
-from spar.sampling import write_query_set
-from spar.stage import Stage, Unit, settings
+from spar.core import schemas
+from spar.core.artifacts import PASSAGES_FILE, ArtifactWriter
+from spar.core.fingerprint import fingerprint_dict
+from spar.core.config import SparConfig
+from spar.core.executor import make_executor
+from spar.core.lineage import source as lineage_source
+from spar.data.readers import ReadStats, corpus_files, corpus_fingerprint, read_corpus
+from spar.data.sampling import write_query_set
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit, settings
 
 
 def _passages_source(cfg: SparConfig) -> dict:
@@ -28,7 +30,7 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     # records skipped are counted in the manifest's stats ('read').
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
-    return Unit(artifact_dir(cfg.output_dir, "queries"), kind="queries", config=config,
+    return Unit(RunContext(cfg).artifact("queries"), kind="queries", config=config,
                 inputs={"corpus": source["corpus"]},
                 sources=[lineage_source(path, "file") for path in corpus_files(cfg.data.corpus)])
 
@@ -46,7 +48,7 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     stats["passages_fingerprint"] = fingerprint_dict(_passages_source(cfg))
     stats["read"] = read_stats.as_dict()
     w.stats.update(stats)
-    w.schema = {"passages.arrow": schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
+    w.schema = {PASSAGES_FILE: schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}
     sampling = stats["sampling"]
     return {
         "passages": stats["passages"],

@@ -3,7 +3,7 @@
 ``PATH`` is a published model directory (searching the index copied into it with ``publish.copy_index=true``, or the
 index of the run it was published in), a run's ``index/`` directory (the run's published ``model/`` beside it, or
 ``--model``, encodes the query) or an index built by ``spar index --model`` (searched with that model). Logic:
-:class:`spar.search.SparSearcher`.
+:class:`spar.publish.search.SparSearcher`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def search_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from spar.search import SparSearcher
+    from spar.publish.search import SparSearcher
 
     query = " ".join(args.query)
     searcher = SparSearcher.open(args.index_dir, model=args.model)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spar.artifacts import artifact_dir
+from spar.core.run_context import RunContext, published_model_dir
 
 
 def _manifest_stats(path: Path) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def stage_losses(cfg, results: dict[str, Any] | None = None) -> dict[str, str]:
     """What each stage dropped or skipped, named with its count, from the artifacts' manifests ("none" when a stage
     that can drop records dropped none; absent for stages that never do)."""
     out: dict[str, str] = {}
-    queries = _manifest_stats(artifact_dir(cfg.output_dir, "queries"))
+    queries = _manifest_stats(RunContext(cfg).artifact("queries"))
     if queries:
         skipped = (queries.get("read") or {}).get("skipped") or {}
         parts = [_count(n, f"corpus records skipped ({reason})") for reason, n in skipped.items() if n]
@@ -41,14 +41,14 @@ def stage_losses(cfg, results: dict[str, Any] | None = None) -> dict[str, str]:
         if fragments:
             parts.append(_count(fragments, f"sentences dropped (< {cfg.sample.min_words} words)"))
         out["sample"] = "; ".join(parts) or "none"
-    labels = _manifest_stats(artifact_dir(cfg.output_dir, "labels"))
+    labels = _manifest_stats(RunContext(cfg).artifact("labels"))
     if "dropped" in labels:
         dev = labels.get("dropped_dev") or 0
         out["label"] = (_count(labels["dropped"], "queries dropped (too few teacher hits") + f", {dev:,} dev)"
                         if labels["dropped"] else "none")
     encoded = []
     for name in ("base", "lambda"):
-        stats = _manifest_stats(artifact_dir(cfg.output_dir, "embeddings") / name / "passages")
+        stats = _manifest_stats(RunContext(cfg).artifact("embeddings") / name / "passages")
         if stats.get("truncated"):
             encoded.append(_count(stats["truncated"], f"passages truncated at {stats.get('max_length')} tokens "
                                                       f"({name})"))
@@ -68,7 +68,7 @@ def stage_losses(cfg, results: dict[str, Any] | None = None) -> dict[str, str]:
 
 def index_summary(cfg) -> str | None:
     """``index flat, sq4: 2,880 B/passage (2,904 B/passage on disk)``: the index the results were measured on."""
-    stats = _manifest_stats(artifact_dir(cfg.output_dir, "index"))
+    stats = _manifest_stats(RunContext(cfg).artifact("index"))
     if not stats.get("storage"):
         return None
     code = f"{stats['code_bytes']:,} B/passage" if stats.get("code_bytes") else None
@@ -150,7 +150,6 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     stage process's wall time, and ``stage_seconds``, the stage's own)."""
     from rich.console import Console
 
-    from spar.run_context import RunContext
 
     console = console or Console()
     width = console.width
@@ -179,17 +178,17 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         heading(phrases + ([index] if index else []))
         console.print(_sets_table(payload) if "sets" in payload else _results_table(payload))
     if skipped:
-        from spar.preflight import describe_skipped
+        from spar.experiment.preflight import describe_skipped
 
         console.print("[bold]skipped input records[/bold] (experiment.on_bad_record=skip): "
                       + describe_skipped(skipped), highlight=False, soft_wrap=True)
     where = []
-    model = artifact_dir(cfg.output_dir, "model") if not cfg.publish.output else Path(cfg.publish.output)
-    index_dir = artifact_dir(cfg.output_dir, "index")
+    model = published_model_dir(cfg)
+    index_dir = RunContext(cfg).artifact("index")
     for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)",
-                         artifact_dir(cfg.output_dir, "lambda")),
+                         RunContext(cfg).artifact("lambda")),
                         ("model", model), ("index", index_dir),
-                        ("results", results), ("W&B runs (offline)", Path(cfg.output_dir) / "wandb")):
+                        ("results", results), ("W&B runs (offline)", RunContext(cfg).artifact("wandb"))):
         if path.exists():
             where.append(f"  {label}: {path}")
     if where:
@@ -200,7 +199,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         nexts.append(f'spar search {model} "your query"' if beside_run
                      else f'spar search {index_dir} --model {model} "your query"')
         nexts.append(f"spar index --model {model} --corpus YOUR_CORPUS --output DIR   # any corpus, then search DIR")
-    wandb_dir = Path(cfg.output_dir) / "wandb"
+    wandb_dir = RunContext(cfg).artifact("wandb")
     if any(wandb_dir.glob("offline-run-*")):
         nexts.append(f"wandb sync {wandb_dir}/offline-run-*   # upload the runs to W&B")
     if nexts:

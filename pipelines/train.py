@@ -4,7 +4,8 @@ Reads ``<output_dir>/queries/passages.arrow`` and ``<output_dir>/labels/`` (not 
 ``<output_dir>/lambda/``: the best-``valid_mrr`` Λ saved by its kind (``spar_lambda.json`` and the kind's ``files``),
 ``checkpoints/last.ckpt`` (Lightning, to continue training) and a manifest with the run's figures. Training runs in
 ``lambda.partial/``; re-running after a kill resumes from its last checkpoint. The logic lives in
-:mod:`spar.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to ``<output_dir>/wandb``.
+:mod:`spar.train.training` (its docstring has the multi-GPU and multi-node commands); W&B logs go to
+``<output_dir>/wandb``.
 
     spar train                                            # the embedded SciFact sample, on CPU in minutes
     spar train -c configs/experiments/scifact.yaml train.devices=4 train.wandb_mode=online
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.artifacts import ArtifactWriter, artifact_dir, is_complete, manifest_fingerprint, require
-from spar.config import SparConfig
+from spar.core.artifacts import ArtifactWriter, is_complete, manifest_fingerprint, require
+from spar.core.config import SparConfig
+from spar.core.run_context import RunContext
 from spar.lexical import build_lambda, lambda_class
-from spar.lineage import source
-from spar.stage import Stage, Unit, settings
-from spar.training import is_primary_process, summarize, train_lambda
+from spar.core.lineage import source
+from spar.core.stage import Stage, Unit, settings
+from spar.train.training import is_primary_process, summarize, train_lambda
 
 
 def fingerprint_config(cfg: SparConfig) -> dict:
@@ -33,31 +35,31 @@ def fingerprint_config(cfg: SparConfig) -> dict:
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
-    qdir = artifact_dir(cfg.output_dir, "queries")
+    qdir = RunContext(cfg).artifact("queries")
     require(qdir, "queries")
     inputs = {"queries": manifest_fingerprint(qdir)}
     sources = [source(qdir)]
     if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
-        ldir = artifact_dir(cfg.output_dir, "labels")
+        ldir = RunContext(cfg).artifact("labels")
         require(ldir, "labels")
         inputs["labels"] = manifest_fingerprint(ldir)
         sources.append(source(ldir))
     # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in
     # the same work directory, and rank 0 exports and finalises.
-    return Unit(artifact_dir(cfg.output_dir, "lambda"), kind="lambda", config=fingerprint_config(cfg),
+    return Unit(RunContext(cfg).artifact("lambda"), kind="lambda", config=fingerprint_config(cfg),
                 inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process(), sources=sources)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
-    qdir, ldir = artifact_dir(cfg.output_dir, "queries"), artifact_dir(cfg.output_dir, "labels")
+    ldir = RunContext(cfg).artifact("labels")
     label = cfg.label
-    model = build_lambda(cfg.train, qdir / "passages.arrow", teacher=label.teacher, k1=label.k1, b=label.b,
+    model = build_lambda(cfg.train, RunContext(cfg).passages, teacher=label.teacher, k1=label.k1, b=label.b,
                          fields=label.fields, seed=cfg.experiment.seed)
     if not model.trainable:
         return _fit_only(cfg, model, w)
     options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
                    logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=cfg.experiment.name)
-    result = train_lambda(model, cfg.train, qdir / "passages.arrow", ldir, w.path, **options)
+    result = train_lambda(model, cfg.train, RunContext(cfg).passages, ldir, w.path, **options)
     if not unit.primary:
         return {"rank": "worker"}
     w.stats.update(result.stats())
@@ -85,8 +87,8 @@ def refuse_replacing_another_kind(cfg: SparConfig, unit: Unit) -> None:
     out = unit.output
     if not is_complete(out):
         return
-    from spar.artifacts import read_manifest
-    from spar.errors import ArtifactError
+    from spar.core.artifacts import read_manifest
+    from spar.core.errors import ArtifactError
 
     earlier = read_manifest(out).get("stats", {}).get("lambda", {})
     if earlier.get("kind") and earlier["kind"] != cfg.train.kind:
@@ -107,11 +109,10 @@ CARD_SCHEMA = {"README.md": "model card: kind, dim, teacher, training data, stat
 
 def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: dict | None = None) -> None:
     """The Λ's model card ``README.md`` (:mod:`spar.lexical.card`), from the run's config and query manifest."""
-    from spar.artifacts import read_manifest
-    from spar.run_context import RunContext
+    from spar.core.artifacts import read_manifest
     from spar.lexical.card import lambda_card, lambda_card_facts
 
-    queries = read_manifest(artifact_dir(cfg.output_dir, "queries")).get("stats", {})
+    queries = read_manifest(RunContext(cfg).artifact("queries")).get("stats", {})
     facts = lambda_card_facts(cfg, queries, fingerprint, training, RunContext(cfg).command_line("train"))
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 

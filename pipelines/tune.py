@@ -2,19 +2,20 @@
 
 Reads ``embeddings/`` (passages; dev query vectors when present, else encodes the dev queries), ``lambda/`` and
 ``teacher_index/``; writes ``tune/tune.json`` and ``tune/mu_curve.png`` (+ ``alpha_curve.png``) and logs them to
-W&B (``evaluate.wandb_mode``). Logic: :func:`spar.tuning.tune_experiment`.
+W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.tuning.tune_experiment`.
 """
 
 from __future__ import annotations
 
-from spar.artifacts import ArtifactWriter, artifact_dir, file_fingerprint, write_json_atomic
-from spar.experiment import ExperimentInputs
-from spar.index import IndexOptions
-from spar.lineage import source
-from spar.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
-from spar.run_context import RunContext
-from spar.stage import Stage, Unit, settings
-from spar.tuning import plot_curve, tune_experiment
+from spar.core.artifacts import ArtifactWriter, write_json_atomic
+from spar.core.fingerprint import file_fingerprint
+from spar.experiment.inputs import ExperimentInputs
+from spar.index.spar_index import IndexOptions
+from spar.core.lineage import source
+from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
+from spar.core.run_context import RunContext
+from spar.core.stage import Stage, Unit
+from spar.evaluate.tuning import plot_curve, tune_experiment, tune_settings
 
 
 def _data_files(cfg) -> dict[str, str]:
@@ -55,12 +56,12 @@ def plan(cfg, force: bool = False) -> Unit:
     sources = [*inputs.sources(dev_keys(cfg)), *(source(path, "file") for path in _data_files(cfg).values())]
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
-        sources.append(source(artifact_dir(cfg.output_dir, "teacher_index")))
+        sources.append(source(RunContext(cfg).artifact("teacher_index")))
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
-    config = {"tune": settings(cfg.tune), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
+    config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec, **_set_settings(cfg)}
-    return Unit(artifact_dir(cfg.output_dir, "tune"), kind="tune", config=config, inputs=fingerprints,
+    return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,
                 payload=inputs, sources=sources)
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spar.artifacts import (ArtifactWriter, check_files, check_unchanged, ensure_writable, is_complete, read_manifest,
-                            require, stage_fingerprint)
-from spar.errors import ArtifactError
+from spar.core.artifacts import (ArtifactWriter, check_files, check_unchanged, ensure_writable, is_complete,
+                                 read_manifest, require, stage_fingerprint)
+from spar.core.errors import ArtifactError
 
 
 def test_writer_renames_into_place_with_manifest(tmp_path: Path):
@@ -132,7 +132,7 @@ def _disk_full(path: Path):
 def test_a_full_disk_is_one_line_naming_the_artifact_and_leaves_no_temporary(tmp_path: Path, resumable: bool):
     """#22 item 14: a full disk during publish or label gave a traceback; now one line saying "no space left",
     with the half-written file removed (a resumable stage keeps its finished parts to resume)."""
-    from spar.artifacts import atomic_file
+    from spar.core.artifacts import atomic_file
 
     out = tmp_path / "labels"
     with pytest.raises(ArtifactError) as error:
@@ -182,7 +182,7 @@ def test_a_really_full_file_system(tmp_path: Path):
         pytest.skip("cannot mount a small tmpfs here (needs root); the injected-failure tests above cover the path")
     try:
         repo = Path(__file__).resolve().parents[1]
-        code = ("import sys; from spar.artifacts import ArtifactWriter\n"
+        code = ("import sys; from spar.core.artifacts import ArtifactWriter\n"
                 "with ArtifactWriter(sys.argv[1], kind='model', config={}, inputs={}) as w:\n"
                 "    (w.path / 'model.safetensors').write_bytes(b'0' * (1 << 20))\n")
         done = subprocess.run([sys.executable, "-c", code, str(full / "model")], cwd=repo, capture_output=True,
@@ -222,7 +222,7 @@ def test_an_artifact_is_replaced_in_place_and_only_with_what_its_manifest_lists(
 
 REPLACE_AND_DIE = """
 import os, shutil, signal, sys
-from spar.artifacts import ArtifactWriter
+from spar.core.artifacts import ArtifactWriter
 moved = []
 real = shutil.move
 def move(src, dst):
@@ -263,7 +263,7 @@ def test_a_really_full_file_system_while_encoding(tmp_path: Path):
     it escaped the "no space left" translation as a traceback. A real tmpfs where the machine lets us mount one."""
     import subprocess
 
-    from spar.embeddings import encode_passages
+    from spar.model.embeddings import encode_passages
     from spar.lexical.projection import ProjectionLambda
 
     full = tmp_path / "full"

@@ -68,7 +68,7 @@ def test_run_skips_complete_stages_in_subprocesses():
 
 
 def test_import_is_light():
-    code = ("import sys, time; t=time.time(); import spar, pipelines.cli, spar.config; "
+    code = ("import sys, time; t=time.time(); import spar, pipelines.cli, spar.core.config; "
             "assert 'torch' not in sys.modules and 'jnius' not in sys.modules, sorted(sys.modules); "
             "print(time.time()-t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.config import SparConfig, describe_options, load_config
-from spar.errors import ConfigError
+from spar.core.config import SparConfig, describe_options, load_config
+from spar.core.errors import ConfigError
 
 
 def test_default_config_loads_and_resolves_data_paths():

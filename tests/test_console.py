@@ -46,7 +46,7 @@ def test_spar_run_prints_no_library_chatter_and_one_summary(tmp_path: Path):
 
 
 def test_results_of_the_embedded_default_go_under_its_output_dir(tmp_path):
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}"])
     assert cfg.results_dir == tmp_path / "results"

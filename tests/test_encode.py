@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spar.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
-from spar.encoders import BiEncoder
-from spar.errors import ArtifactError
-from spar.readers import evaluation_qrels, read_corpus, read_queries
-from spar.schemas import PASSAGES, read_table, write_table
+from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+from spar.model.encoders import BiEncoder
+from spar.core.errors import ArtifactError
+from spar.data.readers import evaluation_qrels, read_corpus, read_queries
+from spar.core.schemas import PASSAGES, read_table, write_table
 
 QUIET = EncodeOptions(batch_size=16, show_progress=False)
 
@@ -156,8 +156,8 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
     """`spar encode` on passages.arrow (as the sample stage writes it), with dev/test queries, base and Λ; the stored
     query splits are the ones tune and evaluate use, with the experiment's seed (7, not the default 42)."""
     import pipelines.encode as stage
-    from spar.config import load_config
-    from spar.experiment import split_queries
+    from spar.core.config import load_config
+    from spar.data.question_sets import split_queries
 
     out = tmp_path / "run"
     (out / "queries").mkdir(parents=True)
@@ -202,7 +202,7 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
 
 def test_stage_requires_lambda(sample_dir, tmp_path):
     import pipelines.encode as stage
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", f"data.corpus={sample_dir / 'corpus.jsonl'}",
                              "encode.encoders=[lambda]"])

@@ -13,20 +13,12 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from spar.artifacts import artifact_dir  # noqa: E402
-from spar.errors import BadRecordError  # noqa: E402
-from spar.evaluation import SYSTEMS, shuffle_query, shuffled_queries  # noqa: E402
-from spar.experiment import SplitQueries  # noqa: E402
-from spar.metrics import (  # noqa: E402
-    answer_accuracy,
-    evaluate_run,
-    has_answer,
-    mean_rbo,
-    rbo,
-    read_answers,
-    read_trec_run,
-    write_trec_run,
-)
+from spar.core.artifacts import artifact_dir  # noqa: E402
+from spar.core.errors import BadRecordError  # noqa: E402
+from spar.evaluate.evaluation import SYSTEMS, shuffle_query, shuffled_queries  # noqa: E402
+from spar.experiment.inputs import SplitQueries  # noqa: E402
+from spar.evaluate.metrics import answer_accuracy, evaluate_run, mean_rbo, rbo, read_trec_run, write_trec_run
+from spar.data.answers import has_answer, read_answers
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "scifact-sample" / "corpus.jsonl"
@@ -198,10 +190,11 @@ def test_shuffled_queries_are_seeded_permutations():
 def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
     import pyarrow as pa
 
-    from spar.config import load_config
-    from spar.experiment import ExperimentInputs, split_queries
-    from spar.readers import read_corpus
-    from spar.schemas import PASSAGES, write_table
+    from spar.core.config import load_config
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.data.question_sets import split_queries
+    from spar.data.readers import read_corpus
+    from spar.core.schemas import PASSAGES, write_table
 
     scifact = datasets_dir / "scifact"
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", f"data.corpus={scifact / 'corpus.jsonl'}",
@@ -254,7 +247,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     assert report["command"].startswith("spar ")
 
     # Every system's TREC run, re-read and re-evaluated, gives the reported figures.
-    from spar.experiment import split_queries
+    from spar.data.question_sets import split_queries
 
     test = split_queries(cfg, "test")
     runs = artifact_dir(sample_experiment, "evaluation") / "runs"
@@ -292,9 +285,9 @@ def _experiment_with_index(sample_experiment: Path, root: Path, base_dir: str, l
                            index_type: str, *overrides: str):
     """A copy of the (tuned) sample experiment whose index is built from the given passage embeddings."""
     from pipelines import tune as tune_stage
-    from spar.artifacts import ArtifactWriter
-    from spar.embeddings import load_embeddings
-    from spar.index import SparIndex
+    from spar.core.artifacts import ArtifactWriter
+    from spar.model.embeddings import load_embeddings
+    from spar.index.spar_index import SparIndex
 
     tune_stage.run(experiment_config(sample_experiment, root / "results"))  # skipped once tuned
     root.mkdir(parents=True)
@@ -315,8 +308,8 @@ def _experiment_with_index(sample_experiment: Path, root: Path, base_dir: str, l
 
 
 def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  # noqa: F811
-    from spar.evaluation import evaluate_experiment
-    from spar.index import SparIndex
+    from spar.evaluate.evaluation import evaluate_experiment
+    from spar.index.spar_index import SparIndex
 
     reports = {}
     for index_type in ("flat", "hnsw", "ivfpq"):
@@ -335,8 +328,8 @@ def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  #
 
 def test_a_stale_index_is_refused(sample_experiment, tmp_path):  # noqa: F811
     """Λ retrained and the corpus re-encoded, but not re-indexed: here the index's Λ half is the base's vectors."""
-    from spar.errors import ArtifactError
-    from spar.evaluation import evaluate_experiment
+    from spar.core.errors import ArtifactError
+    from spar.evaluate.evaluation import evaluate_experiment
 
     cfg = _experiment_with_index(sample_experiment, tmp_path / "stale", "base", "base", "flat")
     index_dir = artifact_dir(cfg.output_dir, "index")
@@ -349,9 +342,9 @@ def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_pa
     """Acc@k of every system from a QA file, checked against Pyserini's has_answers over the written TREC runs."""
     from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
 
-    from spar.evaluation import evaluate_experiment
-    from spar.experiment import split_queries
-    from spar.readers import read_corpus
+    from spar.evaluate.evaluation import evaluate_experiment
+    from spar.data.question_sets import split_queries
+    from spar.data.readers import read_corpus
 
     corpus = {p.id: p.text for p in read_corpus(SAMPLE_CORPUS)}
     cfg0 = experiment_config(sample_experiment, tmp_path / "results")
@@ -392,7 +385,7 @@ def test_skipped_input_records_reach_the_results(sample_experiment, tmp_path):  
     results = json.loads((cfg.results_dir / f"{cfg.experiment.name}.json").read_text())
     assert results["skipped_records"]["data.qrels_test"] == {"unknown passage": 1}
     # #31 item 9: the evaluation's manifest counts them too, as the README says.
-    from spar.artifacts import read_manifest
+    from spar.core.artifacts import read_manifest
 
     assert read_manifest(tmp_path / "run" / "evaluation")["stats"]["skipped_records"] == {"data.qrels_test": 1}
     table = (cfg.results_dir / f"{cfg.experiment.name}.md").read_text()

@@ -14,7 +14,7 @@ EXAMPLES = REPO / "configs" / "examples"
 
 
 def test_every_example_config_loads_and_writes_under_runs():
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
     assert names == ["beir.yaml", "dpr-tsv.yaml"]
@@ -24,8 +24,8 @@ def test_every_example_config_loads_and_writes_under_runs():
 
 
 def test_the_beir_example_reads_a_beir_directory(datasets_dir):
-    from spar.config import load_config
-    from spar.preflight import check_inputs
+    from spar.core.config import load_config
+    from spar.experiment.preflight import check_inputs
 
     cfg = load_config(EXAMPLES / "beir.yaml")
     assert Path(cfg.data.corpus).parent.name == "scifact" and cfg.data.qrels_dev != cfg.data.qrels_test
@@ -64,8 +64,8 @@ def _tsv_copy(sample_dir: Path, out: Path, dpr: bool) -> dict[str, Path]:
 @pytest.mark.parametrize("fmt", ["dpr", "msmarco"])
 def test_the_tsv_example_reads_dpr_and_msmarco_files(sample_dir, tmp_path, fmt):
     import pipelines.sample
-    from spar.config import load_config
-    from spar.preflight import check_inputs
+    from spar.core.config import load_config
+    from spar.experiment.preflight import check_inputs
 
     files = _tsv_copy(sample_dir, tmp_path / "my-data", dpr=fmt == "dpr")
     cfg = load_config(EXAMPLES / "dpr-tsv.yaml", [f"data.{key}={path}" for key, path in files.items()]

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spar import schemas
-from spar.config import load_config
+from spar.core import schemas
+from spar.core.config import load_config
 from spar.lexical import build_lambda, load_lambda
 
 TITLES = ["Zebra", "Quokka", "Xylophone", "Walrus"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
-from spar.artifacts import artifact_dir
-from spar.config import IndexSection, LexicalSection, TrainSection, load_config
-from spar.errors import ConfigError
-from spar.frontier_report import FrontierPoint, FrontierReport
+from spar.core.artifacts import artifact_dir
+from spar.core.config import IndexSection, LexicalSection, TrainSection, load_config
+from spar.core.errors import ConfigError
+from spar.evaluate.frontier_report import FrontierPoint, FrontierReport
 
 from test_tune import experiment_config, sample_experiment  # noqa: F401
 
@@ -112,7 +112,7 @@ def test_the_codes_own_defaults_are_the_embedded_defaults_choice():
 
 
 def test_frontier_help_lists_every_storage(capsys):
-    from spar.storage import STORAGES
+    from spar.index.storage import STORAGES
 
     with pytest.raises(SystemExit):
         cli.main(["frontier", "--help"])
@@ -207,7 +207,7 @@ def test_force_recomputes_only_what_it_is_asked_and_every_command_is_recorded(sa
 
 
 def test_a_repeated_point_is_computed_once(sample_experiment, tmp_path):  # noqa: F811
-    from spar.frontier import run_frontier
+    from spar.evaluate.frontier import run_frontier
 
     root = tmp_path / "run"
     root.mkdir()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from spar import schemas
-from spar.config import load_config
+from spar.core import schemas
+from spar.core.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 N_DOCS = 40
@@ -26,7 +26,7 @@ def small_corpus(tmp_path_factory) -> Path:
 def test_label_stage_with_the_impact_teacher(small_corpus, tmp_path):
     import pipelines.label
     import pipelines.sample
-    from spar.teachers import ImpactTeacher, SparseEncoder
+    from spar.teacher.teachers import ImpactTeacher, SparseEncoder
 
     out = tmp_path / "run"
     cfg = load_config(None, [f"data.corpus={small_corpus}", f"experiment.output_dir={out}", "sample.strategy=all",
@@ -61,8 +61,8 @@ def unicoil_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import BertConfig, BertTokenizer
 
-    from spar.java import pyserini_module
-    from spar.models import resolve_model
+    from spar.core.java import pyserini_module
+    from spar.model.resolve import resolve_model
 
     unicoil = pyserini_module("pyserini.encode._unicoil")
     out = tmp_path_factory.mktemp("unicoil")
@@ -85,8 +85,8 @@ UNICOIL_PASSAGES = [("Scurvy", "Scurvy is caused by a lack of vitamin C, vitamin
 def test_unicoil_in_pyserinis_layout_encodes_as_pyserini(unicoil_dir):
     import torch
 
-    from spar.java import pyserini_module
-    from spar.teachers import SparseEncoder
+    from spar.core.java import pyserini_module
+    from spar.teacher.teachers import SparseEncoder
 
     torch.set_num_threads(1)
     unicoil = pyserini_module("pyserini.encode._unicoil")

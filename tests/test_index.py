@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spar.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
-from spar.encoders import BiEncoder
-from spar.errors import ArtifactError
-from spar.index import SparIndex, build_spar_index, default_nlist, spar_query_vectors
-from spar.readers import read_corpus, read_queries
+from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+from spar.model.encoders import BiEncoder
+from spar.core.errors import ArtifactError
+from spar.index.spar_index import SparIndex, build_spar_index, default_nlist, spar_query_vectors
+from spar.data.readers import read_corpus, read_queries
 
 QUIET = EncodeOptions(batch_size=16, show_progress=False)
 MUS = [0.0, 0.3, 1.0, 3.7]
@@ -163,7 +163,7 @@ def test_save_load_and_refusals(encoded, tmp_path):
 
 def test_stage_builds_index_without_tune_and_search_params_never_reindex(encoded, tmp_path):
     import pipelines.index as stage
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     out = tmp_path / "run"
     for name in ("base", "lambda"):
@@ -194,7 +194,7 @@ def test_stage_builds_index_without_tune_and_search_params_never_reindex(encoded
 
 def test_stage_requires_embeddings(tmp_path):
     import pipelines.index as stage
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     with pytest.raises(ArtifactError, match="run `spar encode`"):
         stage.run(load_config(None, [f"experiment.output_dir={tmp_path}"]))

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import ctypes, signal, sys
 import torch, lightning as L
-from spar.java import _sigaction_type, jvm_signal_handlers_kept, start_jvm
+from spar.core.java import _sigaction_type, jvm_signal_handlers_kept, start_jvm
 
 ctypes, Sigaction = _sigaction_type()
 libc = ctypes.CDLL(None)

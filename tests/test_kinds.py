@@ -24,9 +24,9 @@ def _spar(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path: Path):
-    from spar.artifacts import read_manifest
+    from spar.core.artifacts import read_manifest
     from spar.lexical import load_lambda
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     common = [f"experiment.output_dir={tmp_path}", f"experiment.results_dir={tmp_path / 'results'}",
               "experiment.name=kinds", "sample.max_queries=1500", "encode.base.passage_max_length=64",

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spar import schemas
-from spar.artifacts import read_manifest
-from spar.config import load_config
-from spar.errors import ConfigError
+from spar.core import schemas
+from spar.core.artifacts import read_manifest
+from spar.core.config import load_config
+from spar.core.errors import ConfigError
 
 N_DOCS = 300
 
@@ -48,7 +48,7 @@ def labelled(corpus, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lucene(labelled):
-    from spar.java import pyserini_module
+    from spar.core.java import pyserini_module
 
     _, out, _ = labelled
     searcher = pyserini_module("pyserini.search.lucene").LuceneSearcher(str(out / "teacher_index"))
@@ -109,9 +109,9 @@ def test_dropped_queries_are_counted_and_have_too_few_hits(labelled, lucene):
 
 
 def test_k_beyond_corpus_size_drops_or_fails_clearly(labelled, tmp_path):
-    from spar.config import LabelSection
-    from spar.labelling import label_queries
-    from spar.teachers import BM25Searcher
+    from spar.core.config import LabelSection
+    from spar.teacher.labelling import label_queries
+    from spar.teacher.teachers import BM25Searcher
 
     _, out, _ = labelled
     teacher = BM25Searcher(out / "teacher_index")
@@ -200,8 +200,9 @@ def test_parts_on_several_machines_merge_into_the_single_run(labelled, corpus, t
 
 
 def test_impact_teacher_scores_are_integer_dot_products(corpus, tmp_path):
-    from spar.passages import PassagesTable
-    from spar.teachers import ImpactTeacher, SparseEncoder, build_impact_index, passage_contents
+    from spar.data.passages import PassagesTable
+    from spar.teacher.teachers import ImpactTeacher, SparseEncoder, build_impact_index
+    from spar.data.passages import passage_contents
 
     import pipelines.sample
 
@@ -235,7 +236,7 @@ def test_impact_teacher_scores_are_integer_dot_products(corpus, tmp_path):
 
 
 def test_select_positives_and_negative_window():
-    from spar.labelling import select
+    from spar.teacher.labelling import select
 
     hits = [(f"d{i}", float(50 - i)) for i in range(50)]
     assert select(hits, 10, 5) == (list(range(10)), [45, 46, 47, 48, 49])

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spar.config import load_config
-from spar.errors import ArtifactError, ConfigError
-from spar.schemas import PASSAGES, write_table
+from spar.core.config import load_config
+from spar.core.errors import ArtifactError, ConfigError
+from spar.core.schemas import PASSAGES, write_table
 
 
 def _sha256(path: Path) -> str:
@@ -26,7 +26,7 @@ def both_engines(sample_dir, tmp_path_factory):
     """The embedded sample sampled once, labelled by each engine in its own output directory."""
     import pipelines.label
     import pipelines.sample
-    from spar.artifacts import read_manifest
+    from spar.core.artifacts import read_manifest
 
     root = tmp_path_factory.mktemp("engines")
     runs = {}
@@ -88,8 +88,8 @@ def _tricky_passages(path: Path) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def tricky(tmp_path_factory):
-    from spar.bm25_memory import MemoryBM25
-    from spar.teachers import BM25Searcher, build_bm25_index
+    from spar.teacher.bm25_memory import MemoryBM25
+    from spar.teacher.teachers import BM25Searcher, build_bm25_index
 
     root = tmp_path_factory.mktemp("tricky")
     queries = _tricky_passages(root / "passages.arrow")
@@ -119,7 +119,7 @@ def test_repeated_query_terms_are_boosted_by_their_count(tricky):
 
 
 def test_statistics_match_the_lucene_index_and_mismatch_fails_in_one_line(tricky, tmp_path):
-    from spar.bm25_memory import MemoryBM25
+    from spar.teacher.bm25_memory import MemoryBM25
 
     root = tricky[3]
     tricky[2].verify(root / "index")  # the same corpus: passes
@@ -135,8 +135,8 @@ def test_statistics_match_the_lucene_index_and_mismatch_fails_in_one_line(tricky
 def test_one_byte_norms_are_lucene_smallfloat():
     from jnius import autoclass
 
-    from spar.bm25_memory import byte4_to_int, int_to_byte4
-    from spar.java import start_jvm
+    from spar.teacher.bm25_memory import byte4_to_int, int_to_byte4
+    from spar.core.java import start_jvm
 
     start_jvm()
     small_float = autoclass("org.apache.lucene.util.SmallFloat")
@@ -161,7 +161,7 @@ def test_bad_engine_values_fail_in_one_line():
 
 
 def test_auto_picks_memory_for_small_corpora_and_lucene_beyond_its_limits(tricky, monkeypatch):
-    import spar.bm25_memory as engine
+    import spar.teacher.bm25_memory as engine
 
     passages = tricky[3] / "passages.arrow"
     assert engine.choose_engine("auto", "bm25", passages)[0] == "memory"

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spar.errors import ArtifactError, SparError
-from spar.lambda_source import resolve_lambda
+from spar.core.errors import ArtifactError, SparError
+from spar.experiment.lambda_source import resolve_lambda
 from spar.lexical.projection import ProjectionLambda
 from spar.lexical.static import StaticLambda
 from spar.lexical.terms import BM25Weights
@@ -104,7 +104,7 @@ def test_a_lambda_changed_after_it_was_written_is_refused(tmp_path: Path):
     """#22 items 8 and 10: manifests list each Λ file with its checksum, so a reordered vocab.txt (same size, other
     term ids) is refused instead of being read as a different Λ; truncated weights are named in one line, with or
     without a manifest (a Λ copied by hand)."""
-    from spar.artifacts import ArtifactWriter
+    from spar.core.artifacts import ArtifactWriter
 
     run_lambda = tmp_path / "run" / "lambda"
     with ArtifactWriter(run_lambda, kind="lambda", config={}, inputs={}) as w:
@@ -227,8 +227,8 @@ def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp
     """Run 1 trains (fits) Λ only; run 2 uses run 1's directory (sample/label/train skipped) through publish;
     run 3 points the same experiment at run 2's published model: only Λ is re-encoded, and its vectors are the
     same as run 1's Λ gives."""
-    from spar.artifacts import read_manifest
-    from spar.embeddings import load_embeddings
+    from spar.core.artifacts import read_manifest
+    from spar.model.embeddings import load_embeddings
     from spar.lexical import load_lambda
 
     quiet = ["train.wandb_mode=disabled", "evaluate.wandb_mode=disabled", "evaluate.shuffled=false",
@@ -263,7 +263,7 @@ def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp
 
 
 def _corpus(run: Path):
-    from spar.passages import PassagesTable
+    from spar.data.passages import PassagesTable
 
     table = PassagesTable.open(run / "queries" / "passages.arrow")
     for ids, titles, texts in table.iter_slices(1000):
@@ -272,7 +272,7 @@ def _corpus(run: Path):
 
 def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_stages_without_queries():
     from pipelines import STAGES, skipped_by_config
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     def skipped(config: str) -> list[str]:
         cfg = load_config(REPO / "configs" / "experiments" / config)
@@ -288,7 +288,7 @@ def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_
 
 
 def test_the_lambda_card_names_the_teacher_the_labels_came_from():
-    from spar.config import load_config
+    from spar.core.config import load_config
     from spar.lexical.card import lambda_card, lambda_card_facts
 
     stats = {"passages": 600, "queries_train": 1500}

@@ -1,7 +1,10 @@
-"""The layers: the library (``spar/``) below the stages (``pipelines/``) below the CLI.
+"""The layers: the library's packages import only downward, the library (``spar/``) sits below the stages
+(``pipelines/``), which sit below the CLI.
 
-- Static: every import in ``spar/`` (module level and inside functions) is parsed; no library module imports
-  ``pipelines`` or the CLI, and the library's import graph has no cycle.
+- Packages: every module of ``spar/`` belongs to one package of :data:`LAYERS`; a package imports only packages of
+  lower layers (siblings in one layer never import each other), so the package graph has no cycle.
+- Static: every import in ``spar/`` (module level and inside functions, and the names a package exports lazily) is
+  parsed; no library module imports ``pipelines`` or the CLI, and the library's module graph has no cycle.
 - Dynamic: every library module imports on its own (no hidden dependence on another module being imported first)
   and importing it loads nothing from ``pipelines``.
 """
@@ -17,6 +20,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SPAR = ROOT / "spar"
 
+#: The packages of ``spar/``, bottom layer first (docs/architecture.md draws the same picture). A package may import
+#: any package of a lower layer; packages of one layer never import each other.
+LAYERS: list[tuple[str, ...]] = [
+    ("core",),                  # config, errors, console, artifacts, fingerprints, stage runner, run paths, schemas
+    ("data",),                  # corpora, passages table, sampling, question sets, answers
+    ("model",),                 # model resolution, bi-encoder, losses, engines, ONNX backend, embeddings on disk
+    ("teacher", "lexical", "index"),  # sparse teachers, labelling | Λ kinds, the modules shipped in a published
+                                      # model | the SPAR FAISS index (built from the embeddings' shards), storage
+    ("train", "publish"),       # the Lightning loop and its data | model directory, card, search, corpus index
+    ("experiment",),            # which Λ, an experiment's assembled inputs, preflight
+    ("evaluate",),              # exact search, metrics, tuning μ/α, the evaluation table, latency, frontier
+]
+#: Modules of ``spar/`` outside every package: the package root (its version) and the old-path aliases, which
+#: import nothing of spar.
+ROOT_MODULES = {"spar", "spar._compat"}
+#: Names a package exports from a higher one, for one release only (the old module paths): (package, higher
+#: package). Each must still exist (a stale entry fails, so the list only shrinks). Lazy: never imported at import
+#: time, so they take no part in the cycle checks.
+COMPAT_UPWARD: set[tuple[str, str]] = {
+    ("experiment", "evaluate"),  # spar.experiment.top_k / dense_search / STREAM_BLOCK (now spar.evaluate.exact)
+    ("lexical", "experiment"),  # spar.lexical.experiment_corpus_passages (now spar.experiment.lambda_source)
+}
 #: Upward imports that still exist and are being removed elsewhere; each must still be present (a stale entry
 #: fails, so the list only shrinks). Empty since the CLI moved to pipelines/cli.py.
 KNOWN_UPWARD: set[tuple[str, str]] = set()
@@ -35,9 +60,27 @@ def library_files() -> list[Path]:
     return files
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports (``from spar import schemas`` names spar.schemas when that is a module)."""
+def _is_module(dotted: str) -> bool:
+    base = ROOT / dotted.replace(".", "/")
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def _lazy_exports(tree: ast.Module) -> set[str]:
+    """The modules a package's ``_EXPORTS = {name: module}`` table (``spar._compat.lazy_exports``) reads."""
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            found.update(v.value for v in node.value.values if isinstance(v, ast.Constant))
+    return found
+
+
+def _imports(path: Path, lazy: bool = False) -> set[str]:
+    """Every module ``path`` imports (``from spar import schemas`` names spar.core.schemas when that is a module);
+    ``lazy``: the modules its lazily exported names come from instead."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    if lazy:
+        return _lazy_exports(tree)
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -50,20 +93,41 @@ def _imports(path: Path) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             found.add(base)
             for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                if (ROOT / candidate.replace(".", "/")).with_suffix(".py").exists() or \
-                        (ROOT / candidate.replace(".", "/") / "__init__.py").exists():
-                    found.add(candidate)
+                if _is_module(f"{base}.{alias.name}"):
+                    found.add(f"{base}.{alias.name}")
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Library module -> the first-party modules (spar, pipelines) it imports."""
+def import_graph(lazy: bool = False) -> dict[str, set[str]]:
+    """Library module -> the first-party modules (spar, pipelines) it imports (``lazy``: exports lazily)."""
     graph = {}
     for path in library_files():
-        first_party = {m for m in _imports(path) if m.split(".")[0] in ("spar", "pipelines")}
+        first_party = {m for m in _imports(path, lazy) if m.split(".")[0] in ("spar", "pipelines")}
         graph[_module_name(path)] = first_party - {_module_name(path)}
     return graph
+
+
+def package_of(module: str) -> str | None:
+    """``spar.core.config`` -> ``core``; None for the root modules and anything outside spar."""
+    parts = module.split(".")
+    if parts[0] != "spar" or module in ROOT_MODULES or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def layer_of(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """(package, imported package) -> the module imports behind it."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, imports in graph.items():
+        for imported in imports:
+            a, b = package_of(module), package_of(imported)
+            if a and b and a != b:
+                edges.setdefault((a, b), []).append(f"{module} -> {imported}")
+    return edges
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -93,10 +157,45 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
-    # spar.evaluation imports spar.index only inside evaluate_experiment.
-    assert "spar.index" in graph["spar.evaluation"]
-    assert "spar.schemas" in graph["spar.labelling"]  # `from spar import schemas`
+    # spar.evaluate.evaluation imports spar.index.spar_index only inside evaluate_experiment.
+    assert "spar.index.spar_index" in graph["spar.evaluate.evaluation"]
+    assert "spar.core.schemas" in graph["spar.teacher.labelling"]  # `from spar.core import schemas`
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert "spar.index.spar_index" in import_graph(lazy=True)["spar.index"]  # the package's lazy exports
+    assert package_edges({"spar.data.x": {"spar.core.y", "spar.data.z", "spar._compat"}}) == \
+        {("data", "core"): ["spar.data.x -> spar.core.y"]}
+
+
+def test_every_library_module_belongs_to_a_declared_package():
+    declared = {p for layer in LAYERS for p in layer}
+    assert len(declared) == sum(len(layer) for layer in LAYERS), "a package is declared twice"
+    modules = {_module_name(p) for p in library_files()}
+    stray = sorted(m for m in modules if m not in ROOT_MODULES and package_of(m) not in declared)
+    assert not stray, f"modules outside every declared package (add the package to LAYERS): {stray}"
+    assert declared <= {package_of(m) for m in modules}, "a declared package has no module"
+    # the root modules import nothing of spar's packages (spar/__init__.py installs the old paths only)
+    for module in ROOT_MODULES:
+        assert {m for m in import_graph()[module] if package_of(m)} == set(), module
+
+
+def test_packages_import_only_downward():
+    edges = package_edges(import_graph())
+    wrong = {f"{a} -> {b}": imports for (a, b), imports in sorted(edges.items()) if layer_of(b) >= layer_of(a)}
+    assert not wrong, f"imports that do not go down the layers {LAYERS}: {wrong}"
+
+
+def test_only_the_declared_compat_exports_point_up():
+    edges = package_edges(import_graph(lazy=True))
+    upward = {(a, b) for (a, b) in edges if layer_of(b) >= layer_of(a)}
+    assert upward - COMPAT_UPWARD == set(), {e: edges[e] for e in upward - COMPAT_UPWARD}
+    assert COMPAT_UPWARD - upward == set(), "stale COMPAT_UPWARD entries: remove them"
+
+
+def test_package_graph_has_no_cycle():
+    graph: dict[str, set[str]] = {}
+    for a, b in package_edges(import_graph()):
+        graph.setdefault(a, set()).add(b)
+    assert find_cycle(graph) is None
 
 
 def test_library_never_imports_the_stages_or_the_cli():
@@ -108,6 +207,21 @@ def test_library_never_imports_the_stages_or_the_cli():
 
 def test_library_has_no_import_cycle():
     assert find_cycle(import_graph()) is None
+
+
+def test_nothing_imports_an_old_path():
+    """The old module paths (spar._compat.ALIASES) are for users' code only: spar, the stages, the tests (but
+    tests/test_compat.py and the pre-move fixture maker) and the benchmarks import the new ones."""
+    from spar._compat import ALIASES
+
+    files = [*SPAR.rglob("*.py"), *(ROOT / "pipelines").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+             *(p for p in (ROOT / "tests").rglob("*.py") if p.name != "test_compat.py" and "fixtures" not in p.parts)]
+    old = {}
+    for path in sorted(files):
+        found = sorted(m for m in _imports(path) if m in ALIASES)
+        if found:
+            old[str(path.relative_to(ROOT))] = found
+    assert not old, old
 
 
 def test_every_library_module_imports_alone():
@@ -134,3 +248,20 @@ print(json.dumps(results))
     assert set(results) == set(modules)
     failures = {name: outcome for name, outcome in results.items() if outcome != "ok"}
     assert not failures, failures
+
+
+def test_the_docs_name_modules_that_exist():
+    """Every ``spar/...py`` path README.md and docs/*.md name exists (the move rewrote them; a stale one fails), and
+    docs/architecture.md names every package of :data:`LAYERS`."""
+    import re
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = {}
+    for doc in docs:
+        paths = set(re.findall(r"(?<![\w/.])spar/[\w/]+\.py\b", doc.read_text(encoding="utf-8")))
+        gone = sorted(p for p in paths if not (ROOT / p).exists())
+        if gone:
+            missing[doc.name] = gone
+    assert not missing, missing
+    architecture = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert all(f"{package}/" in architecture for layer in LAYERS for package in layer)

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spar import schemas
-from spar.config import load_config
-from spar.errors import ConfigError
-from spar.readers import read_corpus
+from spar.core import schemas
+from spar.core.config import load_config
+from spar.core.errors import ConfigError
+from spar.data.readers import read_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "data" / "scifact-sample" / "corpus.jsonl"
@@ -34,7 +34,7 @@ def texts(corpus) -> list[str]:
 @pytest.fixture(scope="module")
 def bm25_index(corpus, tmp_path_factory) -> Path:
     """A real Pyserini BM25 index of the embedded sample (what the label stage builds)."""
-    from spar.teachers import build_bm25_index
+    from spar.teacher.teachers import build_bm25_index
 
     root = tmp_path_factory.mktemp("lexical")
     table = pa.table({"row": pa.array(range(len(corpus)), pa.int64()), "id": [p.id for p in corpus],
@@ -45,7 +45,7 @@ def bm25_index(corpus, tmp_path_factory) -> Path:
 
 def _queries(texts: list[str], n: int = 40) -> list[str]:
     """Real sentences of the corpus (what the sample stage turns into training queries)."""
-    from spar.sampling import split_sentences
+    from spar.data.sampling import split_sentences
 
     out = []
     for text in texts[::7]:
@@ -54,7 +54,7 @@ def _queries(texts: list[str], n: int = 40) -> list[str]:
 
 
 def test_analyzer_gives_pyserini_terms(texts):
-    from spar.java import pyserini_module
+    from spar.core.java import pyserini_module
     from spar.lexical.analysis import LuceneAnalyzer
 
     analysis = pyserini_module("pyserini.analysis")
@@ -77,7 +77,7 @@ def test_bm25_weights_and_projection_track_pyserini_scores(texts, corpus, bm25_i
     """Exact sparse BM25 reproduces Pyserini's scores; the projection's dot products track them closely at a large
     dimension and loosely at a small one (Luan et al.: the error shrinks as 1/dim)."""
     from spar.lexical.projection import ProjectionLambda
-    from spar.teachers import BM25Searcher
+    from spar.teacher.teachers import BM25Searcher
 
     queries = _queries(texts)
     hits = BM25Searcher(bm25_index).search([(str(i), q) for i, q in enumerate(queries)], k=30)
@@ -123,10 +123,10 @@ def test_save_load_round_trips_are_exact(texts, tmp_path):
 def test_published_lexical_lambda_loads_identically_with_and_without_spar(texts, tmp_path):
     """A static Λ published with the base: SparEncoder reloads the same vectors, and sentence-transformers loads the
     directory in a process where spar cannot be imported (the shipped spar_modules.py/spar_analysis.py)."""
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
     from spar.lexical.projection import ProjectionLambda
     from spar.lexical.static import StaticLambda
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     static = StaticLambda.from_projection(ProjectionLambda.fit(texts[:200], dim=32, seed=1))
     base = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True)
@@ -155,12 +155,12 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     import pipelines.label
     import pipelines.sample
     from spar.lexical import build_lambda, load_lambda
-    from spar.metrics import mean_rbo
+    from spar.evaluate.metrics import mean_rbo
     import torch
 
-    from spar.training import train_lambda
-    from spar.training_data import ContrastiveBatchSampler, LabelStore, SurrogatePool, TrainBatchDataset
-    from spar.passages import PassagesTable
+    from spar.train.training import train_lambda
+    from spar.train.data import ContrastiveBatchSampler, LabelStore, SurrogatePool, TrainBatchDataset
+    from spar.data.passages import PassagesTable
 
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", "sample.max_queries=3000", "train.kind=static",
                              "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32",

@@ -2,7 +2,7 @@
 
 The graph test walks the artifact graph of a real run (`spar run` on 30 abstracts of the embedded sample, the
 projection Λ): for each input of each artifact — an input file edited, or the upstream artifact rebuilt with other
-settings — every stage is asked what it would do (:meth:`spar.stage.Stage.status`, the runner's own decision, with
+settings — every stage is asked what it would do (:meth:`spar.core.stage.Stage.status`, the runner's own decision, with
 nothing written) and `spar search` opens the model. The artifact that reads the changed input must recompute; every
 consumer of it, and of anything made from it, must refuse in one line naming the stage to re-run; the rest is up to
 date. Before #31 a Λ retrained, re-encoded and re-indexed left `tune/` in use by `evaluate` and `publish`.
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.config import load_config
-from spar.errors import SparError
+from spar.core.config import load_config
+from spar.core.errors import SparError
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -130,7 +130,7 @@ def _outcome(stage: str, cfg) -> tuple[str, str]:
     """(current | recompute | refuse, the refusal) of a stage as its runner would decide it, writing nothing."""
     import importlib
 
-    from spar.search import SparSearcher
+    from spar.publish.search import SparSearcher
 
     try:
         if stage == "search":
@@ -183,7 +183,7 @@ def test_every_consumer_of_a_changed_input_refuses_or_recomputes(pristine, chang
 
 def test_the_graph_is_what_the_manifests_record(pristine):
     """The test's graph is the run's: each artifact's manifest records exactly the sources READS names."""
-    from spar.artifacts import read_manifest
+    from spar.core.artifacts import read_manifest
 
     work = pristine / "snapshot"
     run = work / "run"
@@ -210,7 +210,7 @@ def test_every_stage_removes_the_temporaries_of_dead_runs_and_nothing_else(prist
     is not spar's (no writer stamp inside)."""
     import importlib
 
-    from spar.artifacts import output_lock
+    from spar.core.artifacts import output_lock
 
     work, files = _fresh(pristine)
     cfg = load_config(None, [*_data(files, work), *SETTINGS])

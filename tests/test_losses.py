@@ -1,7 +1,7 @@
 """The training losses against values computed by hand (plain math, never the functions themselves).
 
-``train.mask_teacher_positives`` is tested at the loss level (:func:`spar.losses.in_batch_keep_mask` +
-:func:`spar.losses.contrastive_loss`); the Lightning module only passes its batch's rows to them.
+``train.mask_teacher_positives`` is tested at the loss level (:func:`spar.model.losses.in_batch_keep_mask` +
+:func:`spar.model.losses.contrastive_loss`); the Lightning module only passes its batch's rows to them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from spar.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
+from spar.model.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
 
 E = math.e
 

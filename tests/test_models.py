@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.errors import ArtifactError, SparError
-from spar.models import bundled_models, model_fingerprint, resolve_model
+from spar.core.errors import ArtifactError, SparError
+from spar.model.resolve import bundled_models, model_fingerprint, resolve_model
 
 
 def test_bundled_models_are_found_without_hardcoded_paths():
@@ -54,7 +54,7 @@ def _minilm_copy(tmp_path: Path, *drop: str) -> Path:
     (("tokenizer.json", "vocab.txt"), "no tokenizer vocabulary"),
 ])
 def test_incomplete_model_directories_are_refused(tmp_path: Path, drop, message):
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     model = _minilm_copy(tmp_path, *drop)
     with pytest.raises(SparError) as caught:
@@ -68,7 +68,7 @@ def test_pickled_weights_only_are_refused(tmp_path: Path):
     import torch
     from safetensors.torch import load_file
 
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     model = _minilm_copy(tmp_path)
     torch.save(load_file(model / "model.safetensors"), model / "pytorch_model.bin")
@@ -78,7 +78,7 @@ def test_pickled_weights_only_are_refused(tmp_path: Path):
 
 
 def test_a_saved_encoder_without_its_tokenizer_is_refused(tmp_path: Path):
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     enc = BiEncoder.from_pretrained("all-MiniLM-L6-v2", shared_weights=True)
     enc.save(tmp_path / "lambda")
@@ -95,7 +95,7 @@ def test_fingerprints_distinguish_models():
 
 
 def test_bundled_minilm_loads_and_encodes():
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     enc = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True)
     q = enc.encode_query(["what causes scurvy"])

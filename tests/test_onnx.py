@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from spar.artifacts import fingerprint_dict, stage_fingerprint
-from spar.embeddings import EncodeOptions, encode_passages, encode_queries, encoder_fingerprint, load_embeddings
-from spar.encode_engines import encode_shard_loop, tokenize_shard
-from spar.encoders import BiEncoder
-from spar.errors import ArtifactError, ConfigError
-from spar.onnx_encoder import INFO_FILE, OnnxBiEncoder, cache_root, with_backend
-from spar.readers import read_corpus, read_queries
+from spar.core.fingerprint import fingerprint_dict
+from spar.core.artifacts import stage_fingerprint
+from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, encoder_fingerprint, load_embeddings
+from spar.model.engines import encode_shard_loop, tokenize_shard
+from spar.model.encoders import BiEncoder
+from spar.core.errors import ArtifactError, ConfigError
+from spar.model.onnx_encoder import INFO_FILE, OnnxBiEncoder, cache_root, with_backend
+from spar.data.readers import read_corpus, read_queries
 
 TORCH = EncodeOptions(batch_size=8, show_progress=False)
 ONNX = EncodeOptions(batch_size=8, show_progress=False, backend="onnx")
@@ -156,7 +157,7 @@ def test_damaged_cache_is_rebuilt_or_named(base, fast, tmp_path, caplog):
     model = cache / fast.files["query"].path.parent.name / "model.onnx"
     good = model.read_bytes()
     model.write_bytes(good[: len(good) // 2])
-    with caplog.at_level("WARNING", logger="spar.onnx_encoder"):
+    with caplog.at_level("WARNING", logger="spar.model.onnx_encoder"):
         rebuilt = OnnxBiEncoder.from_encoder(base, cache_dir=cache)
     assert "exporting it again" in caplog.text and str(model) in caplog.text
     assert rebuilt.files["query"].path == model and model.read_bytes() == good  # the export is deterministic
@@ -194,7 +195,7 @@ def test_backend_choice(base, fast):
 
 @pytest.mark.parametrize("value", ["tensorrt", "ONNX", "", "openvino"])
 def test_config_rejects_unknown_backends(value):
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     with pytest.raises(ConfigError, match="backend"):
         load_config(None, [f"encode.backend={value}"])
@@ -203,7 +204,7 @@ def test_config_rejects_unknown_backends(value):
 
 def test_default_is_torch_and_int8_is_its_own_backend(base, fast, queries):
     """The default keeps every existing fingerprint; int8 is another encoder (another fingerprint), close but lossy."""
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     assert load_config(None, []).encode.backend == "torch"
     int8 = with_backend(base, "onnx-int8", "cpu")

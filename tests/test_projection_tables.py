@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spar.config import load_config
-from spar.errors import ArtifactError, ConfigError
+from spar.core.config import load_config
+from spar.core.errors import ArtifactError, ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "data" / "scifact-sample" / "corpus.jsonl"
@@ -26,14 +26,14 @@ QUERIES = ["what causes scurvy", "vitamin C deficiency and collagen", "DNA methy
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    from spar.readers import read_corpus
+    from spar.data.readers import read_corpus
 
     return [" ".join(x for x in (p.title, p.text) if x) for p in read_corpus(SAMPLE_CORPUS)][:150]
 
 
 @pytest.fixture(scope="module")
 def base():
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     return BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True, shared_weights=True)
 
@@ -113,8 +113,8 @@ def test_the_mean_over_seeds_is_bm25(texts, projection, nonzeros):
 
 def test_fingerprints_of_existing_runs_stay_and_nonzeros_counts_for_sparse():
     from pipelines.train import fingerprint_config
-    from spar.artifacts import fingerprint_dict
-    from spar.stage import settings
+    from spar.core.fingerprint import fingerprint_dict
+    from spar.core.stage import settings
 
     default = load_config(None, [])
     assert "nonzeros" not in settings(default.train)["lexical"]  # static and transformer fingerprints unchanged
@@ -160,14 +160,14 @@ def test_lambda_directories_written_before_still_load(texts, tmp_path):
 
 
 def _publish(base, lam, path: Path) -> Path:
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     return SparEncoder(base, lam, mu=0.5).save_pretrained(path)
 
 
 def test_published_projection_stores_no_table_and_loads_identically_without_spar(texts, base, tmp_path):
     from spar.lexical.projection import ProjectionLambda
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     docs = [("Scurvy", "Scurvy is caused by a lack of vitamin C."), texts[3]]
     models, expected = {}, {}
@@ -207,7 +207,7 @@ def test_a_model_published_with_the_whole_table_still_loads(texts, base, tmp_pat
     from safetensors.numpy import load_file, save_file
 
     from spar.lexical.projection import ProjectionLambda
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     lam = ProjectionLambda.fit(texts, dim=64, seed=1)
     d = _publish(base, lam, tmp_path / "m")
@@ -227,8 +227,8 @@ def test_a_model_published_with_the_whole_table_still_loads(texts, base, tmp_pat
 @pytest.mark.parametrize("edit", ["seed", "sha256"])
 def test_a_regenerated_table_that_fails_its_checksum_is_refused_naming_the_file(texts, base, tmp_path, edit):
     from spar.lexical.projection import ProjectionLambda
-    from spar.publish import SparEncoder
-    from spar.st_modules import load_sentence_transformer
+    from spar.publish.model_dir import SparEncoder
+    from spar.lexical.st_modules import load_sentence_transformer
 
     d = _publish(base, ProjectionLambda.fit(texts, dim=32, projection="sparse", seed=1, nonzeros=2),
                  tmp_path / "m")

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import yaml
 
-from spar.errors import ArtifactError, SparError
+from spar.core.errors import ArtifactError, SparError
 
 REPO = Path(__file__).resolve().parents[1]
 MU = 0.7
@@ -46,7 +46,7 @@ def _train_lambda_a_few_steps(passages, queries, steps: int = 3):
     """Λ after a few real contrastive steps (in-batch negatives) on sampled sentences -> source passages."""
     import torch
 
-    from spar.encoders import BiEncoder
+    from spar.model.encoders import BiEncoder
 
     torch.manual_seed(0)
     lam = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="cls", normalize=False,
@@ -76,12 +76,12 @@ def tiny_run(tmp_path_factory):
     torch.set_num_threads(1)
     import pipelines.publish
     import pipelines.sample
-    from spar.artifacts import ArtifactWriter
-    from spar.config import load_config
-    from spar.encoders import BiEncoder
-    from spar.index import SparIndex
+    from spar.core.artifacts import ArtifactWriter
+    from spar.core.config import load_config
+    from spar.model.encoders import BiEncoder
+    from spar.index.spar_index import SparIndex
     from spar.lexical.transformer import TransformerLambda
-    from spar.schemas import read_shards, read_table
+    from spar.core.schemas import read_shards, read_table
 
     run = tmp_path_factory.mktemp("run")
     cfg = load_config(None, [f"experiment.output_dir={run}", f"experiment.results_dir={run / 'results'}",
@@ -123,8 +123,8 @@ def tiny_run(tmp_path_factory):
 
 def test_publish_writes_a_complete_model_directory(tiny_run):
     import pipelines.publish
-    from spar.artifacts import read_manifest
-    from spar.publish import check_model_dir, required_files
+    from spar.core.artifacts import read_manifest
+    from spar.publish.model_dir import check_model_dir, required_files
 
     model = tiny_run["model"]
     assert model == tiny_run["run"] / "model"
@@ -174,8 +174,8 @@ FRESH_LOAD = textwrap.dedent("""
     from pathlib import Path
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
-    from spar.publish import SparEncoder
-    from spar.st_modules import load_sentence_transformer
+    from spar.publish.model_dir import SparEncoder
+    from spar.lexical.st_modules import load_sentence_transformer
 
     torch.set_num_threads(1)
     model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -217,7 +217,7 @@ FRESH_LOAD = textwrap.dedent("""
 
 
 def test_fresh_process_reload_matches_the_pipeline_vectors(tiny_run, tmp_path):
-    from spar.index import spar_passage_vectors, spar_query_vectors
+    from spar.index.spar_index import spar_passage_vectors, spar_query_vectors
 
     base, lam = tiny_run["base"], tiny_run["lambda"]
     passages = tiny_run["passages"][:4] + ["a passage given as a plain string, without a title"]
@@ -266,8 +266,8 @@ def test_the_model_directory_stores_each_weight_once(tiny_run):
 
 def test_a_term_based_lambda_is_stored_once_and_loads_back(tiny_run, tmp_path):
     from spar.lexical.projection import ProjectionLambda
-    from spar.publish import SparEncoder
-    from spar.st_modules import load_sentence_transformer
+    from spar.publish.model_dir import SparEncoder
+    from spar.lexical.st_modules import load_sentence_transformer
 
     lam = ProjectionLambda.fit(tiny_run["passages"][:200], dim=32, seed=0)
     enc = SparEncoder(tiny_run["base"], lam, mu=0.4)
@@ -304,8 +304,8 @@ def test_sentence_transformers_hold_each_weight_once_in_memory(tiny_run, tmp_pat
     """#30 item 2: the query and document routes share the base (and a term-based Λ's table) instead of each
     loading its own copy: the parameters in memory are the distinct weights on disk, for every way to load."""
     from spar.lexical.projection import ProjectionLambda
-    from spar.publish import SparEncoder
-    from spar.st_modules import load_sentence_transformer
+    from spar.publish.model_dir import SparEncoder
+    from spar.lexical.st_modules import load_sentence_transformer
 
     term_based = tmp_path / "projection"
     SparEncoder(tiny_run["base"], ProjectionLambda.fit(tiny_run["passages"][:200], dim=64, seed=0),
@@ -332,7 +332,7 @@ def test_sentence_transformers_hold_each_weight_once_in_memory(tiny_run, tmp_pat
 
 
 def test_sum_variant_round_trips(tmp_path, tiny_run):
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     enc = SparEncoder(tiny_run["base"], tiny_run["lambda"], mu=0.3, variant="sum")
     enc.save_pretrained(tmp_path / "sum")
@@ -353,7 +353,7 @@ def _linked_copy(src: Path, dst: Path) -> Path:
 @pytest.mark.parametrize("missing", ["query/lambda/model.safetensors", "base/config.json",
                                      "spar_model.json", "query/spar_combination.json"])
 def test_missing_file_is_named(tiny_run, tmp_path, missing):
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
     (broken / missing).unlink()
@@ -363,7 +363,7 @@ def test_missing_file_is_named(tiny_run, tmp_path, missing):
 
 def test_missing_tokenizer_is_refused(tiny_run, tmp_path):
     """Without its tokenizer files a published encoder would load and encode every text to nearly one vector."""
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
     for name in ("tokenizer.json", "vocab.txt"):
@@ -373,7 +373,7 @@ def test_missing_tokenizer_is_refused(tiny_run, tmp_path):
 
 
 def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_path):
-    from spar.st_modules import load_sentence_transformer
+    from spar.lexical.st_modules import load_sentence_transformer
 
     broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
     (broken / "document" / "lambda" / "model.safetensors").unlink()
@@ -388,7 +388,7 @@ def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_p
 
 def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
     from pipelines import cli
-    from spar.search import SparSearcher
+    from spar.publish.search import SparSearcher
 
     base_p, lam_p, ids = tiny_run["base_p"], tiny_run["lambda_p"], tiny_run["ids"][:N_INDEXED]
     query = tiny_run["passages"][5][0]  # a title of an indexed passage
@@ -438,8 +438,8 @@ def test_search_refuses_empty_queries_k_0_and_undecodable_bytes(tiny_run, capsys
 
 
 def test_copy_index_makes_the_model_dir_self_contained(tiny_run, tmp_path):
-    from spar.publish import SparEncoder, publish_model
-    from spar.search import SparSearcher
+    from spar.publish.model_dir import SparEncoder, publish_model
+    from spar.publish.search import SparSearcher
 
     enc = SparEncoder.from_pretrained(tiny_run["model"])
     out = publish_model(enc, tmp_path / "portable", index_dir=tiny_run["run"] / "index",
@@ -475,7 +475,7 @@ def test_stage_push_without_token_fails_clearly(tiny_run, monkeypatch, tmp_path)
 
 
 def test_push_without_token_or_network_fails_clearly(tiny_run, monkeypatch, tmp_path):
-    from spar.publish import push_to_hub
+    from spar.publish.model_dir import push_to_hub
 
     _no_stored_token(monkeypatch, tmp_path)
     with pytest.raises(SparError, match="no Hugging Face token"):
@@ -559,7 +559,7 @@ class _MockHub(BaseHTTPRequestHandler):
 
 PUSH = textwrap.dedent("""
     import sys
-    from spar.publish import push_to_hub
+    from spar.publish.model_dir import push_to_hub
     print(push_to_hub(sys.argv[1], "someone/spar-tiny", private=True))
 """)
 
@@ -623,7 +623,7 @@ def _publish_to(tiny_run, output, force: bool = False):
 
 
 def test_publish_refuses_the_run_its_ancestors_other_artifacts_files_and_foreign_directories(tiny_run, tmp_path):
-    from spar.errors import ArtifactError
+    from spar.core.errors import ArtifactError
 
     run = tiny_run["run"]
     before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
@@ -654,8 +654,8 @@ def test_publish_replaces_only_what_it_wrote(tiny_run, tmp_path):
     """#31 item 1: files a user put into an earlier model directory (notes, a folder of theirs) were deleted by the
     next publish, exit 0. The old model's manifest lists every file it wrote: anything else makes publish refuse in
     one line naming it, --force or not, with nothing deleted."""
-    from spar.artifacts import read_manifest
-    from spar.errors import ArtifactError
+    from spar.core.artifacts import read_manifest
+    from spar.core.errors import ArtifactError
 
     model = tmp_path / "model"
     _publish_to(tiny_run, model)
@@ -691,7 +691,7 @@ def test_publish_into_a_mount_point(tiny_run, tmp_path):
     machine allows it (CI runs as root), else an empty directory (same code path; the inode must not change)."""
     import subprocess
 
-    from spar.publish import check_model_dir
+    from spar.publish.model_dir import check_model_dir
 
     target = tmp_path / "mnt"
     target.mkdir()
@@ -737,7 +737,7 @@ def test_the_published_model_records_no_absolute_path(tiny_run):
         found = [path for path in machine_paths if re.search(r"(^|[\s\"'=:(\[])" + re.escape(path), text, re.M)]
         assert not found, (name, found)
     # The shipped config still resolves, from the model directory, to the files the run read.
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     shipped = load_config(model / "spar_config.yaml")
     assert Path(shipped.data.corpus) == Path(tiny_run["cfg"].data.corpus)
@@ -748,8 +748,8 @@ def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, c
     """Copy the model away from its run, index a BEIR directory with it (no run, no config), search: the hits are
     the brute-force SPAR ranking of the fixture's own encoders, with the model's μ."""
     from pipelines import cli
-    from spar.errors import ArtifactError
-    from spar.search import SparSearcher, resolve_index_location
+    from spar.core.errors import ArtifactError
+    from spar.publish.search import SparSearcher, resolve_index_location
 
     moved = _linked_copy(tiny_run["model"], tmp_path / "elsewhere" / "model")
     with pytest.raises(ArtifactError, match="the model holds no index; index a corpus with it"):
@@ -793,8 +793,8 @@ def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, c
 
 
 def test_a_tsv_corpus_with_another_storage_and_index_type(tiny_run, tmp_path):
-    from spar.corpus_index import index_corpus
-    from spar.search import SparSearcher
+    from spar.publish.corpus_index import index_corpus
+    from spar.publish.search import SparSearcher
 
     texts = tiny_run["passages"][:30]
     tsv = tmp_path / "passages.tsv"
@@ -830,7 +830,7 @@ def test_corpus_index_bad_input_is_one_line_and_deletes_nothing(tiny_run, tmp_pa
     """#31 item 6 on this surface: garbled and missing corpus lines name file and line; a directory that is not a
     model, an index searched with another model, a foreign output directory: one line each, nothing deleted."""
     from spar.lexical.projection import ProjectionLambda
-    from spar.publish import SparEncoder
+    from spar.publish.model_dir import SparEncoder
 
     model = str(tiny_run["model"])
     corpus = _beir_dir(tiny_run, tmp_path / "bad", 0, 3)

@@ -16,9 +16,9 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from spar.artifacts import artifact_dir  # noqa: E402
-from spar.errors import BadRecordError, ConfigError  # noqa: E402
-from spar.metrics import read_trec_run  # noqa: E402
+from spar.core.artifacts import artifact_dir  # noqa: E402
+from spar.core.errors import BadRecordError, ConfigError  # noqa: E402
+from spar.evaluate.metrics import read_trec_run  # noqa: E402
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "scifact-sample" / "corpus.jsonl"
@@ -32,8 +32,8 @@ def _answers(corpus: dict[str, str], qrels: dict[str, dict[str, int]], ids) -> d
 @pytest.fixture(scope="module")
 def qa_files(sample_experiment, tmp_path_factory):  # noqa: F811
     """dev/test JSONL ({_id, question, answers}) of set 'claims' and a DPR TSV test file of set 'dpr'."""
-    from spar.experiment import split_queries
-    from spar.readers import read_corpus
+    from spar.data.question_sets import split_queries
+    from spar.data.readers import read_corpus
 
     root = tmp_path_factory.mktemp("qa-files")
     corpus = {p.id: p.text for p in read_corpus(SAMPLE_CORPUS)}
@@ -74,7 +74,7 @@ def test_question_sets_tuned_on_acc_and_evaluated_per_set(sample_experiment, qa_
 
     from pipelines import evaluate as evaluate_stage
     from pipelines import tune as tune_stage
-    from spar.readers import read_corpus, read_questions
+    from spar.data.readers import read_corpus, read_questions
 
     root = tmp_path / "qa"
     _copy_of(sample_experiment, root)
@@ -114,8 +114,8 @@ def test_question_sets_tuned_on_acc_and_evaluated_per_set(sample_experiment, qa_
 
 
 def test_a_set_with_its_own_mu_is_served_by_it(sample_experiment, qa_files, tmp_path):  # noqa: F811
-    from spar.evaluation import evaluate_sets
-    from spar.tuning import read_tuned, tune_experiment
+    from spar.evaluate.evaluation import evaluate_sets
+    from spar.evaluate.tuning import read_tuned, tune_experiment
 
     root = tmp_path / "own"
     _copy_of(sample_experiment, root)
@@ -139,7 +139,7 @@ def test_a_set_with_its_own_mu_is_served_by_it(sample_experiment, qa_files, tmp_
 
 
 def test_dev_pool_refuses_clashing_ids_and_mixed_judgments(qa_files, sample_experiment, tmp_path):  # noqa: F811
-    from spar.question_sets import dev_pool
+    from spar.data.question_sets import dev_pool
 
     clash = _config(tmp_path, qa_files, f"data.question_sets.dpr.dev={qa_files['dev']}", "tune.sets=[claims,dpr]")
     with pytest.raises(BadRecordError, match="question id 'claims-dev-.*' is also in another pooled dev set"):
@@ -171,7 +171,7 @@ def _first_doc() -> str:
     (("data.question_sets={a: {test: x.jsonl}}", "data.queries=q.jsonl"), "not both"),
 ])
 def test_question_set_config_errors(overrides, message, tmp_path):
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     extra = ["data.queries=null", "data.qrels_dev=null", "data.qrels_test=null"]
     if any(o.startswith("data.queries=") and o != "data.queries=null" for o in overrides):

@@ -1,5 +1,5 @@
-"""Executor ``ray`` (spar/executor.py) on a 2-node Ray cluster on this machine (``ray.cluster_utils.Cluster``, 1 CPU
-per node, started once per test session).
+"""Executor ``ray`` (spar/core/executor.py) on a 2-node Ray cluster on this machine (``ray.cluster_utils.Cluster``, 1
+CPU per node, started once per test session).
 
 - sample, label and encode the embedded sample through it: every shard is byte-identical (SHA-256) to the local
   executor's, and so is an index whose add phase ran on the workers;
@@ -33,15 +33,15 @@ from ray.cluster_utils import Cluster
 import pipelines.encode
 import pipelines.label
 import pipelines.sample
-from spar.artifacts import read_manifest
-from spar.config import ExecutorSection, load_config
-from spar.embeddings import load_embeddings
-from spar.errors import ArtifactError
-from spar.executor import RayExecutor
-from spar.index import IndexOptions, SparIndex
-from spar.java import jvm_signal_handlers_kept
-from spar.labelling import label_queries
-from spar.teachers import configured_teacher
+from spar.core.artifacts import read_manifest
+from spar.core.config import ExecutorSection, load_config
+from spar.model.embeddings import load_embeddings
+from spar.core.errors import ArtifactError
+from spar.core.executor import RayExecutor
+from spar.index.spar_index import IndexOptions, SparIndex
+from spar.core.java import jvm_signal_handlers_kept
+from spar.teacher.labelling import label_queries
+from spar.teacher.teachers import configured_teacher
 
 #: Each node: 1 CPU and a small object store (the tests ship shard indices and statistics, not data).
 NODE = {"num_cpus": 1, "object_store_memory": 96 << 20}
@@ -98,7 +98,7 @@ def _same_inputs(local: Path, out: Path) -> None:
 def test_sample_label_and_encode_on_ray_are_byte_identical_to_local(ray_cluster, local_run, tmp_path,
                                                                      monkeypatch):
     shutil.copytree(local_run / "teacher_index", tmp_path / "teacher_index")  # label's index: no second build
-    monkeypatch.setattr("spar.sampling.SAMPLE_CHUNK", 100)  # 600 passages: 6 sampling tasks, consumed in order
+    monkeypatch.setattr("spar.data.sampling.SAMPLE_CHUNK", 100)  # 600 passages: 6 sampling tasks, consumed in order
     cfg = _config(tmp_path, *_on_ray(ray_cluster))
     for stage in (pipelines.sample, pipelines.label, pipelines.encode):
         stage.run(cfg)
@@ -124,7 +124,7 @@ def test_sample_label_and_encode_on_ray_are_byte_identical_to_local(ray_cluster,
 def test_index_add_phase_on_ray_is_byte_identical(ray_cluster, local_run, monkeypatch):
     import faiss
 
-    monkeypatch.setattr("spar.index.ADD_BATCH", 128)  # 600 passages: 5 add tasks, appended in order
+    monkeypatch.setattr("spar.index.spar_index.ADD_BATCH", 128)  # 600 passages: 5 add tasks, appended in order
     passages = load_embeddings(local_run / "embeddings" / "base" / "passages")
     with RayExecutor(ExecutorSection(kind="ray", address=ray_cluster.address)) as executor:
         for index_type, storage in (("flat", "sq4"), ("ivf", "sq8")):
@@ -217,10 +217,10 @@ def test_worker_that_cannot_see_the_output_dir_fails_in_one_line(ray_cluster, lo
 
 JVM_AFTER_RAY = """
 import functools, sys
-from spar import schemas
-from spar.config import ExecutorSection
-from spar.executor import RayExecutor, WorkerSpec
-from spar.teachers import BM25Searcher
+from spar.core import schemas
+from spar.core.config import ExecutorSection
+from spar.core.executor import RayExecutor, WorkerSpec
+from spar.teacher.teachers import BM25Searcher
 run, address = sys.argv[1], sys.argv[2] or None
 teacher = BM25Searcher(run + "/teacher_index", threads=2, heap="1g")
 table = schemas.read_shards(run + "/queries", "queries")

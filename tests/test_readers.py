@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.errors import BadRecordError
-from spar.readers import (ReadStats, detect_corpus_format, evaluation_qrels, read_corpus, read_qrels,
-                          read_queries)
+from spar.core.errors import BadRecordError
+from spar.data.readers import ReadStats, detect_corpus_format, evaluation_qrels, read_corpus, read_qrels, read_queries
 
 
 def test_beir_corpus_streams_real_scifact(datasets_dir: Path):
@@ -103,7 +102,7 @@ def test_trec_qrels_format(tmp_path: Path):
 
 
 def test_holdout_split_is_disjoint_and_stable(datasets_dir: Path):
-    from spar.config import DataSection
+    from spar.core.config import DataSection
 
     data = DataSection(corpus=str(datasets_dir / "cranfield" / "corpus.jsonl"),
                        qrels_test=str(datasets_dir / "cranfield" / "qrels" / "test.tsv"), dev_holdout_fraction=0.5)
@@ -205,7 +204,7 @@ def test_an_id_in_two_corpus_files_names_both(tmp_path: Path):
 
 
 def test_corpus_list_in_a_config_resolves_against_the_yaml(tmp_path: Path):
-    from spar.config import load_config
+    from spar.core.config import load_config
 
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "x.yaml").write_text("data:\n  corpus: [../a.jsonl, ../b.jsonl.gz]\n")
@@ -214,7 +213,7 @@ def test_corpus_list_in_a_config_resolves_against_the_yaml(tmp_path: Path):
 
 
 def test_odqa_question_files_carry_answers(datasets_dir: Path):
-    from spar.readers import read_questions
+    from spar.data.readers import read_questions
 
     questions = list(read_questions(datasets_dir / "odqa" / "nq" / "test.jsonl"))
     assert len(questions) == 3610
@@ -226,7 +225,7 @@ def test_odqa_question_files_carry_answers(datasets_dir: Path):
 
 
 def test_dpr_question_tsv_numbers_questions_and_parses_answer_lists(tmp_path: Path):
-    from spar.readers import read_questions
+    from spar.data.readers import read_questions
 
     p = _write(tmp_path, "nq-test.qa.csv", "who wrote hamlet\t['William Shakespeare']\n"
                "when was it written\t[\"1600\", \"c. 1601\"]\n")
@@ -242,7 +241,7 @@ def test_dpr_question_tsv_numbers_questions_and_parses_answer_lists(tmp_path: Pa
     ('{"_id": "q1", "answers": ["x"]}\n', 1, "missing id or text"),
 ])
 def test_bad_question_records_name_file_and_line(tmp_path: Path, content, line, reason):
-    from spar.readers import read_questions
+    from spar.data.readers import read_questions
 
     p = _write(tmp_path, "test.jsonl", content)
     with pytest.raises(BadRecordError) as err:
@@ -251,7 +250,7 @@ def test_bad_question_records_name_file_and_line(tmp_path: Path, content, line, 
 
 
 def test_malformed_dpr_answer_list_names_line(tmp_path: Path):
-    from spar.readers import read_questions
+    from spar.data.readers import read_questions
 
     p = _write(tmp_path, "qa.tsv", "q one\t['a']\nq two\t['unclosed\n")
     with pytest.raises(BadRecordError) as err:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.config import load_config
-from spar.errors import ArtifactError, BadRecordError, SparError
+from spar.core.config import load_config
+from spar.core.errors import ArtifactError, BadRecordError, SparError
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "scifact-sample"
@@ -53,7 +53,7 @@ def _config(files: dict[str, Path], out: Path, *extra: str):
 
 
 def test_preflight_names_the_qrels_line_of_an_unknown_passage(tmp_path):
-    from spar.preflight import check_inputs
+    from spar.experiment.preflight import check_inputs
 
     files = _small_inputs(tmp_path / "in")
     report = check_inputs(_config(files, tmp_path / "run"))
@@ -72,7 +72,7 @@ def test_preflight_names_the_qrels_line_of_an_unknown_passage(tmp_path):
 
 
 def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
-    from spar.preflight import check_inputs
+    from spar.experiment.preflight import check_inputs
 
     files = _small_inputs(tmp_path / "in")
     files["queries"].unlink()
@@ -94,8 +94,8 @@ def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
 ])
 def test_a_corpus_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path, make, words):
     """#22 item 15: a directory, a link loop or /dev/null as the corpus was reported as "file not found"."""
-    from spar.preflight import check_inputs
-    from spar.readers import read_corpus
+    from spar.experiment.preflight import check_inputs
+    from spar.data.readers import read_corpus
 
     files = _small_inputs(tmp_path / "in")
     corpus = tmp_path / "odd" / "corpus.jsonl"
@@ -109,7 +109,7 @@ def test_a_corpus_that_is_not_a_regular_file_is_named_for_what_it_is(tmp_path, m
 
 
 def test_preflight_refuses_a_model_path_that_does_not_exist(tmp_path):
-    from spar.preflight import check_inputs
+    from spar.experiment.preflight import check_inputs
 
     files = _small_inputs(tmp_path / "in")
     with pytest.raises(SparError, match=r"^train\.encoder\.model: model path not found: /no/such/model$"):
@@ -119,8 +119,8 @@ def test_preflight_refuses_a_model_path_that_does_not_exist(tmp_path):
 def test_a_truncated_model_is_refused_in_one_line_before_any_stage(tmp_path):
     """#22 item 10: a truncated model.safetensors (base or Λ init) gave a traceback once a stage loaded it; preflight
     (and every load) now names the file in one line, and the CLI exits 2."""
-    from spar.models import resolve_model
-    from spar.preflight import check_inputs
+    from spar.model.resolve import resolve_model
+    from spar.experiment.preflight import check_inputs
 
     model = tmp_path / "minilm"
     shutil.copytree(resolve_model("all-MiniLM-L6-v2"), model)
@@ -142,7 +142,7 @@ def test_a_truncated_model_is_refused_in_one_line_before_any_stage(tmp_path):
 def test_skip_mode_drops_judgments_of_unknown_passages_from_evaluation(tmp_path):
     """`--on-bad-record skip` applies to qrels: a judgment of a passage outside the corpus does not count as a miss."""
     import pipelines.sample
-    from spar.experiment import split_queries
+    from spar.data.question_sets import split_queries
 
     files = _small_inputs(tmp_path / "in")
     cfg = _config(files, tmp_path / "run", "sample.max_queries=20")
@@ -186,8 +186,8 @@ def test_sample_refuses_an_empty_corpus(tmp_path):
 def test_truncated_arrow_file_is_named(tmp_path):
     import pyarrow as pa
 
-    from spar.passages import PassagesTable
-    from spar.schemas import read_table, write_table
+    from spar.data.passages import PassagesTable
+    from spar.core.schemas import read_table, write_table
 
     path = tmp_path / "passages.arrow"
     write_table(path, pa.table({"id": [str(i) for i in range(1000)]}))
@@ -204,7 +204,7 @@ def test_truncated_arrow_file_is_named(tmp_path):
 
 
 def test_ids_with_whitespace_are_refused_with_file_and_line(tmp_path):
-    from spar.readers import read_corpus, read_qrels, read_queries
+    from spar.data.readers import read_corpus, read_qrels, read_queries
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "a", "text": "x"}\n{"_id": "b c", "text": "y"}\n')
@@ -226,7 +226,7 @@ def test_ids_with_whitespace_are_refused_with_file_and_line(tmp_path):
 
 HOLD_LOCK = textwrap.dedent("""
     import sys, time
-    from spar.artifacts import output_lock
+    from spar.core.artifacts import output_lock
     with output_lock(sys.argv[1]):
         print("locked", flush=True)
         time.sleep(60)
@@ -241,7 +241,7 @@ def _dead_pid() -> int:
 def test_lock_refuses_a_second_run_and_takes_over_a_stale_one(tmp_path):
     import socket
 
-    from spar.artifacts import LOCK_FILE, output_lock
+    from spar.core.artifacts import LOCK_FILE, output_lock
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               env={**ENV, "PYTHONPATH": str(REPO)})
@@ -267,7 +267,7 @@ def test_lock_refuses_a_second_run_and_takes_over_a_stale_one(tmp_path):
 def test_an_empty_or_garbled_lock_file_does_not_block_later_runs(tmp_path, content):
     """#22 item 15: a lock file left empty (its writer died, or the disk was full) blocked every later run until
     deleted by hand; one that stays unreadable for seconds is stale and taken over."""
-    from spar.artifacts import LOCK_FILE, output_lock
+    from spar.core.artifacts import LOCK_FILE, output_lock
 
     (tmp_path / LOCK_FILE).write_text(content)  # just written: not yet stale
     with output_lock(tmp_path) as lock:
@@ -276,7 +276,7 @@ def test_an_empty_or_garbled_lock_file_does_not_block_later_runs(tmp_path, conte
 
 
 def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
-    from spar.artifacts import LOCK_FILE
+    from spar.core.artifacts import LOCK_FILE
 
     files = _small_inputs(tmp_path / "in")
     out = tmp_path / "run"
@@ -301,7 +301,7 @@ def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
 
 # `spar run` holds the lock and starts each stage as a process that shares it (as pipelines/cli.py does).
 def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
-    from spar.artifacts import LOCK_FILE, output_lock, run_lock_name
+    from spar.core.artifacts import LOCK_FILE, output_lock, run_lock_name
 
     def parts(i):
         return load_config(None, ["label.num_shards=2", f"label.shard_index={i}"])
@@ -326,9 +326,9 @@ def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
 
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
-    from spar.artifacts import hold_output_lock
+    from spar.core.artifacts import hold_output_lock
     hold_output_lock(sys.argv[1])
-    stage = ("import sys, time; from spar.artifacts import acquire_output_lock; "
+    stage = ("import sys, time; from spar.core.artifacts import acquire_output_lock; "
              "assert acquire_output_lock(sys.argv[1]) is None; print('shared', flush=True); time.sleep(120)")
     child = subprocess.Popen([sys.executable, "-c", stage, sys.argv[1]], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "shared"
@@ -344,7 +344,7 @@ def test_stage_processes_die_with_their_parent(tmp_path):
     child = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
-    from spar.artifacts import pid_alive
+    from spar.core.artifacts import pid_alive
 
     deadline = time.time() + 10
     while time.time() < deadline and pid_alive(child) and not _is_zombie(child):
@@ -360,7 +360,7 @@ def _is_zombie(pid: int) -> bool:
 
 
 def test_label_removes_what_killed_runs_left_behind(tmp_path):
-    from spar.artifacts import remove_stale_temporaries
+    from spar.core.artifacts import remove_stale_temporaries
 
     dead, alive = _dead_pid(), os.getpid()
     stale = [tmp_path / f"teacher_index.tmp-{dead}", tmp_path / f".teacher_index.tmp-{dead}-collection-x1y2"]
@@ -386,8 +386,8 @@ def test_numpys_short_write_is_a_full_disk_in_one_line(tmp_path, monkeypatch):
     without errno ("N requested and M written"), which escaped the "no space left" translation as a traceback."""
     import numpy as np
 
-    from spar.embeddings import encode_passages
-    from spar.errors import no_space_left
+    from spar.model.embeddings import encode_passages
+    from spar.core.errors import no_space_left
     from spar.lexical.projection import ProjectionLambda
 
     assert no_space_left(OSError("393216 requested and 262144 written")) is not None
@@ -415,7 +415,7 @@ def test_a_lambda_without_its_manifest_is_checked_by_its_own_checksums(tmp_path)
     (written last by save); a Λ with neither is refused."""
     import json as _json
 
-    from spar.lambda_source import resolve_lambda
+    from spar.experiment.lambda_source import resolve_lambda
     from spar.lexical.projection import ProjectionLambda
     from spar.lexical.static import StaticLambda
 

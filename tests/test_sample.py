@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from spar import schemas
-from spar.artifacts import read_manifest
-from spar.config import SampleSection, load_config
-from spar.errors import BadRecordError
-from spar.readers import ReadStats, read_corpus
-from spar.sampling import split_sentences, write_query_set
+from spar.core import schemas
+from spar.core.artifacts import read_manifest
+from spar.core.config import SampleSection, load_config
+from spar.core.errors import BadRecordError
+from spar.data.readers import ReadStats, read_corpus
+from spar.data.sampling import split_sentences, write_query_set
 
 
 def _slice(src: Path, dst: Path, n: int | None = None, transform=None) -> Path:
@@ -214,7 +214,7 @@ def test_blingfire_on_punctuation_free_text_warns_and_names_the_other_splitter(d
         out.mkdir(parents=True)
         return write_query_set(corpus, out, SampleSection(max_words=24, sentence_splitter=splitter), progress=False)
 
-    with caplog.at_level(logging.WARNING, logger="spar.sampling"):
+    with caplog.at_level(logging.WARNING, logger="spar.data.sampling"):
         stats = sample("blingfire", tmp_path / "blingfire")
     sampling = stats["sampling"]
     assert sampling["sentences_truncated"] > 0.5 * sampling["candidate_sentences"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import STAGES
-from spar.config import SparConfig
+from spar.core.config import SparConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION_NAMES = set(SparConfig.model_fields) - {"source"}
@@ -93,7 +93,8 @@ def test_sections_list_exactly_the_sections_the_stage_reads(stage):
 
 
 def test_the_walk_follows_library_calls():
-    # tune hands cfg to spar.tuning.tune_experiment and ExperimentInputs, which read label.k1/b (BM25) and encode.base.
+    # tune hands cfg to spar.evaluate.tuning.tune_experiment and ExperimentInputs, which read label.k1/b (BM25) and
+    # encode.base.
     assert {"label", "encode", "tune"} <= sections_read("tune")
-    # evaluate reads tune.candidates through spar.evaluation.evaluate_experiment.
+    # evaluate reads tune.candidates through spar.evaluate.evaluation.evaluate_experiment.
     assert "tune" in sections_read("evaluate")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipelines import STAGES
-from spar.config import SparConfig, load_config
-from spar.config_fields import is_omitted_at_default, is_runtime_only
-from spar.errors import ArtifactError
-from spar.stage import Stage, Unit, run_unit, settings
+from spar.core.config import SparConfig, load_config
+from spar.core.config_fields import is_omitted_at_default, is_runtime_only
+from spar.core.errors import ArtifactError
+from spar.core.stage import Stage, Unit, run_unit, settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def test_every_stage_is_declared_and_run_by_the_one_runner(name):
     module = importlib.import_module(f"pipelines.{name}")
     assert isinstance(module.STAGE, Stage) and module.STAGE.name == name and module.STAGE.summary
     assert module.run == module.STAGE.run
-    # No stage builds an artifact writer or decides "up to date" by hand: the runner (spar.stage) does.
+    # No stage builds an artifact writer or decides "up to date" by hand: the runner (spar.core.stage) does.
     tree = ast.parse((REPO / "pipelines" / f"{name}.py").read_text(encoding="utf-8"))
     calls = {node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
              for node in ast.walk(tree) if isinstance(node, ast.Call)}

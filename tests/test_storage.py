@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from spar.artifacts import artifact_dir
-from spar.errors import ArtifactError
-from spar.index import IndexOptions, SparIndex, served_passage_vectors
-from spar.storage import STORAGES, code_bytes, hnsw_can_store
+from spar.core.artifacts import artifact_dir
+from spar.core.errors import ArtifactError
+from spar.index.spar_index import IndexOptions, SparIndex, served_passage_vectors
+from spar.index.storage import STORAGES, code_bytes, hnsw_can_store
 
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: F401
 
@@ -92,7 +92,7 @@ def test_impossible_combinations_are_one_line_errors(index_type, storage, messag
 
 
 def test_unknown_storage_in_a_config_is_refused(sample_experiment, tmp_path):  # noqa: F811
-    from spar.errors import ConfigError
+    from spar.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"'index.storage': Input should be 'float32', 'float16', 'sq8', 'sq6', "
                                           r"'sq4', 'fs4', 'fs2' or 'pq'"):
@@ -116,8 +116,8 @@ def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storag
     from pipelines import evaluate as evaluate_stage
     from pipelines import index as index_stage
     from pipelines import tune as tune_stage
-    from spar.experiment import ExperimentInputs
-    from spar.tuning import read_tuned
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.evaluate.tuning import read_tuned
 
     root = _copy_experiment(sample_experiment, tmp_path / "run")
     cfg = experiment_config(root, root / "results", f"index.type={index_type}", f"index.storage={storage}",
@@ -141,9 +141,10 @@ def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storag
 
     # The tuned μ's dev score is the score of the served vectors, checked by hand with exact search.
     inputs = ExperimentInputs(cfg)
-    from spar.experiment import dense_search, split_queries
-    from spar.index import spar_query_vectors
-    from spar.metrics import evaluate_run
+    from spar.evaluate.exact import dense_search
+    from spar.data.question_sets import split_queries
+    from spar.index.spar_index import spar_query_vectors
+    from spar.evaluate.metrics import evaluate_run
 
     dev = split_queries(cfg, "dev")
     served = served_passage_vectors(inputs.passage_vectors("base"), inputs.passage_vectors("lambda"), "concat",
@@ -166,7 +167,7 @@ def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storag
 def test_mu_tuned_for_another_storage_is_refused(sample_experiment, tmp_path):  # noqa: F811
     from pipelines import index as index_stage
     from pipelines import tune as tune_stage
-    from spar.evaluation import evaluate_experiment
+    from spar.evaluate.evaluation import evaluate_experiment
 
     root = _copy_experiment(sample_experiment, tmp_path / "run")
     tune_stage.run(experiment_config(root, root / "results", "index.storage=sq4"))
@@ -217,7 +218,7 @@ def test_overrides_the_stored_index_cannot_honour_are_refused(sample_experiment,
 
 
 def test_frontier_has_a_storage_axis_with_latency(sample_experiment, tmp_path):  # noqa: F811
-    from spar.frontier import run_frontier
+    from spar.evaluate.frontier import run_frontier
 
     root = _copy_experiment(sample_experiment, tmp_path / "run")
     cfg = experiment_config(root, root / "results")

@@ -13,24 +13,24 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from spar.embeddings import ShardedVectors  # noqa: E402
+from spar.model.embeddings import ShardedVectors  # noqa: E402
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 
 def test_top_k_over_a_streamed_matrix_equals_in_memory():
-    from spar.experiment import top_k
+    from spar.evaluate.exact import top_k
 
     rng = np.random.default_rng(0)
     passages = rng.standard_normal((1000, 16)).astype(np.float32)
     queries = rng.standard_normal((7, 16)).astype(np.float32)
     shards = ShardedVectors([passages[:300], passages[300:301], passages[301:]], 16)
-    import spar.experiment as experiment
+    import spar.evaluate.exact as exact
 
-    block, experiment.STREAM_BLOCK = experiment.STREAM_BLOCK, 97
+    block, exact.STREAM_BLOCK = exact.STREAM_BLOCK, 97
     try:
         streamed = top_k(queries, shards, 10)
     finally:
-        experiment.STREAM_BLOCK = block
+        exact.STREAM_BLOCK = block
     exact = np.argsort(-(queries @ passages.T), axis=1)[:, :10]
     assert np.array_equal(streamed[1], exact)
     assert np.allclose(streamed[0], np.take_along_axis(queries @ passages.T, exact, axis=1), atol=1e-5)
@@ -39,22 +39,23 @@ def test_top_k_over_a_streamed_matrix_equals_in_memory():
 @pytest.mark.parametrize("storage", ["float32", "sq4"])
 def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_path, monkeypatch,  # noqa: F811
                                                         storage):
-    import spar.experiment as experiment
-    from spar.evaluation import evaluate_sets
-    from spar.experiment import ExperimentInputs
-    from spar.index import ServedVectors, served_passage_vectors
-    from spar.tuning import tune_experiment
+    import spar.evaluate.exact as exact
+    import spar.experiment.inputs as experiment
+    from spar.evaluate.evaluation import evaluate_sets
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.index.spar_index import ServedVectors, served_passage_vectors
+    from spar.evaluate.tuning import tune_experiment
 
     cfg = experiment_config(sample_experiment, tmp_path / "results", f"index.storage={storage}",
                             "tune.confirm=false", "tune.tune_both_variants=false")
     in_memory = tune_experiment(cfg).payload
     monkeypatch.setattr(experiment, "STREAM_BYTES", 0)
-    monkeypatch.setattr(experiment, "STREAM_BLOCK", 64)
+    monkeypatch.setattr(exact, "STREAM_BLOCK", 64)
     inputs = ExperimentInputs(cfg)
     base, lam = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
     assert isinstance(base, ShardedVectors) and isinstance(lam, ShardedVectors)
     if storage == "sq4":
-        from spar.index import IndexOptions
+        from spar.index.spar_index import IndexOptions
 
         options = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed)
         lazy = served_passage_vectors(base, lam, "concat", "flat", options)

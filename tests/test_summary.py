@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from spar.artifacts import ArtifactWriter
-from spar.config import load_config
+from spar.core.artifacts import ArtifactWriter
+from spar.core.config import load_config
 
 STAGES = {  # what `spar run` hands the summary: the stage's own time and its process's wall time
     "sample": {"seconds": 9.5, "stage_seconds": 1.8},

@@ -1,7 +1,7 @@
 """Stage `train`: Λ learns to imitate the teacher on a real SciFact slice (CPU, a few dozen steps).
 
 The fixture writes ``queries/passages.arrow`` and ``labels/labels-00000.arrow`` exactly as the sample and label
-stages do (schemas from :mod:`spar.schemas`): the first 300 SciFact abstracts, their sentences as queries, and
+stages do (schemas from :mod:`spar.core.schemas`): the first 300 SciFact abstracts, their sentences as queries, and
 BM25 labels (k1=0.9, b=0.4, title + text) from a small in-test BM25 — a fixture only; the product path labels with
 Pyserini in the label stage.
 """
@@ -17,18 +17,12 @@ import pyarrow as pa
 import pytest
 import torch
 
-from spar import schemas
-from spar.config import TrainSection, load_config
-from spar.passages import PassagesTable
+from spar.core import schemas
+from spar.core.config import TrainSection, load_config
+from spar.data.passages import PassagesTable
 from spar.lexical.transformer import ContrastiveObjective, TokenizingPreparer, TransformerLambda
-from spar.training import build_module, train_lambda
-from spar.training_data import (
-    ContrastiveBatchSampler,
-    LabelStore,
-    SurrogatePool,
-    TrainBatchDataset,
-    surrogate_mrr,
-)
+from spar.train.training import build_module, train_lambda
+from spar.train.data import ContrastiveBatchSampler, LabelStore, SurrogatePool, TrainBatchDataset, surrogate_mrr
 
 N_DOCS, K, N_POS, N_NEG = 300, 50, 10, 5
 
@@ -88,7 +82,7 @@ def labelled(datasets_dir: Path, tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     for i in rng.choice(len(queries), 80, replace=False):
         queries[i]["split"] = "dev"
-    from spar.artifacts import ArtifactWriter
+    from spar.core.artifacts import ArtifactWriter
 
     with ArtifactWriter(root / "queries", kind="queries", config={"fixture": "scifact-300"}, inputs={}) as w:
         schemas.write_table(w.path / "passages.arrow", pa.Table.from_pylist(passages, schemas.PASSAGES))
@@ -182,10 +176,10 @@ def test_surrogate_pool_and_sampler_follow_the_labels(labelled: Path):
 
 
 def test_batch_has_targets_masks_and_teacher_scores(labelled: Path):
-    from spar.encoders import EncoderSettings
+    from spar.model.encoders import EncoderSettings
     from transformers import AutoTokenizer
 
-    from spar.models import resolve_model
+    from spar.model.resolve import resolve_model
 
     labels = LabelStore(labelled / "labels")
     tok = AutoTokenizer.from_pretrained(str(resolve_model("all-MiniLM-L6-v2")))
@@ -281,7 +275,7 @@ def _wandb_offline_run(path: Path) -> tuple[list[dict], dict, dict]:
 
 def _fixed_batch_loss(encoder, labelled: Path, batches: int = 3) -> float:
     """Contrastive loss of ``encoder`` (eval mode) on the same seeded training batches."""
-    from spar.losses import contrastive_loss
+    from spar.model.losses import contrastive_loss
 
     labels = LabelStore(labelled / "labels")
     ds = TrainBatchDataset(labelled / "labels", labelled / "queries" / "passages.arrow", True,
@@ -307,8 +301,8 @@ def _stage_config(root: Path, datasets_dir: Path, **train):
 
 def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, datasets_dir: Path):
     import pipelines.train as stage
-    from spar.artifacts import read_manifest
-    from spar.encoders import BiEncoder
+    from spar.core.artifacts import read_manifest
+    from spar.model.encoders import BiEncoder
 
     cfg = _stage_config(labelled, datasets_dir, wandb_mode="offline", max_steps=24, val_check_interval=12)
     stats = stage.run(cfg)
@@ -404,8 +398,8 @@ def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, d
     import subprocess
     import sys
 
-    from spar.artifacts import read_manifest
-    from spar.encoders import BiEncoder
+    from spar.core.artifacts import read_manifest
+    from spar.model.encoders import BiEncoder
 
     out = tmp_path / "run"
     for name in ("queries", "labels"):

@@ -18,18 +18,12 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from spar.artifacts import ArtifactWriter, artifact_dir, is_complete  # noqa: E402
-from spar.config import load_config  # noqa: E402
-from spar.metrics import evaluate_run  # noqa: E402
-from spar.grid import default_grid, extend_grid, grid_search  # noqa: E402
-from spar.tuning import (  # noqa: E402
-    AffineCandidates,
-    hybrid_candidates,
-    hybrid_fuse,
-    spar_candidates,
-    tune_mu,
-    tune_weight,
-)
+from spar.core.artifacts import ArtifactWriter, artifact_dir, is_complete  # noqa: E402
+from spar.core.config import load_config  # noqa: E402
+from spar.evaluate.metrics import evaluate_run  # noqa: E402
+from spar.evaluate.grid import default_grid, extend_grid, grid_search  # noqa: E402
+from spar.evaluate.candidates import AffineCandidates, hybrid_candidates, hybrid_fuse, spar_candidates, tune_weight
+from spar.evaluate.tuning import tune_mu
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -53,13 +47,13 @@ def build_sample_experiment(root: Path) -> Path:
     """Artifacts of the upstream stages for the embedded sample (skips whatever is already complete)."""
     import pyarrow as pa
 
-    from spar.embeddings import EncodeOptions, encode_passages, encode_queries
-    from spar.encoders import BiEncoder
+    from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries
+    from spar.model.encoders import BiEncoder
     from spar.lexical.transformer import TransformerLambda
-    from spar.experiment import split_queries
-    from spar.index import SparIndex
-    from spar.readers import read_corpus
-    from spar.schemas import PASSAGES, write_table
+    from spar.data.question_sets import split_queries
+    from spar.index.spar_index import SparIndex
+    from spar.data.readers import read_corpus
+    from spar.core.schemas import PASSAGES, write_table
 
     cfg = experiment_config(root, root / "results")
     corpus = list(read_corpus(cfg.data.corpus))
@@ -71,7 +65,7 @@ def build_sample_experiment(root: Path) -> Path:
             "text": [p.text for p in corpus]}, schema=PASSAGES))
     teacher_dir = artifact_dir(root, "teacher_index")
     if not is_complete(teacher_dir):
-        from spar.teachers import build_bm25_index
+        from spar.teacher.teachers import build_bm25_index
 
         with ArtifactWriter(teacher_dir, kind="teacher_index", config={"teacher": "bm25"}, inputs={}) as w:
             build_bm25_index(queries_dir / "passages.arrow", w.path, threads=2)
@@ -92,7 +86,7 @@ def build_sample_experiment(root: Path) -> Path:
         encode_queries(encoder, test.texts, emb / name / "queries-test", encoder_name=name, options=options)
     index_dir = artifact_dir(root, "index")
     if not is_complete(index_dir):
-        from spar.embeddings import load_embeddings
+        from spar.model.embeddings import load_embeddings
 
         base_p, lambda_p = load_embeddings(emb / "base" / "passages"), load_embeddings(emb / "lambda" / "passages")
         with ArtifactWriter(index_dir, kind="index", config={"variant": "concat", "type": "flat"}, inputs={}) as w:
@@ -185,11 +179,11 @@ def test_rescoring_with_all_candidates_is_brute_force(variant):
 @pytest.mark.parametrize("full_matrix", [True, False], ids=["full-matrix", "faiss-topk-gather"])
 @pytest.mark.parametrize("variant", ["concat", "sum"])
 def test_rescored_candidates_equal_a_real_combined_faiss_search(variant, full_matrix, monkeypatch):
-    import spar.tuning
-    from spar.index import build_spar_index, spar_query_vectors
+    import spar.evaluate.candidates
+    from spar.index.spar_index import build_spar_index, spar_query_vectors
 
     if not full_matrix:  # the path large corpora take: FAISS top-k per part, then an exact gather of the union
-        monkeypatch.setattr(spar.tuning, "FULL_MATRIX_LIMIT", 0)
+        monkeypatch.setattr(spar.evaluate.candidates, "FULL_MATRIX_LIMIT", 0)
 
     q0, q1, p0, p1 = _random_problem(n_docs=1000, d1=16, seed=1)
     qids, dids = [f"q{i}" for i in range(len(q0))], [f"d{i}" for i in range(len(p0))]
@@ -204,7 +198,7 @@ def test_rescored_candidates_equal_a_real_combined_faiss_search(variant, full_ma
 
 
 def test_incremental_metric_equals_a_full_ir_measures_evaluation_at_every_weight():
-    from spar.tuning import IncrementalMetric
+    from spar.evaluate.candidates import IncrementalMetric
 
     q0, q1, p0, p1 = _random_problem(n_docs=300, n_queries=40, seed=4)
     qids, dids = [f"q{i}" for i in range(40)], [f"d{i}" for i in range(300)]
@@ -277,7 +271,8 @@ def test_tune_weight_finds_the_weight_that_ranks_the_relevant_passage_first():
 
 
 def test_chosen_mu_is_confirmed_by_a_real_search_on_the_sample(sample_experiment):
-    from spar.experiment import ExperimentInputs, split_queries
+    from spar.experiment.inputs import ExperimentInputs
+    from spar.data.question_sets import split_queries
 
     cfg = experiment_config(sample_experiment, sample_experiment / "results")
     inputs = ExperimentInputs(cfg)
@@ -292,20 +287,20 @@ def test_chosen_mu_is_confirmed_by_a_real_search_on_the_sample(sample_experiment
 
 
 def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_experiment, tmp_path, monkeypatch):
-    import spar.readers
+    import spar.data.readers
     from pipelines import tune as tune_stage
 
     root = sample_experiment
     # The test qrels path points nowhere: tuning must not even open it (and it is not part of tune's fingerprint).
     cfg = experiment_config(root, tmp_path / "results", f"data.qrels_test={tmp_path / 'no-such-test-qrels.tsv'}")
     splits = []
-    real = spar.readers.evaluation_qrels
+    real = spar.data.readers.evaluation_qrels
 
     def recording(data, split, seed=42, **known):
         splits.append(split)
         return real(data, split, seed, **known)
 
-    monkeypatch.setattr(spar.readers, "evaluation_qrels", recording)
+    monkeypatch.setattr(spar.data.readers, "evaluation_qrels", recording)
     stats = tune_stage.run(cfg, force=True)
     assert splits and set(splits) == {"dev"}
 

@@ -23,9 +23,9 @@ torch.set_num_threads(1)
 
 import lightning.pytorch as pl  # noqa: E402
 
-from spar.config import TrainSection  # noqa: E402
+from spar.core.config import TrainSection  # noqa: E402
 from spar.lexical import build_lambda  # noqa: E402
-from spar.training import CHECKPOINT_DIR, train_lambda  # noqa: E402
+from spar.train.training import CHECKPOINT_DIR, train_lambda  # noqa: E402
 
 
 def _train(run: Path, work: Path, settings: dict, kill_at: int, record: Path) -> None:

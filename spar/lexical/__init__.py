@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
-from spar.errors import ConfigError
+from spar._compat import lazy_exports
+from spar.core.errors import ConfigError
 import torch
 
 from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
-__all__ = ["KINDS", "LexicalModel", "build_lambda", "corpus_texts", "experiment_corpus_passages", "lambda_class",
-           "load_lambda", "read_lambda_config"]
+__all__ = ["KINDS", "LexicalModel", "build_lambda", "computed_kinds", "lambda_class", "load_lambda",
+           "read_lambda_config"]
+
+#: Names that lived here before spar 0.2, kept for one release (:mod:`spar._compat`).
+_EXPORTS = {"corpus_texts": "spar.data.passages", "experiment_corpus_passages": "spar.experiment.lambda_source"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
@@ -32,39 +37,19 @@ def lambda_class(kind: str) -> type[LexicalModel]:
     return getattr(importlib.import_module(module), name)
 
 
+def computed_kinds() -> tuple[str, ...]:
+    """The kinds made from the teacher's term statistics alone (``term_based``: fitted, or trained from that fit),
+    in registry order: what the frontier computes for itself; any other kind is a run's own trained Λ."""
+    return tuple(kind for kind in KINDS if lambda_class(kind).term_based)
+
+
 def load_lambda(directory: str | Path, device: str | torch.device = "cpu") -> LexicalModel:
     """Open any Λ directory written by ``spar train`` (or :meth:`LexicalModel.save`)."""
-    from spar.models import check_weight_files
+    from spar.model.resolve import check_weight_files
 
     config = read_lambda_config(directory)
     check_weight_files(directory)
     return lambda_class(config["kind"]).load(directory, device=device)
-
-
-def corpus_texts(passages_arrow: str | Path, fields: Sequence[str] = ("title", "text")) -> Iterator[str]:
-    """Every passage of ``passages.arrow`` as the teacher indexed it (the ``label.fields`` joined by a space)."""
-    from spar.passages import PassagesTable
-    from spar.teachers import passage_contents
-
-    for batch in PassagesTable.open(passages_arrow).iter_columns(("id", *fields)):
-        yield from passage_contents(fields, batch)
-
-
-def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
-    """Every passage an experiment encodes (:func:`spar.passages.experiment_passages`) as ``(title, text)``: the
-    target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
-    its own fields."""
-    from spar.passages import PassagesTable, experiment_passages
-
-    source = experiment_passages(cfg)
-    if isinstance(source, Path) and source.suffix == ".arrow":
-        for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
-            yield from zip(batch["title"], batch["text"])
-        return
-    from spar.readers import read_corpus
-
-    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
-        yield passage.title, passage.text
 
 
 def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1: float = 0.9, b: float = 0.4,

@@ -13,7 +13,7 @@ text.
 :func:`bm25_weights` is BM25's document side (Lucene's formula, without the constant ``k1 + 1`` factor).
 
 This module imports nothing from ``spar``: a published model ships it as ``spar_analysis.py`` beside
-``spar_modules.py`` (see :mod:`spar.st_modules`).
+``spar_modules.py`` (see :mod:`spar.lexical.st_modules`).
 
 Example::
 

@@ -1,5 +1,5 @@
 """What the term-based Λ kinds (``projection``, ``static``) share: a table of term vectors over the teacher's
-BM25 statistics, published as a :class:`~spar.st_modules.LexicalBag` on each route."""
+BM25 statistics, published as a :class:`~spar.lexical.st_modules.LexicalBag` on each route."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from spar.errors import ArtifactError, ConfigError
+from spar.core.errors import ArtifactError, ConfigError
 from spar.lexical.base import LexicalModel
 
-#: Files of a term-based Λ's published folder (a :class:`spar.st_modules.LexicalBag`).
+#: Files of a term-based Λ's published folder (a :class:`spar.lexical.st_modules.LexicalBag`).
 BAG_FILES = ("lexical_bag.json", "vocab.txt", "model.safetensors")
 #: What a term-based Λ directory holds besides its kind's own files.
 STATISTICS_FILES = {"vocab.txt": "the teacher's terms (row order)", "document_frequencies.npy": "int64 [V]",
@@ -51,7 +51,7 @@ class TermLambda(LexicalModel):
     def published_module(self, side: str) -> tuple[Any, None]:
         import torch
 
-        from spar.st_modules import LexicalBag
+        from spar.lexical.st_modules import LexicalBag
 
         w = self.weights
         table, spec = self.published_table()
@@ -61,8 +61,9 @@ class TermLambda(LexicalModel):
 
     @staticmethod
     def published_bag(directory: Path):
-        """The :class:`~spar.st_modules.LexicalBag` of a published route folder (a regenerated table checked)."""
-        from spar.st_modules import LexicalBag
+        """The :class:`~spar.lexical.st_modules.LexicalBag` of a published route folder (a regenerated table
+        checked)."""
+        from spar.lexical.st_modules import LexicalBag
 
         try:
             return LexicalBag.load(str(directory))
@@ -102,7 +103,7 @@ class TermLambda(LexicalModel):
 
     @staticmethod
     def fit_weights(passages_arrow: str | Path, k1: float, b: float, fields: Sequence[str]):
-        from spar.lexical import corpus_texts
+        from spar.data.passages import corpus_texts
         from spar.lexical.terms import BM25Weights
 
         return BM25Weights.fit(corpus_texts(passages_arrow, fields), k1=k1, b=b, fields=fields)

@@ -20,24 +20,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Protocol, Sequence, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
-from spar.errors import ArtifactError, ConfigError
+from spar.core.config import LambdaKind
+from spar.core.errors import ArtifactError, ConfigError
 
 LAMBDA_CONFIG = "spar_lambda.json"
 #: The key of ``spar_lambda.json`` that records its Λ's files (size and SHA-256), as a manifest does.
 CHECKSUMS = "checksums"
-#: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use). A new
-#: kind is one new module under ``spar/lexical/`` and one line here.
-REGISTRY = {
-    "transformer": "spar.lexical.transformer:TransformerLambda",
-    "projection": "spar.lexical.projection:ProjectionLambda",
-    "static": "spar.lexical.static:StaticLambda",
-}
+#: The registry: every Λ kind and the class that implements it (``module:Class``, imported on first use), derived
+#: from the kind names written once in the config (:data:`spar.core.config.LambdaKind`): kind ``k`` is the class
+#: ``<K>Lambda`` of ``spar/lexical/<k>.py``. A new kind is that module and its name in ``LambdaKind``.
+REGISTRY = {kind: f"spar.lexical.{kind}:{kind.capitalize()}Lambda" for kind in get_args(LambdaKind)}
 KINDS = tuple(REGISTRY)
 
 PassageLike = tuple[str, str] | str
@@ -179,7 +177,7 @@ class LexicalModel(nn.Module):
     def write_config(self, directory: str | Path) -> None:
         """``spar_lambda.json``, written last by ``save``: the description and the size and SHA-256 of every file
         of the kind (so a Λ directory that travels without its manifest can still be checked)."""
-        from spar.artifacts import file_checksums
+        from spar.core.artifacts import file_checksums
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
@@ -216,7 +214,7 @@ def read_lambda_config(directory: str | Path) -> dict[str, Any]:
 def check_lambda_files(directory: str | Path) -> None:
     """Refuse a Λ directory whose files are not as ``save`` wrote them, by the checksums in ``spar_lambda.json``
     (for a Λ that travels without its manifest); one without either cannot be checked and is refused too."""
-    from spar.artifacts import changed_files
+    from spar.core.artifacts import changed_files
 
     d = Path(directory)
     recorded = read_lambda_config(d).get(CHECKSUMS)
@@ -245,6 +243,6 @@ def passage_text(passage: PassageLike) -> str:
     """A passage as the BM25 teacher indexes it: non-empty title and text joined by one space."""
     if isinstance(passage, str):
         return passage
-    from spar.passages import indexed_text
+    from spar.data.passages import indexed_text
 
     return indexed_text(passage)

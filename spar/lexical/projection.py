@@ -33,20 +33,20 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, get_args
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from spar.errors import ConfigError
+from spar.core.config import Projection
+from spar.core.errors import ConfigError
 from spar.lexical import random_tables
 from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
 from spar.lexical.base import LexicalModel, PassageLike, encode_in_batches, passage_text, read_lambda_config
 from spar.lexical.terms import BM25Weights
 
-Projection = Literal["gaussian", "countsketch", "sparse"]
-PROJECTIONS = ("gaussian", "countsketch", "sparse")
+PROJECTIONS = get_args(Projection)
 #: ``train.lexical.nonzeros`` of a ``sparse`` projection when unset (chosen on SciFact's frontier: README, Λ kinds).
 DEFAULT_NONZEROS = 8
 

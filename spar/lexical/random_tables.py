@@ -25,7 +25,7 @@ its top bit is set: the former count-sketch rule, unchanged) and block ``j ≥ 1
 generator seeded with the key. Integers only: the same table on every platform, NumPy version and byte order.
 
 This module imports nothing from ``spar``: a published model ships it as ``spar_random_tables.py`` beside
-``spar_modules.py`` (see :mod:`spar.st_modules`).
+``spar_modules.py`` (see :mod:`spar.lexical.st_modules`).
 
 Example::
 

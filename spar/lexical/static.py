@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from spar.errors import ArtifactError
+from spar.core.errors import ArtifactError
 from spar.lexical.bag import STATISTICS_FILES, TermLambda, require_bm25
 from spar.lexical.base import PassageLike, TrainingContext, encode_in_batches, read_lambda_config
 from spar.lexical.terms import BM25Weights
@@ -179,7 +179,7 @@ class StaticLambda(TermLambda):
         if corpus is None:
             if passages_path is None:
                 raise ValueError("a static Λ's batch preparer needs the corpus (passages table or BM25 matrix)")
-            from spar.lexical import corpus_texts
+            from spar.data.passages import corpus_texts
 
             corpus = self.weights.passage_matrix(list(corpus_texts(passages_path, self.weights.fields)))
         return StaticBatchPreparer(self.weights, corpus)

@@ -32,7 +32,7 @@ from typing import Iterable, Sequence, Union
 import numpy as np
 import scipy.sparse as sp
 
-from spar.errors import ArtifactError
+from spar.core.errors import ArtifactError
 from spar.lexical.analysis import LuceneAnalyzer, bm25_weights, idf_weights
 
 #: The passage fields the BM25 teacher indexes by default (``label.fields``).
@@ -74,7 +74,7 @@ class BM25Weights:
         joined by one space (empty ones skipped)."""
         if isinstance(passage, str):
             return passage
-        from spar.passages import indexed_text
+        from spar.data.passages import indexed_text
 
         parts = dict(zip(DEFAULT_FIELDS, passage))
         return indexed_text(parts[f] for f in self.fields)

@@ -1,6 +1,6 @@
 """``transformer`` Λ: the paper's lexical model, a DPR bi-encoder trained on the teacher's labels (for GPUs).
 
-Wraps a :class:`~spar.encoders.BiEncoder` (separate query and passage encoders, CLS pooling, raw dot products) in
+Wraps a :class:`~spar.model.encoders.BiEncoder` (separate query and passage encoders, CLS pooling, raw dot products) in
 the Λ contract. Its objective (:meth:`TransformerLambda.training_loss`) is DPR's contrastive loss over every passage
 of the (gathered) batch, optionally with a listwise KL to the teacher's scores (``contrastive+kl``, ``kl``) or
 margin-MSE, as configured by ``train.loss``.
@@ -22,9 +22,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from spar.encoders import PUBLISHED_FILES, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
+from spar.model.encoders import PUBLISHED_FILES, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
 from spar.lexical.base import LexicalModel, PassageLike, TrainingContext, read_lambda_config
-from spar.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
+from spar.model.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
 
 
 @dataclass

@@ -1,0 +1,137 @@
+"""What a config field is, besides its type: a path (resolved against the YAML it is written in) or a runtime-only
+option (left out of every fingerprint). Markers go on the pydantic field: ``Field(..., json_schema_extra=PATH)``.
+
+Example::
+
+    >>> from pathlib import Path
+    >>> from spar.core.config import SparConfig
+    >>> tree = {"data": {"corpus": "../data/corpus.jsonl"}, "encode": {"base": {"model": "all-MiniLM-L6-v2"}}}
+    >>> resolve_paths(tree, SparConfig, Path("/project/configs"))
+    >>> tree["data"]["corpus"], tree["encode"]["base"]["model"]
+    ('/project/data/corpus.jsonl', 'all-MiniLM-L6-v2')
+    >>> relative_paths(tree, SparConfig, Path("/project/runs/demo/model"))
+    >>> tree["data"]["corpus"]
+    '../../../data/corpus.jsonl'
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.config import JsonDict
+
+#: ``json_schema_extra`` of a config option that names a file or directory: relative values written in a YAML
+#: resolve against the YAML's directory (see :func:`load_config`).
+PATH: JsonDict = {"config_path": "path"}
+#: Idem for an option that also takes a model name or hub id: a relative value is a path when it starts with ``.``
+#: or ``~`` or exists beside the YAML, else a name.
+PATH_OR_ID: JsonDict = {"config_path": "path-or-id"}
+#: ``json_schema_extra`` of an option that changes how a stage runs or logs, never what it writes (threads,
+#: devices, W&B mode, upload target): left out of fingerprints (:func:`spar.core.stage.settings`), so changing it
+#: neither re-runs a stage nor discards resumable work.
+RUNTIME: JsonDict = {"runtime_only": True}
+#: ``json_schema_extra`` of an option added after runs were made: while it has its default it is left out of
+#: fingerprints, so runs made before it existed stay up to date (:func:`spar.core.stage.settings`).
+ADDED_LATER: JsonDict = {"omit_at_default": True}
+
+
+def is_omitted_at_default(field: Any) -> bool:
+    """Whether a section's field is marked :data:`ADDED_LATER`."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("omit_at_default"))
+
+
+def is_runtime_only(field: Any) -> bool:
+    """Whether a section's field (a pydantic ``FieldInfo``) is marked :data:`RUNTIME`."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("runtime_only"))
+
+
+def section_type(annotation: Any) -> type[BaseModel] | None:
+    """The section class of a field (``Section`` or ``Section | None``), else None (a map of sections is not one)."""
+    if typing.get_origin(annotation) is dict:
+        return None
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def section_map_type(annotation: Any) -> type[BaseModel] | None:
+    """The section class of a field that maps names to sections (``dict[str, Section]``), else None."""
+    if typing.get_origin(annotation) is not dict:
+        return None
+    value = typing.get_args(annotation)[-1]
+    return value if isinstance(value, type) and issubclass(value, BaseModel) else None
+
+
+def resolve_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
+    """Make the relative path options of a YAML ``tree`` (a section of ``model``) relative to ``base``."""
+    if not isinstance(tree, dict):
+        return
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = tree.get(key)
+        mapped = section_map_type(field.annotation)
+        if mapped is not None:
+            for item in (value or {}).values() if isinstance(value, dict) else ():
+                resolve_paths(item, mapped, base)
+            continue
+        section = section_type(field.annotation)
+        if section is not None:
+            if isinstance(value, str) and "path" in section.model_fields:  # `encode.lambda: <path>` shorthand
+                value = tree[key] = {"path": value}
+            resolve_paths(value, section, base)
+            continue
+        rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
+            else None
+        if rule is None or key not in tree:
+            continue
+        if isinstance(value, list):  # a list of paths (data.corpus: several files)
+            tree[key] = [_resolved(item, str(rule), base) for item in value]
+        else:
+            tree[key] = _resolved(value, str(rule), base)
+
+
+def _resolved(value: Any, rule: str, base: Path) -> Any:
+    """``value`` resolved against ``base`` when it is a relative path (a name or hub id is left as it is)."""
+    if not isinstance(value, str) or not value or Path(value).is_absolute():
+        return value
+    if value.startswith("~"):
+        return str(Path(value).expanduser())
+    if rule == "path" or value.startswith(".") or (base / value).exists():
+        return os.path.normpath(base.resolve() / value)
+    return value
+
+
+def relative_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
+    """The inverse of :func:`resolve_paths`: make the absolute path options of a config ``tree`` relative to
+    ``base``, so a config written into ``base`` (a published model's ``spar_config.yaml``) names no directory of the
+    machine that wrote it and still resolves to the same files there."""
+    if not isinstance(tree, dict):
+        return
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = tree.get(key)
+        mapped = section_map_type(field.annotation)
+        if mapped is not None:
+            for item in (value or {}).values() if isinstance(value, dict) else ():
+                relative_paths(item, mapped, base)
+            continue
+        section = section_type(field.annotation)
+        if section is not None:
+            relative_paths(value, section, base)
+            continue
+        rule = (field.json_schema_extra or {}).get("config_path") if isinstance(field.json_schema_extra, dict) \
+            else None
+        if rule is None or key not in tree:
+            continue
+        tree[key] = [_relative(item, base) for item in value] if isinstance(value, list) else _relative(value, base)
+
+
+def _relative(value: Any, base: Path) -> Any:
+    return os.path.relpath(value, base) if isinstance(value, str) and value and Path(value).is_absolute() else value

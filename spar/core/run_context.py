@@ -1,0 +1,137 @@
+"""One run's context: where its artifacts lie, the command that reproduces it, its W&B runs and its dataset's name.
+
+Stages and library functions ask a :class:`RunContext` instead of rebuilding paths from ``cfg.output_dir`` (the
+layout of :data:`spar.core.artifacts.LAYOUT` plus the embeddings' ``<encoder>/<split>`` below it) or re-deriving the
+command line.
+
+Example::
+
+    >>> from spar.core.config import load_config
+    >>> run = RunContext(load_config(None))
+    >>> str(run.embeddings("lambda", "queries-dev")), run.dataset
+    ('runs/scifact-sample/embeddings/lambda/queries-dev', 'scifact-sample')
+    >>> str(run.passages), str(RunContext.at("runs/other").artifact("lambda"))
+    ('runs/scifact-sample/queries/passages.arrow', 'runs/other/lambda')
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from types import SimpleNamespace
+from pathlib import Path
+from typing import Any, Mapping
+
+from spar.core.artifacts import PASSAGES_FILE, RUN_COMMAND_ENV, artifact_dir
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The run a config describes (``cfg``: a :class:`spar.core.config.SparConfig`)."""
+
+    cfg: Any
+
+    @classmethod
+    def at(cls, output_dir: str | Path) -> "RunContext":
+        """A run known by its output directory alone (another run's, a benchmark's): its artifact paths only."""
+        return cls(SimpleNamespace(experiment=SimpleNamespace(output_dir=str(output_dir))))
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.cfg.experiment.output_dir)
+
+    def artifact(self, name: str) -> Path:
+        """``<output_dir>/<artifact>`` (:data:`spar.core.artifacts.LAYOUT`)."""
+        return artifact_dir(self.output_dir, name)
+
+    @property
+    def passages(self) -> Path:
+        """``queries/passages.arrow``: the passages table the sample stage writes (rows the labels refer to)."""
+        return self.artifact("queries") / PASSAGES_FILE
+
+
+    def embeddings(self, encoder: str, split: str = "passages") -> Path:
+        """``embeddings/<encoder>/<split>``: encoder in {base, lambda}; split ``passages``, ``queries-dev`` or
+        ``queries-test``."""
+        return self.artifact("embeddings") / encoder / split
+
+    @property
+    def results(self) -> tuple[Path, Path]:
+        """``<results_dir>/<name>.json`` and ``.md``."""
+        return self.results_file(self.cfg.experiment.name)
+
+    def results_file(self, stem: str) -> tuple[Path, Path]:
+        """``<results_dir>/<stem>.json`` and ``.md``."""
+        return self.cfg.results_dir / f"{stem}.json", self.cfg.results_dir / f"{stem}.md"
+
+    @property
+    def results_groups(self) -> dict[str, list[str]]:
+        """Results file stem -> the question sets whose tables it holds (``data.question_sets.<set>.results``,
+        default the experiment's name; ``[""]``, the unnamed set, for a one-set experiment)."""
+        sets = self.cfg.data.question_sets
+        if not sets:
+            return {self.cfg.experiment.name: [""]}
+        groups: dict[str, list[str]] = {}
+        for name, qs in sets.items():
+            if qs.test is not None:
+                groups.setdefault(qs.results or self.cfg.experiment.name, []).append(name)
+        return groups
+
+    @property
+    def dataset(self) -> str:
+        """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``); the
+        experiment's name for a corpus of several files."""
+        from spar.core.artifacts import plain_name
+
+        if not isinstance(self.cfg.data.corpus, str):
+            return self.cfg.experiment.name
+        corpus = plain_name(self.cfg.data.corpus)
+        return corpus.parent.name if corpus.stem == "corpus" else corpus.stem
+
+    def command_line(self, stage: str) -> str:
+        """The ``spar`` command that produced a result: the ``spar run`` that started this stage, else this
+        process's own when it is the CLI, else an equivalent."""
+        if os.environ.get(RUN_COMMAND_ENV):
+            return os.environ[RUN_COMMAND_ENV]
+        argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("")
+        if (argv0.name in ("spar", "cli.py")) and len(sys.argv) > 1:  # `spar ...`, `python -m pipelines.cli ...`
+            return "spar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        source = f" --config {shlex.quote(self.cfg.source)}" if self.cfg.source else ""
+        return f"spar {stage}{source}"
+
+    def wandb_log(self, job_type: str, summary: Mapping[str, Any], *, mode: str, project: str,
+                  tables: Mapping[str, tuple[list[str], list[list]]] | None = None,
+                  images: Mapping[str, Path] | None = None) -> str | None:
+        """Log a stage's results to W&B (``mode``: offline, online, or disabled, which skips; the stages pass
+        ``evaluate.wandb_mode`` and ``train.wandb_project``) in ``<output_dir>/wandb/``, grouped by experiment.
+        Returns the run directory (offline) or None."""
+        cfg = self.cfg
+        if mode == "disabled":
+            return None
+        import wandb
+
+        from spar.core.config import dump_config
+
+        self.output_dir.mkdir(parents=True, exist_ok=True)  # wandb adds wandb/: every stage's runs in one place
+        run = wandb.init(project=project, name=f"{cfg.experiment.name}-{job_type}",
+                         job_type=job_type, group=cfg.experiment.name, mode=mode,  # type: ignore[arg-type]
+                         dir=str(self.output_dir),
+                         reinit="finish_previous", config={"spar": dump_config(cfg)})
+        try:
+            for name, (columns, rows) in (tables or {}).items():
+                run.log({name: wandb.Table(columns=columns, data=rows)})
+            for name, path in (images or {}).items():
+                run.log({name: wandb.Image(str(path))})
+            for key, value in summary.items():
+                run.summary[key] = value
+            return str(run.dir)
+        finally:
+            run.finish()
+
+
+def published_model_dir(cfg) -> Path:
+    """Where a run's model is published: ``publish.output``, else ``<output_dir>/model`` (a function, not a
+    property of :class:`RunContext`, so that only the stages that call it read the publish section)."""
+    return Path(cfg.publish.output) if cfg.publish.output else RunContext(cfg).artifact("model")

@@ -1,0 +1,81 @@
+"""Reference answers of open-domain QA questions and DPR's answer matching (``has_answer``).
+
+The one owner of reading answers files and of judging whether a passage holds an answer: question sets
+(:mod:`spar.data.question_sets`) judge with it, preflight checks answers files with it, and Acc@k
+(:func:`spar.evaluate.metrics.answer_accuracy`) counts with it.
+
+Example::
+
+    >>> from spar.data.answers import has_answer
+    >>> has_answer(["Vitamin C"], "Scurvy is caused by a lack of vitamin C."), has_answer(["zinc"], "vitamin C")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Iterable, Literal
+
+from spar.core.errors import BadRecordError
+
+
+def has_answer(answers: Iterable[str], text: str, match: Literal["string", "regex"] = "string") -> bool:
+    """Whether a passage contains one of the answers: Pyserini's ``has_answers`` (DPR's code), so Acc@k is
+    comparable with DPR's and the SPAR paper's figures.
+
+    ``string``: the answer's DPR ``SimpleTokenizer`` tokens (NFD text, lower-cased, punctuation kept as tokens,
+    accents kept as combining marks) occur contiguously in the passage's. ``regex``: an answer is a regular
+    expression (CuratedTREC) searched case-insensitively; an invalid pattern never matches.
+    """
+    if match not in ("string", "regex"):
+        raise ValueError(f"match must be 'string' or 'regex', not {match!r}")
+    from pyserini.eval.evaluate_dpr_retrieval import has_answers
+
+    return bool(has_answers(text, list(answers), _dpr_tokenizer(), regex=match == "regex"))
+
+
+@functools.cache
+def _dpr_tokenizer():
+    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer
+
+    return SimpleTokenizer()
+
+
+def read_answers(path: str | Path) -> dict[str, list[str]]:
+    """QA answers by query id: JSONL (``{"id"|"_id"|"qid": ..., "answers": [...]}``) or TSV (``qid<TAB>answers``,
+    the answers a JSON list or one string)."""
+    p = Path(path)
+    if not p.exists():
+        raise BadRecordError(str(p), None, "file not found")
+    out: dict[str, list[str]] = {}
+    with p.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if p.suffix in (".jsonl", ".json"):
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BadRecordError(str(p), number, f"malformed JSON: {exc.msg}") from None
+                qid = obj.get("_id", obj.get("id", obj.get("qid")))
+                gold = obj.get("answers", obj.get("answer"))
+            else:
+                parts = line.split("\t")
+                if len(parts) != 2:
+                    raise BadRecordError(str(p), number, f"wrong column count: expected 2, found {len(parts)}")
+                qid, raw = parts
+                try:
+                    gold = json.loads(raw) if raw.lstrip().startswith("[") else raw
+                except json.JSONDecodeError as exc:
+                    raise BadRecordError(str(p), number, f"malformed JSON answer list: {exc.msg}") from None
+            if qid is None or gold is None:
+                raise BadRecordError(str(p), number, "missing query id or answers")
+            gold = [str(a) for a in (gold if isinstance(gold, list) else [gold])]
+            if not gold or not all(a.strip() for a in gold):
+                # DPR's matching finds an empty answer in every passage: it would count as a hit.
+                raise BadRecordError(str(p), number, "empty answer")
+            out[str(qid)] = gold
+    return out

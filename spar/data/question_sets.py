@@ -1,0 +1,340 @@
+"""Evaluation question sets: the questions ``tune`` and ``evaluate`` read, with their judgments and answers.
+
+An experiment has either one question set, from ``data.queries`` / ``data.qrels_dev`` / ``data.qrels_test`` (and
+``evaluate.answers``) — the *unnamed* set of BEIR-style experiments — or several named ones in
+``data.question_sets`` (the open-domain QA sets: NQ, TriviaQA, ...). A set's split is judged by qrels (nDCG, R@k),
+by reference answers (Acc@k, DPR's ``has_answer``), or both. This module is the one owner of
+
+- each set's dev and test **splits** (:class:`SplitQueries`, :func:`set_split`) and where their query vectors are
+  stored (``embeddings/<encoder>/queries-<split>[-<set>]``: the unnamed set keeps the names it always had);
+- the **dev pool** μ is tuned on (:func:`dev_pool`: the dev splits of ``tune.sets``, each capped by a seeded sample);
+- **answer judgments** (:class:`AnswerJudge`): whether a passage holds an answer, turned into qrels over exactly the
+  passages a ranking can show, so Acc@k is ir_measures' ``Success@k`` and tuning treats it like any measure.
+
+Example::
+
+    >>> judge = AnswerJudge({"q1": ["Marie Curie"]}, lambda rows: ["discovered by marie curie", "radium"])
+    >>> judge.qrels({"q1": [0, 1]})
+    {'q1': {'0': 1, '1': 0}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from spar.core.errors import BadRecordError, ConfigError
+
+#: The name of the one set an experiment configures through ``data.queries`` (no suffix on its embeddings).
+UNNAMED = ""
+
+
+@dataclass
+class SplitQueries:
+    """The questions of one split of one set, in a fixed order, with their qrels and/or answers.
+
+    ``split``: the embeddings key (``dev``, ``test``, ``test-nq``...; vectors in ``queries-<split>``); ``name``: the
+    set (``""`` for the unnamed one); ``stored``: the keys whose stored vectors hold these questions (a dev pool
+    spans several sets).
+    """
+
+    split: str
+    qrels: dict[str, dict[str, int]]
+    texts: dict[str, str]
+    answers: dict[str, list[str]] | None = None
+    answer_match: str = "string"
+    name: str = UNNAMED
+    stored: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.stored = self.stored or (self.split,)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.texts)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return list(self.texts.items())
+
+    @property
+    def judged_by(self) -> str:
+        """``qrels``, ``answers`` or ``qrels+answers``."""
+        return "+".join(kind for kind, have in (("qrels", bool(self.qrels)), ("answers", self.answers is not None))
+                        if have)
+
+
+def embeddings_key(name: str, split: str) -> str:
+    """The embeddings split of a set's ``split`` (``dev``/``test``): ``test`` for the unnamed set, ``test-nq``."""
+    return split if name == UNNAMED else f"{split}-{name}"
+
+
+def configured_splits(cfg) -> list[tuple[str, str]]:
+    """Every (set, split) the config defines questions for: the unnamed set's when ``data.queries`` is set, else each
+    named set's dev and test."""
+    data = cfg.data
+    if data.question_sets:
+        return [(name, split) for name, qs in data.question_sets.items() for split in ("dev", "test")
+                if getattr(qs, split) is not None]
+    if not data.queries:
+        return []
+    splits = []
+    if data.qrels_dev or data.dev_holdout_fraction is not None:
+        splits.append((UNNAMED, "dev"))
+    if data.qrels_test:
+        splits.append((UNNAMED, "test"))
+    return splits
+
+
+def set_files(cfg) -> dict[str, str]:
+    """Every question, qrels and answers file of the configured sets, by a config-like key (for fingerprints)."""
+    data = cfg.data
+    if not data.question_sets:
+        files = {"queries": data.queries, "qrels_dev": data.qrels_dev, "qrels_test": data.qrels_test,
+                 "answers": cfg.evaluate.answers}
+        return {k: v for k, v in files.items() if v}
+    return {f"{name}.{key}": value for name, qs in data.question_sets.items()
+            for key, value in qs.model_dump().items() if key in QUESTION_FILES and value}
+
+
+#: The file options of a question set.
+QUESTION_FILES = ("dev", "test", "qrels_dev", "qrels_test", "answers")
+
+
+def _known_passages(cfg) -> set[str] | None:
+    from spar.core.run_context import RunContext
+    from spar.core.schemas import read_table
+
+    passages = RunContext(cfg).passages
+    return set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
+
+
+def set_split(cfg, name: str, split: str) -> SplitQueries:
+    """The questions of set ``name``'s ``split`` ("dev" or "test"), with its qrels and/or answers."""
+    if split not in ("dev", "test"):
+        raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
+    if name == UNNAMED:
+        return _unnamed_split(cfg, split)
+    from spar.data.readers import read_qrels, read_questions
+
+    sets = cfg.data.question_sets
+    if name not in sets:
+        raise ConfigError(f"no question set {name!r} in data.question_sets (sets: {sorted(sets)})")
+    qs, on_bad = sets[name], cfg.experiment.on_bad_record
+    path = getattr(qs, split)
+    if path is None:
+        raise ConfigError(f"data.question_sets.{name}.{split} is not set")
+    questions = list(read_questions(path, on_bad))
+    if not questions:
+        raise BadRecordError(path, None, f"no question in the {split} split of set {name!r}")
+    texts = {q.id: q.text for q in questions}
+    qrels_path = getattr(qs, f"qrels_{split}")
+    qrels: dict[str, dict[str, int]] = {}
+    if qrels_path:
+        qrels = read_qrels(qrels_path, set(texts), _known_passages(cfg), on_bad)
+        texts = {q: texts[q] for q in texts if q in qrels}  # a judged split is its judged questions
+    answers = _split_answers(qs, path, questions, set(texts))
+    if not qrels and answers is None:
+        raise ConfigError(f"data.question_sets.{name}: the {split} questions ({path}) carry no answers and no "
+                          f"qrels_{split} is set: nothing to judge them by")
+    texts = {q: texts[q] for q in sorted(texts)}
+    return SplitQueries(embeddings_key(name, split), qrels, texts, answers, qs.answer_match, name)
+
+
+def _split_answers(qs, path: str, questions, wanted: set[str]) -> dict[str, list[str]] | None:
+    if qs.answers:
+        from spar.data.answers import read_answers
+
+        answers = {q: a for q, a in read_answers(qs.answers).items() if q in wanted}
+        if not answers:
+            raise BadRecordError(qs.answers, None, f"no answers for any question of {path}")
+        return answers
+    carried = {q.id: q.answers for q in questions if q.id in wanted and q.answers is not None}
+    if not carried:
+        return None
+    missing = sorted(wanted - set(carried))
+    if missing:
+        raise BadRecordError(path, None, f"{len(missing)} questions carry no answers, e.g. {missing[:3]}")
+    return carried
+
+
+def _unnamed_split(cfg, split: str) -> SplitQueries:
+    """The unnamed set's split: its qrels (via :func:`spar.data.readers.evaluation_qrels`) and their query texts; test
+    questions carry ``evaluate.answers`` when set."""
+    from spar.data.readers import evaluation_qrels, read_queries
+
+    if cfg.data.queries is None:
+        raise BadRecordError("<config>", None, "data.queries is not set (evaluation needs the query texts)")
+    on_bad = cfg.experiment.on_bad_record
+    # Judgments naming unknown queries or passages: file:line errors, or skipped with on_bad_record=skip.
+    known_queries = {q.id for q in read_queries(cfg.data.queries, on_bad)}
+    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed, known_queries=known_queries,
+                             known_passages=_known_passages(cfg), on_bad_record=on_bad)
+    if not qrels:
+        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
+    texts = {q.id: q.text for q in read_queries(cfg.data.queries, on_bad) if q.id in qrels}
+    missing = sorted(set(qrels) - set(texts))
+    if missing:
+        raise BadRecordError(cfg.data.queries, None, f"{len(missing)} judged {split} queries have no text, e.g. "
+                             f"{missing[:3]} (qrels and queries files do not match)")
+    answers = None
+    if split == "test" and cfg.evaluate.answers:
+        from spar.data.answers import read_answers
+
+        answers = {q: a for q, a in read_answers(cfg.evaluate.answers).items() if q in texts}
+        if not answers:
+            raise BadRecordError(cfg.evaluate.answers, None, "no answers for any test query")
+    return SplitQueries(split, qrels, {q: texts[q] for q in sorted(texts)}, answers, cfg.evaluate.answer_match)
+
+
+def test_splits(cfg) -> list[SplitQueries]:
+    """Every configured test split, in config order."""
+    return [set_split(cfg, name, "test") for name, split in configured_splits(cfg) if split == "test"]
+
+
+def pooled_sets(cfg) -> list[str]:
+    """The sets whose dev splits make the experiment's μ: ``tune.sets``, else every set with a dev split that does
+    not tune its own μ."""
+    if not cfg.data.question_sets:
+        return [UNNAMED]
+    if cfg.tune.sets is not None:
+        return list(cfg.tune.sets)
+    return [name for name, qs in cfg.data.question_sets.items() if qs.dev is not None and not qs.own_mu]
+
+
+def own_mu_sets(cfg) -> list[str]:
+    """Named sets tuned on their own dev split (``own_mu``), whose test split uses that μ and α."""
+    return [name for name, qs in cfg.data.question_sets.items() if qs.own_mu]
+
+
+def sampled(queries: SplitQueries, cap: int | None, seed: int) -> SplitQueries:
+    """A seeded sample of at most ``cap`` questions (the ``cap`` with the smallest hash of (seed, id))."""
+    if cap is None or len(queries.texts) <= cap:
+        return queries
+
+    def rank(qid: str) -> bytes:
+        return hashlib.sha256(f"{seed}:dev-sample:{qid}".encode()).digest()
+
+    keep = set(sorted(queries.texts, key=rank)[:cap])
+    return SplitQueries(queries.split, {q: r for q, r in queries.qrels.items() if q in keep},
+                        {q: t for q, t in queries.texts.items() if q in keep},
+                        None if queries.answers is None else {q: a for q, a in queries.answers.items() if q in keep},
+                        queries.answer_match, queries.name, queries.stored)
+
+
+def dev_split(cfg, name: str) -> SplitQueries:
+    """Set ``name``'s dev split as tuning reads it (capped by its ``dev_sample``)."""
+    queries = set_split(cfg, name, "dev")
+    cap = cfg.data.question_sets[name].dev_sample if name != UNNAMED else None
+    return sampled(queries, cap, cfg.experiment.seed)
+
+
+def dev_pool(cfg, names: Sequence[str] | None = None) -> SplitQueries:
+    """The dev questions μ is tuned on: the dev splits of ``names`` (default :func:`pooled_sets`) as one split.
+    Every part must be judged the same way (all by qrels or all by answers), and ids must not repeat across sets."""
+    names = list(names) if names is not None else pooled_sets(cfg)
+    if not names:
+        raise ConfigError("no dev split to tune on: give a question set a 'dev' file (or set tune.sets)")
+    parts = [dev_split(cfg, name) for name in names]
+    if len(parts) == 1:
+        return parts[0]
+    kinds = {part.judged_by for part in parts}
+    if len(kinds) > 1:
+        raise ConfigError(f"tune.sets {names} mix judgments ({sorted(kinds)}): pool sets judged the same way")
+    matches = {part.answer_match for part in parts if part.answers is not None}
+    if len(matches) > 1:
+        raise ConfigError(f"tune.sets {names} mix answer matching ({sorted(matches)}): pool sets matched alike")
+    texts: dict[str, str] = {}
+    for part in parts:
+        clash = texts.keys() & part.texts.keys()
+        if clash:
+            raise BadRecordError(str(getattr(cfg.data.question_sets[part.name], "dev")), None,
+                                 f"question id {sorted(clash)[0]!r} is also in another pooled dev set")
+        texts.update(part.texts)
+    answers = None
+    if parts[0].answers is not None:
+        answers = {q: a for part in parts for q, a in (part.answers or {}).items()}
+    return SplitQueries("+".join(part.split for part in parts), {q: r for part in parts for q, r in part.qrels.items()},
+                        texts, answers, parts[0].answer_match, "+".join(names),
+                        tuple(part.split for part in parts))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Answer judgments: Acc@k as a measure over qrels
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AnswerJudge:
+    """Whether passages hold a question's answer (DPR's ``has_answer``, :func:`spar.data.answers.has_answer`), as qrels.
+
+    ``texts(rows)`` returns the passage texts of passage rows (DPR and Pyserini match answers in the text, not the
+    title); ``names(rows)`` their ids (default: the row number as a string). Judgments are memoised, so judging the
+    union of every ranking a tuning sweep can produce costs one match per (question, passage) pair.
+    """
+
+    answers: Mapping[str, Sequence[str]]
+    texts: Callable[[Sequence[int]], Sequence[str]]
+    match: str = "string"
+    names: Callable[[Sequence[int]], Sequence[str]] | None = None
+    _memo: dict[tuple[str, int], int] = field(default_factory=dict, repr=False)
+
+    def qrels(self, rows_by_query: Mapping[str, Sequence[int]]) -> dict[str, dict[str, int]]:
+        """Grades (1: holds an answer, 0: does not) of every given passage row of every question with answers; a
+        question whose passages hold no answer keeps its zero grades, so Acc@k counts it as a miss."""
+        from spar.data.answers import has_answer
+
+        wanted = sorted({int(r) for q, rows in rows_by_query.items() if q in self.answers for r in rows
+                         if int(r) >= 0 and (q, int(r)) not in self._memo})
+        text_of = dict(zip(wanted, self.texts(wanted))) if wanted else {}
+        out: dict[str, dict[str, int]] = {}
+        for q, rows in rows_by_query.items():
+            gold = self.answers.get(q)
+            if gold is None:
+                continue
+            valid = [int(r) for r in rows if int(r) >= 0]
+            for r in valid:
+                if (q, r) not in self._memo:
+                    self._memo[(q, r)] = int(has_answer(gold, text_of[r], self.match))  # type: ignore[arg-type]
+            names = self.names(valid) if self.names is not None else [str(r) for r in valid]
+            out[q] = {name: self._memo[(q, r)] for name, r in zip(names, valid)}
+        return out
+
+
+def answer_judge(queries: SplitQueries, table: Any) -> AnswerJudge:
+    """An :class:`AnswerJudge` for ``queries``' answers over a :class:`spar.data.passages.PassagesTable`."""
+    if queries.answers is None:
+        raise ValueError(f"the {queries.split} questions carry no answers")
+    ids = table.ids
+
+    def texts(rows: Sequence[int]) -> list[str]:
+        return [text for _, text in table.get(list(rows), use_title=False)]
+
+    return AnswerJudge(queries.answers, texts, queries.answer_match, lambda rows: [ids[r] for r in rows])
+
+
+def judged_qrels(queries: SplitQueries, judge: AnswerJudge | None, row_of: Mapping[str, int],
+                 *runs: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, int]]:
+    """``queries``' qrels when judged by qrels; else answer qrels over every passage the ``runs`` rank."""
+    if queries.answers is None or judge is None:
+        return queries.qrels
+    rows: dict[str, list[int]] = {q: [] for q in queries.ids}
+    for run in runs:
+        for q, hits in run.items():
+            if q in rows:
+                rows[q].extend(row_of[doc] for doc, _ in hits)
+    return judge.qrels(rows)
+
+
+def set_config_path(cfg, name: str) -> Path | None:
+    """The file a set's dev questions come from (for messages)."""
+    if name == UNNAMED:
+        return Path(cfg.data.queries) if cfg.data.queries else None
+    dev = cfg.data.question_sets[name].dev
+    return Path(dev) if dev else None
+
+
+def split_queries(cfg, split: str) -> SplitQueries:
+    """The unnamed question set's ``split`` ("dev" or "test"): see :func:`spar.data.question_sets.set_split`."""
+    return set_split(cfg, UNNAMED, split)

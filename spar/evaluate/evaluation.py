@@ -1,0 +1,380 @@
+"""Evaluation of every system of a SPAR experiment in one table, with the paper's analyses (§5, §6).
+
+Systems, all on the same queries and qrels:
+
+==========  =====================================================================================================
+``bm25``    the sparse teacher: Pyserini BM25 (title + text, k1 0.9, b 0.4)
+``base``    the base dense retriever (exact inner-product search of its passage embeddings)
+``lambda``  Λ alone
+``spar``    [Q, μ·QΛ] searched in the real combined FAISS index written by ``spar index`` (μ from ``spar tune``)
+``spar_sum`` the weighted-sum variant: Q + μ·QΛ against P + PΛ (needs equal dimensions; its own tuned μ)
+``hybrid``  Pyserini-style hybrid of base and BM25: base + α·BM25 over the union of both top lists
+==========  =====================================================================================================
+
+Analyses: rank-biased overlap (RBO_ext, p = 0.9, top-100) of each dense system's ranking with the teacher's, and
+token-shuffled queries (seeded shuffle of each query's whitespace tokens; Δ of the metric per system).
+
+The inputs are the pipeline's artifacts (``embeddings/``, ``lambda/``, ``index/``, ``tune/``, ``teacher_index/``);
+query vectors come from ``embeddings/<encoder>/queries-<split>`` or are encoded on the fly when that is missing.
+
+The query splits, exact dense search and the artifact access live in :mod:`spar.experiment.inputs`; μ and α come from
+:func:`spar.evaluate.tuning.read_tuned`.
+
+Example (library use, outside the pipeline)::
+
+    >>> from spar.evaluate.evaluation import shuffle_query
+    >>> shuffle_query("a b c d", seed=1) != "a b c d"
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from spar.core.artifacts import is_complete, read_manifest
+from spar.core.errors import ArtifactError
+from spar.experiment.inputs import ExperimentInputs
+from spar.evaluate.exact import dense_search
+from spar.data.question_sets import SplitQueries
+from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run
+from spar.core.run_context import RunContext
+from spar.evaluate.candidates import hybrid_fuse
+from spar.evaluate.tuning import read_tuned, resolve_candidates
+
+log = logging.getLogger(__name__)
+
+#: The order systems appear in tables.
+SYSTEMS = ("bm25", "base", "lambda", "spar", "spar_sum", "hybrid")
+DENSE_SYSTEMS = ("lambda", "base", "spar")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Token-shuffled queries
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def shuffle_query(text: str, seed: int) -> str:
+    """The query's whitespace tokens in a random order, seeded by ``seed`` (a one-token query is unchanged)."""
+    tokens = text.split()
+    random.Random(seed).shuffle(tokens)
+    return " ".join(tokens)
+
+
+def shuffled_queries(queries: SplitQueries, seed: int) -> SplitQueries:
+    """Every query token-shuffled with a per-query seed derived from ``seed`` and the query id (order-independent)."""
+    def query_seed(qid: str) -> int:
+        return int.from_bytes(hashlib.sha256(f"{seed}:{qid}".encode()).digest()[:8], "big")
+
+    return SplitQueries(queries.split + "-shuffled", queries.qrels,
+                        {q: shuffle_query(t, query_seed(q)) for q, t in queries.texts.items()})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The evaluation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvaluationReport:
+    """Everything ``results/<name>.json`` holds, plus the runs (``runs[system]``, test queries)."""
+
+    dataset: str
+    metrics: list[str]
+    systems: dict[str, dict[str, float]]
+    mu: float
+    alpha: float | None
+    rbo: dict[str, float]
+    shuffled: dict[str, dict[str, float]]
+    runs: dict[str, dict[str, list[tuple[str, float]]]] = field(repr=False)
+    details: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "systems": self.systems, "mu": self.mu, "alpha": self.alpha,
+                "rbo": self.rbo, "shuffled": self.shuffled, "command": self.command, **self.details}
+
+    def markdown(self) -> str:
+        """The results table: one row per system, metrics, RBO with the teacher, Δ on shuffled queries."""
+        primary = self.metrics[0]
+        head = ["system", *self.metrics, "RBO vs BM25", f"shuffled {primary} (Δ)"]
+        extra = [m for m in next(iter(self.systems.values()), {}) if m not in self.metrics]
+        head[1 + len(self.metrics):1 + len(self.metrics)] = extra
+        lines = [f"**{self.dataset}** ({self.details.get('queries', '?')} test queries); "
+                 f"μ = {self.mu:g}" + (f", α = {self.alpha:g}" if self.alpha is not None else "")
+                 + (f"; SPAR index: {self.details['index']['type']}, passages stored as "
+                    f"{self.details['index']['storage']} ({self.details['index']['code_bytes']:,} B/passage)"
+                    if self.details.get("index", {}).get("code_bytes") else ""),
+                 "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+        for name, values in self.systems.items():
+            cells = [name] + [f"{values[m]:.4f}" if m in values else "" for m in self.metrics + extra]
+            cells.append(f"{self.rbo[name]:.3f}" if name in self.rbo else "")
+            sh = self.shuffled.get(name)
+            cells.append(f"{sh[primary]:.4f} ({sh['delta']:+.4f})" if sh else "")
+            lines.append("| " + " | ".join(cells) + " |")
+        if self.details.get("skipped_records"):
+            from spar.experiment.preflight import describe_skipped
+
+            lines += ["", "Input records skipped (experiment.on_bad_record=skip): "
+                      + describe_skipped(self.details["skipped_records"]) + "."]
+        return "\n".join(lines) + "\n"
+
+
+def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
+                        progress: Callable[[str], None] = log.info) -> EvaluationReport:
+    """Run every system on the test split of the experiment's one question set: metrics, RBO, shuffled queries
+    (:func:`evaluate_sets` for experiments with several)."""
+    reports = evaluate_sets(cfg, inputs, runs_dir, progress)
+    if len(reports) != 1:
+        raise ValueError(f"the experiment has {len(reports)} test sets ({sorted(reports)}): use evaluate_sets")
+    return next(iter(reports.values()))
+
+
+def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
+                  progress: Callable[[str], None] = log.info) -> dict[str, EvaluationReport]:
+    """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
+    and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
+
+    ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline; a named set's in
+    ``<runs_dir>/<set>/``).
+    """
+    from spar.index.spar_index import SparIndex, build_spar_index, check_serves
+    from spar.data.question_sets import test_splits
+
+    inputs = inputs or ExperimentInputs(cfg)
+    index_dir = RunContext(cfg).artifact("index")
+    if not is_complete(index_dir):
+        raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
+    spar_index = SparIndex.load(index_dir)
+    inputs.check_index(index_dir, spar_index.info, spar_index.ids)
+    check_serves(spar_index.info, cfg.index, cfg.experiment.seed, index_dir)  # what is recorded is what is served
+    spar_index.set_search_params(**search_params(cfg))
+    tuned_all = read_tuned(cfg.output_dir)
+    tuned_all.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
+    base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
+    sum_index = None
+    if base_p.shape[1] == lambda_p.shape[1]:
+        sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
+    context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
+    reports = {}
+    for test in test_splits(cfg):
+        set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
+        reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress)
+    return reports
+
+
+@dataclass
+class SharedInputs:
+    """What every test set's evaluation reads: the artifacts, the loaded SPAR index, passage vectors."""
+
+    inputs: ExperimentInputs
+    spar_index: Any
+    base_p: Any
+    lambda_p: Any
+    sum_index: Any
+
+
+def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
+                    progress: Callable[[str], None]) -> EvaluationReport:
+    from spar.index.spar_index import spar_query_vectors
+
+    ev = cfg.evaluate
+    inputs, spar_index, sum_index = shared.inputs, shared.spar_index, shared.sum_index
+    base_p, lambda_p = shared.base_p, shared.lambda_p
+    index_dir = RunContext(cfg).artifact("index")
+    mu = tuned.mu()
+    alpha = tuned.alpha
+    # The hybrid fuses lists as deep as the ones its α was tuned on.
+    k0 = max(ev.k, int(tuned.candidates or resolve_candidates(cfg.tune.candidates, cfg.tune.metric)))
+    k = ev.k
+    metrics = list(ev.metrics) if test.qrels else []
+    doc_ids = inputs.doc_ids
+
+    spar_variant = getattr(spar_index, "variant", None) or read_manifest(index_dir)["stats"].get("variant", "concat")
+    if spar_variant not in tuned.variants:
+        raise ArtifactError(f"{index_dir}: a '{spar_variant}' index, but μ in {tuned.path} was tuned for "
+                            f"{', '.join(sorted(tuned.variants))} only: re-run `spar tune` with "
+                            f"tune.variant={spar_variant}, or rebuild the index")
+    spar_mu = tuned.mu(spar_variant)
+    sum_mu = tuned.mu("sum") if "sum" in tuned.variants else None
+    if sum_index is not None and sum_mu is None:
+        log.warning("μ was not tuned for the 'sum' variant; spar_sum uses the concat μ=%g", mu)
+        sum_mu = mu
+
+    def run_systems(queries: SplitQueries, which: Sequence[str]) -> dict[str, dict[str, list[tuple[str, float]]]]:
+        runs: dict[str, dict[str, list[tuple[str, float]]]] = {}
+        need_bm25 = {"bm25", "hybrid"} & set(which)
+        bm25_deep = inputs.bm25_search(queries, k0) if need_bm25 else {}
+        base_q = inputs.query_vectors("base", queries) if set(which) - {"bm25"} else None
+        lambda_q = inputs.query_vectors("lambda", queries) if {"lambda", "spar", "spar_sum"} & set(which) else None
+        ids = queries.ids
+        if "bm25" in which:
+            runs["bm25"] = {q: hits[:k] for q, hits in bm25_deep.items()}
+        base_deep = dense_search(base_q, base_p, ids, doc_ids, k0) if {"base", "hybrid"} & set(which) else {}
+        if "base" in which:
+            runs["base"] = {q: hits[:k] for q, hits in base_deep.items()}
+        if "lambda" in which:
+            runs["lambda"] = dense_search(lambda_q, lambda_p, ids, doc_ids, k)
+        if "spar" in which:
+            runs["spar"] = _index_run(spar_index, base_q, lambda_q, ids, doc_ids, k, spar_mu)
+        if "spar_sum" in which and sum_index is not None:
+            q = spar_query_vectors(base_q, lambda_q, sum_mu, "sum")
+            scores, rows = sum_index.search(np.ascontiguousarray(q, dtype=np.float32), k)
+            runs["spar_sum"] = ranked_run(ids, rows, scores, doc_ids)
+        if "hybrid" in which and alpha is not None:
+            runs["hybrid"] = {q: hybrid_fuse(base_deep[q], bm25_deep.get(q, []), alpha,
+                                             cfg.tune.hybrid_normalize, k) for q in ids}
+        return runs
+
+    where = f"{len(test.ids)} test queries" + (f" of {test.name}" if test.name else "")
+    progress(f"running {len(SYSTEMS)} systems on {where}")
+    runs = run_systems(test, SYSTEMS)
+    systems: dict[str, dict[str, float]] = {name: evaluate_run(test.qrels, runs[name], metrics) if metrics else {}
+                                            for name in SYSTEMS if name in runs}
+
+    accuracy_at = [a for a in ev.accuracy_at if a <= k]
+    if test.answers is not None:
+        from spar.evaluate.metrics import answer_accuracy
+
+        texts = passage_texts(inputs, {d for run in runs.values() for hits in run.values() for d, _ in hits})
+        for name, run in runs.items():
+            systems[name].update(answer_accuracy(run, test.answers, texts, accuracy_at, test.answer_match))
+    primary = metrics[0] if metrics else f"Acc@{accuracy_at[0]}"
+
+    rbo = {name: mean_rbo(runs[name], runs["bm25"], ev.rbo_p, depth=k, queries=test.ids)
+           for name in DENSE_SYSTEMS if name in runs}
+
+    shuffled: dict[str, dict[str, float]] = {}
+    if ev.shuffled:
+        progress(f"re-running bm25, base, lambda and spar on token-shuffled {where}")
+        shuffled_test = shuffled_queries(test, cfg.experiment.seed)
+        shuffled_runs = run_systems(shuffled_test, ("bm25", "base", "lambda", "spar"))
+        if test.answers is not None and not metrics:
+            from spar.evaluate.metrics import answer_accuracy
+
+            texts = passage_texts(inputs, {d for run in shuffled_runs.values() for hits in run.values()
+                                           for d, _ in hits})
+        for name, run in shuffled_runs.items():
+            if metrics:
+                value = evaluate_run(test.qrels, run, [primary])[primary]
+            else:
+                value = answer_accuracy(run, test.answers or {}, texts, [accuracy_at[0]],
+                                        test.answer_match)[primary]
+            shuffled[name] = {primary: value, "delta": value - systems[name][primary]}
+        changed = sum(1 for q in test.ids if shuffled_test.texts[q] != test.texts[q])
+        shuffled_info = {"queries_changed": changed, "seed": cfg.experiment.seed}
+    else:
+        shuffled_info = {}
+
+    if runs_dir is not None:
+        from spar.evaluate.metrics import write_trec_run
+
+        for name, run in runs.items():
+            write_trec_run(Path(runs_dir) / f"{name}.trec", run, tag=f"spar-{name}")
+
+    details = {
+        "split": "test", "queries": len(test.ids), "metrics": metrics, "k": k, "variant": spar_variant,
+        "judged_by": test.judged_by, "answer_match": test.answer_match if test.answers is not None else None,
+        "accuracy_at": accuracy_at if test.answers is not None else [],
+        "mu_sum": sum_mu if sum_index is not None else None, "rbo_p": ev.rbo_p, "rbo_depth": k,
+        "shuffled_metric": primary, "shuffled_info": shuffled_info,
+        "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
+        "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
+                  "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
+                  **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
+        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
+    }
+    if test.name:
+        details.update(question_set=test.name, tuned_on=tuned.payload.get("dev_sets"))
+    context = RunContext(cfg)
+    dataset = f"{context.dataset}: {test.name}" if test.name else context.dataset
+    return EvaluationReport(dataset, metrics or [primary], systems, spar_mu, alpha, rbo, shuffled, runs, details,
+                            context.command_line("evaluate"))
+
+
+def results_payload(reports: dict[str, EvaluationReport]) -> dict[str, Any]:
+    """``results/<stem>.json``: one report as it always was, or several question sets' under ``sets`` with a
+    ``summary`` (measure -> system -> set -> value) of the measures they share."""
+    if list(reports) == [""]:
+        return reports[""].to_json()
+    first = next(iter(reports.values()))
+    return {"dataset": first.dataset.split(":")[0], "sets": {name: r.to_json() for name, r in reports.items()},
+            "summary": _summary(reports), "command": first.command}
+
+
+def _summary(reports: dict[str, EvaluationReport]) -> dict[str, dict[str, dict[str, float]]]:
+    measures = [m for m in next(iter(reports.values())).systems.get("bm25", {})
+                if all(m in r.systems.get("bm25", {}) for r in reports.values())]
+    return {m: {system: {name: r.systems[system][m] for name, r in reports.items() if system in r.systems}
+                for system in SYSTEMS if any(system in r.systems for r in reports.values())} for m in measures}
+
+
+def results_markdown(reports: dict[str, EvaluationReport]) -> str:
+    """The results tables: one report's table, or for several question sets a summary table per shared measure
+    (systems x sets, with their mean) followed by each set's own table."""
+    if list(reports) == [""]:
+        return reports[""].markdown()
+    lines = []
+    names = list(reports)
+    for measure, by_system in _summary(reports).items():
+        lines += [f"**{measure}** by question set", "", "| system | " + " | ".join(names) + " | mean |",
+                  "|---|" + "---:|" * (len(names) + 1)]
+        for system, values in by_system.items():
+            cells = [f"{values[n]:.4f}" if n in values else "" for n in names]
+            mean = f"{sum(values.values()) / len(values):.4f}" if len(values) == len(names) else ""
+            lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
+        lines.append("")
+    return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
+
+
+def search_params(cfg) -> dict[str, int]:
+    """The search-time settings (``index.hnsw_ef_search``, ``index.nprobe``) the SPAR index is served with."""
+    from spar.index.files import SEARCH_TIME
+
+    return {k: getattr(cfg.index, k) for k in SEARCH_TIME}
+
+
+def _why_skipped(name: str, sum_index, alpha) -> str:
+    if name == "spar_sum" and sum_index is None:
+        return "base and Λ dimensions differ (the sum variant needs equal dimensions)"
+    if name == "hybrid" and alpha is None:
+        return "α was not tuned (tune/tune.json has no alpha)"
+    return "not run"
+
+
+def _index_run(index, base_q: np.ndarray, lambda_q: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
+               k: int, mu: float) -> dict[str, list[tuple[str, float]]]:
+    """Search a loaded :class:`spar.index.spar_index.SparIndex`; its ids may be passage ids or rows."""
+    scores, ids = index.search(base_q, lambda_q, k, mu=mu)
+    ids = np.asarray(ids)
+    names = getattr(index, "ids", None) or doc_ids
+    run = {}
+    for i, qid in enumerate(query_ids):
+        hits = []
+        for j in range(ids.shape[1]):
+            ident = ids[i, j]
+            if np.issubdtype(ids.dtype, np.integer):
+                if ident < 0:
+                    continue
+                ident = names[int(ident)]
+            elif ident is None or ident == "":
+                continue
+            hits.append((str(ident), float(scores[i, j])))
+        run[qid] = hits
+    return run
+
+
+def passage_texts(inputs: ExperimentInputs, wanted: set[str]) -> dict[str, str]:
+    """The text of the wanted passages, from the passages table (for answer matching: like DPR and Pyserini's
+    ``evaluate_dpr_retrieval``, answers are looked for in the passage text, not its title)."""
+    from spar.data.passages import PassagesTable
+
+    table = PassagesTable.open(inputs.passages_arrow)
+    wanted_ids = sorted(wanted)
+    return {doc: record["text"] for doc, record in zip(wanted_ids, table.lookup(wanted_ids)) if record is not None}

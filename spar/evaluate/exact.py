@@ -1,0 +1,55 @@
+"""Exact dense search: inner-product top-k over passage vectors in memory or streamed from their shards.
+
+Tuning, evaluation and the frontier rank with it (the FAISS index of :mod:`spar.index.spar_index` is the approximate,
+stored alternative).
+
+Example::
+
+    >>> import numpy as np
+    >>> from spar.evaluate.exact import dense_search
+    >>> ranked = dense_search(np.eye(2, dtype="float32"), np.eye(2, dtype="float32"), ["q1", "q2"], ["d1", "d2"], 1)
+    >>> ranked["q2"]
+    [('d2', 1.0)]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from spar.evaluate.metrics import ranked_run
+
+
+#: Passage rows scored at a time when the passages are not in memory (:func:`top_k` over a streamed corpus).
+STREAM_BLOCK = 65_536
+
+
+def top_k(queries: np.ndarray, passages: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first.
+
+    ``passages`` in memory are scored at once; a streamed matrix (anything that is not an ndarray but slices into
+    one: :class:`spar.model.embeddings.ShardedVectors`, :class:`spar.index.spar_index.ServedVectors`) block of rows by
+    block, the running top-k kept in FAISS's result heap, so memory stays flat in the corpus size.
+    """
+    import faiss
+
+    k = min(k, passages.shape[0])
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if isinstance(passages, np.ndarray):
+        return faiss.knn(queries, np.ascontiguousarray(passages, dtype=np.float32), k,
+                         metric=faiss.METRIC_INNER_PRODUCT)
+    heap = faiss.ResultHeap(queries.shape[0], k, keep_max=True)
+    for start in range(0, passages.shape[0], STREAM_BLOCK):
+        block = np.ascontiguousarray(passages[start:start + STREAM_BLOCK], dtype=np.float32)
+        scores, rows = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
+        heap.add_result(scores, np.where(rows >= 0, rows + start, -1))
+    heap.finalize()
+    return heap.D, heap.I
+
+
+def dense_search(queries: np.ndarray, passages: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str],
+                 k: int) -> dict[str, list[tuple[str, float]]]:
+    """Exact inner-product top-``k`` of every query (FAISS brute force) as a ranked run."""
+    scores, rows = top_k(queries, passages, k)
+    return ranked_run(query_ids, rows, scores, doc_ids)

@@ -1,0 +1,571 @@
+"""One FAISS index of SPAR passage vectors, and the query side that turns μ into a search-time knob.
+
+SPAR combines a base dense retriever (P, Q) with the lexical model Λ (PΛ, QΛ) in one index (Chen et al., §4.2):
+
+- ``concat``: passages ``[P(p), PΛ(p)]``, queries ``[Q(q), μ·QΛ(q)]``: the inner product is exactly
+  ``sim(q, p) + μ·simΛ(q, p)``.
+- ``sum``: passages ``P(p) + PΛ(p)``, queries ``Q(q) + μ·QΛ(q)`` (equal dimensions; half the index size, and the
+  cross terms make the score an approximation of the above).
+
+μ only scales the query side, so changing it never re-indexes. Index types (all FAISS, inner product):
+``flat`` (exhaustive), ``hnsw`` (graph), ``ivf`` (inverted lists), ``ivfpq`` (``IndexIVFPQ``); each stores the
+passage vectors as ``options.storage`` says (:mod:`spar.index.storage`: float32, float16, 8/6/4-bit scalar quantizers,
+PQ), trained on a seeded sample. :func:`served_passage_vectors` gives the passage vectors as an index of that storage
+holds them (its decoded codes), so μ is tuned against what is served.
+
+A saved index is a directory: ``index.faiss``, ``ids.arrow`` (schemas.EMBEDDING_IDS) and ``index.json`` (variant,
+type, both encoders' fingerprints and dimensions, count, search parameters). The index stores vectors, not μ: the
+caller passes μ to :meth:`SparIndex.search` (from :func:`spar.evaluate.tuning.read_tuned` or a published model), which
+refuses query vectors from other encoders or of another dimension.
+
+:func:`spar_query_vectors` and :func:`spar_passage_vectors` are the one implementation of the SPAR formula (the
+published :class:`spar.publish.model_dir.SparEncoder` uses them too).
+
+Example::
+
+    >>> import numpy as np
+    >>> from spar.index.spar_index import SparIndex, build_spar_index, spar_query_vectors
+    >>> rng = np.random.default_rng(0)
+    >>> P, PL = rng.standard_normal((100, 8), dtype=np.float32), rng.standard_normal((100, 4), dtype=np.float32)
+    >>> Q, QL = rng.standard_normal((2, 8), dtype=np.float32), rng.standard_normal((2, 4), dtype=np.float32)
+    >>> index = SparIndex.build(P, PL, ids=[f"d{i}" for i in range(100)], variant="concat", index_type="flat")
+    >>> scores, ids = index.search(Q, QL, k=3, mu=0.5)
+    >>> bool(np.allclose(scores[0, 0], (Q[0] @ P.T + 0.5 * QL[0] @ PL.T).max(), atol=1e-4))
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence, get_args
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from spar.core.config import IndexSection, IndexType, Storage, Variant
+from spar.core.errors import ArtifactError
+from spar.core.executor import Executor, WorkerSpec
+from spar.index.files import IDS_FILE, INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
+from spar.index.storage import FAST_SCAN, code_bytes
+
+log = logging.getLogger(__name__)
+
+#: Passages combined and added to FAISS per step (bounds the extra memory of building from memory-mapped shards).
+ADD_BATCH = 65_536
+#: Training sample of a scalar quantizer or flat PQ (IVF indexes size theirs by the number of lists).
+TRAIN_SAMPLE = 65_536
+
+
+def _faiss():
+    import faiss
+
+    return faiss
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Vectors
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _check_pair(base: np.ndarray, lam: np.ndarray, variant: str, what: str) -> None:
+    if variant not in get_args(Variant):
+        raise ValueError(f"unknown SPAR variant {variant!r}; use 'concat' or 'sum'")
+    if base.ndim != 2 or lam.ndim != 2:
+        raise ArtifactError(f"{what}: expected 2-d matrices, got base {base.shape} and Λ {lam.shape}")
+    if base.shape[0] != lam.shape[0]:
+        raise ArtifactError(f"{what}: base has {base.shape[0]} rows but Λ has {lam.shape[0]}")
+    if variant == "sum" and base.shape[1] != lam.shape[1]:
+        raise ArtifactError(
+            f"{what}: variant 'sum' needs equal dimensions, but the base encoder gives {base.shape[1]} and Λ "
+            f"gives {lam.shape[1]}; use variant 'concat'"
+        )
+
+
+def spar_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Variant = "concat") -> np.ndarray:
+    """``[P, PΛ]`` (concat) or ``P + PΛ`` (sum), float32 and C-contiguous (what FAISS takes)."""
+    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
+    _check_pair(base_p, lambda_p, variant, "passage vectors")
+    if variant == "concat":
+        return np.ascontiguousarray(np.hstack([base_p, lambda_p]), dtype=np.float32)
+    return np.ascontiguousarray(base_p.astype(np.float32) + lambda_p.astype(np.float32))
+
+
+def spar_query_vectors(base_q: np.ndarray, lambda_q: np.ndarray, mu: float, variant: Variant = "concat") -> np.ndarray:
+    """``[Q, μ·QΛ]`` (concat) or ``Q + μ·QΛ`` (sum): the query side of a SPAR index, float32."""
+    base_q = np.atleast_2d(np.asarray(base_q, dtype=np.float32))
+    lambda_q = np.atleast_2d(np.asarray(lambda_q, dtype=np.float32))
+    _check_pair(base_q, lambda_q, variant, "query vectors")
+    if variant == "concat":
+        return np.ascontiguousarray(np.hstack([base_q, np.float32(mu) * lambda_q]))
+    return np.ascontiguousarray(base_q + np.float32(mu) * lambda_q)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Building FAISS indexes
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class IndexOptions(IndexSection):
+    """The ``index`` config section (one owner of every FAISS option and default) plus what the experiment adds:
+    the seed that trains codecs (``experiment.seed``) and FAISS threads."""
+
+    seed: int = 42
+    threads: int | None = None
+    #: A library call builds an exact float32 index unless told otherwise (the config section's default is the
+    #: frontier's choice, a quantized one).
+    storage: Storage = Field("float32", description="How passage vectors are stored (spar.index.storage).")
+
+    @classmethod
+    def from_section(cls, section: IndexSection, seed: int | None = None) -> "IndexOptions":
+        """From :class:`spar.core.config.IndexSection` (``seed``: the experiment's, which seeds codec training)."""
+        return cls(**section.model_dump(), **({"seed": seed} if seed is not None else {}))
+
+    def faiss_options(self) -> dict[str, Any]:
+        """The options that shape a FAISS index (not which vectors it holds: ``variant``, nor its ``type``)."""
+        return self.model_dump(exclude={"variant", "type"})
+
+    def served_storage(self, index_type: str) -> str:
+        """The storage an index of ``index_type`` really holds (``ivfpq`` always stores PQ codes)."""
+        return "pq" if index_type == "ivfpq" else self.storage
+
+    def codec(self, index_type: str) -> dict[str, Any]:
+        """What decides the stored passage vectors (float32: nothing but the storage): μ tuned against one
+        codec is refused for another."""
+        storage = self.served_storage(index_type)
+        if storage == "float32":
+            return {"storage": "float32"}
+        return {"storage": storage, "type": index_type, "pq_m": self.pq_m, "pq_nbits": self.pq_nbits,
+                "ivf_nlist": self.ivf_nlist, "train_size": self.train_size, "seed": self.seed}
+
+
+def check_serves(info: dict[str, Any], section: IndexSection, seed: int, directory: str | Path) -> None:
+    """Refuse an index (its ``index.json`` ``info``) that is not what the ``index`` config asks for: another variant,
+    type, storage or codec. An override the stored index cannot honour (``spar evaluate index.storage=float32`` on a
+    4-bit index) would otherwise be recorded in the results and the model card but not served."""
+    options = IndexOptions.from_section(section, seed=seed)
+    storage = info.get("storage", "pq" if info.get("type") == "ivfpq" else "float32")
+    have = {"variant": info.get("variant"), "type": info.get("type"), **info.get("codec", {"storage": storage})}
+    wanted = {"variant": section.variant, "type": section.type, **options.codec(section.type)}
+    main = ("variant", "type", "storage")
+    differ = [key for key in main if have.get(key) != wanted[key]]
+    if not differ and wanted["storage"] != "float32":  # then the codec's options (float32 vectors have none)
+        differ = [key for key in wanted if key not in main and have.get(key) != wanted[key]]
+    if differ:
+        names = ", ".join(f"{'experiment' if key == 'seed' else 'index'}.{key}={wanted[key]} (the index has "
+                          f"{have.get(key)})" for key in differ)
+        raise ArtifactError(f"{directory}: not the index the config asks for: {names}; re-run `spar index` (and "
+                            "`spar tune`) with these settings, or drop the override")
+
+
+def default_nlist(n: int) -> int:
+    """≈ 4·√N inverted lists, but at least 39 training points per list (FAISS's k-means minimum)."""
+    return max(1, min(int(round(4 * math.sqrt(n))), n // 39 or 1))
+
+
+def _rows(matrices: Sequence[np.ndarray], variant: str | None, start: int, stop: int) -> np.ndarray:
+    if variant is None:
+        return np.ascontiguousarray(matrices[0][start:stop], dtype=np.float32)
+    return spar_passage_vectors(matrices[0][start:stop], matrices[1][start:stop], variant)
+
+
+def _batches(matrices: Sequence[np.ndarray], variant: str | None, n: int) -> Iterator[np.ndarray]:
+    for start in range(0, n, ADD_BATCH):
+        yield _rows(matrices, variant, start, min(n, start + ADD_BATCH))
+
+
+def pq_bits_for(n: int, nbits: int) -> int:
+    """PQ bits per code that ``n`` training points support (FAISS's k-means wants >= 39 points per centroid)."""
+    return nbits if n >= 39 * 2 ** nbits else max(1, min(nbits, int(math.log2(max(n, 78) / 39))))
+
+
+def _pq_bits(n: int, nbits: int) -> int:
+    fewer = pq_bits_for(n, nbits)
+    if fewer != nbits:
+        log.warning("only %d passages: PQ codes use %d bits instead of %d", n, fewer, nbits)
+    return fewer
+
+
+def make_faiss_index(dim: int, n: int, index_type: IndexType, options: IndexOptions):
+    """An empty FAISS inner-product index of ``index_type`` storing ``options.storage``, sized for ``n`` vectors."""
+    from spar.index.storage import check_storage, factory_component
+
+    faiss = _faiss()
+    storage = check_storage(options.storage)
+    if index_type == "ivfpq":
+        if storage not in ("float32", "pq"):
+            raise ArtifactError(f"index.type=ivfpq stores PQ codes, not index.storage={storage}; use index.type=ivf "
+                                "for an inverted-list index of another storage")
+        index_type, storage = "ivf", "pq"
+    if storage == "pq":
+        if dim % options.pq_m:
+            raise ArtifactError(f"index.pq_m={options.pq_m} must divide the vector dimension {dim}")
+        if index_type == "hnsw":
+            raise ArtifactError("index.storage=pq with index.type=hnsw: FAISS's HNSW-PQ has no inner product; use "
+                                "index.type=flat or ivf for PQ, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
+    if storage in FAST_SCAN and index_type == "hnsw":
+        raise ArtifactError(f"index.storage={storage} with index.type=hnsw: FAISS's HNSW cannot store fast-scan codes; "
+                            "use index.type=flat or ivf, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
+    component = factory_component(storage, options.pq_m, options.pq_nbits, dim)
+    if index_type == "flat":
+        if storage == "float32":
+            return faiss.IndexFlatIP(dim)
+        if storage == "pq":
+            component = factory_component("pq", options.pq_m, _pq_bits(n, options.pq_nbits))
+        return faiss.index_factory(dim, component, faiss.METRIC_INNER_PRODUCT)
+    if index_type == "hnsw":
+        if storage == "float32":
+            index = faiss.IndexHNSWFlat(dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.index_factory(dim, f"HNSW{options.hnsw_m},{component}", faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = options.hnsw_ef_construction
+        index.hnsw.efSearch = options.hnsw_ef_search
+        return index
+    if index_type == "ivf":
+        nlist = options.ivf_nlist or default_nlist(n)
+        if nlist > n:
+            raise ArtifactError(f"index.ivf_nlist={nlist} exceeds the number of passages ({n})")
+        quantizer = faiss.IndexFlatIP(dim)
+        if storage == "pq":
+            index = faiss.IndexIVFPQ(quantizer, dim, nlist, options.pq_m, _pq_bits(n, options.pq_nbits),
+                                     faiss.METRIC_INNER_PRODUCT)
+        elif storage == "float32":
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.index_factory(dim, f"IVF{nlist},{component}", faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = min(options.nprobe, nlist)
+        return index
+    raise ValueError(f"unknown index type {index_type!r}; use flat, hnsw, ivf or ivfpq")
+
+
+def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
+                        options: IndexOptions):
+    """An empty index of ``index_type``, its codec trained on a seeded sample of the (combined) rows: the one
+    training that both the index build and :func:`served_passage_vectors` use, so both code passages alike."""
+    n = matrices[0].shape[0]
+    if n == 0:
+        raise ArtifactError("cannot build an index of 0 passages")
+    dim = _rows(matrices, variant, 0, 1).shape[1]
+    index = make_faiss_index(dim, n, index_type, options)
+    if not index.is_trained:
+        nlist = getattr(index, "nlist", 0)
+        default = max(256 * 64, 64 * nlist) if nlist else TRAIN_SAMPLE
+        train_size = options.train_size or min(n, default)
+        rng = np.random.default_rng(options.seed)
+        sample = np.sort(rng.choice(n, size=min(n, train_size), replace=False))
+        train = (np.ascontiguousarray(matrices[0][sample], dtype=np.float32) if variant is None
+                 else spar_passage_vectors(matrices[0][sample], matrices[1][sample], variant))
+        if options.storage in FAST_SCAN:
+            # One small k-means per 1 or 2 dimensions: thousands of tiny OpenMP regions, where a second thread
+            # only waits (SciFact, 3,456 dims, 4,096 points: 28 s on one thread; over 4.5 min on two, load 6).
+            with faiss_threads(1):
+                index.train(train)
+        else:
+            index.train(train)
+    return index
+
+
+def add_passages(index, matrices: Sequence[np.ndarray], variant: str | None):
+    """Add ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices to a trained index, in
+    batches; returns the index."""
+    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
+        index.add(chunk)
+    return index
+
+
+def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
+                      options: IndexOptions | None = None, executor: Executor | None = None,
+                      shards: Sequence[tuple[Sequence[Path], int]] | None = None):
+    """Fill a FAISS index with ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices.
+
+    With a Ray ``executor`` and ``shards`` (each matrix's ``.npy`` shard files and dimension, on shared storage)
+    the add phase is spread: workers code :data:`ADD_BATCH` passages each (:class:`CodeWorker`) and this process
+    appends the codes in order, which gives the index ``index.add`` would have built, byte for byte. HNSW graphs and
+    fast-scan codes are always added here (FAISS adds neither from codes).
+    """
+    faiss = _faiss()
+    options = options or IndexOptions()
+    if options.threads:
+        faiss.omp_set_num_threads(options.threads)
+    index = trained_faiss_index(matrices, variant, index_type, options)
+    n = matrices[0].shape[0]
+    if executor is not None and executor.kind != "local" and shards is not None and adds_codes(index_type, options):
+        spec = WorkerSpec(f"index:add:{id(index)}",
+                          functools.partial(CodeWorker, faiss.serialize_index(index), shards, variant),
+                          needs={"embeddings": Path(shards[0][0][0]).parent})
+        bounds = [(start, min(n, start + ADD_BATCH)) for start in range(0, n, ADD_BATCH)]
+        for _, codes in executor.map(spec, bounds, ordered=True):
+            index.add_sa_codes(codes)
+        return index
+    return add_passages(index, matrices, variant)
+
+
+def adds_codes(index_type: str, options: IndexOptions) -> bool:
+    """Whether FAISS can add this index's passages from codes made elsewhere (``add_sa_codes``): flat and IVF
+    indexes of every storage but fast-scan (HNSW builds a graph; fast-scan packs codes in blocks)."""
+    return index_type != "hnsw" and options.served_storage(index_type) not in FAST_SCAN
+
+
+class CodeWorker:
+    """The index's add phase on a worker: the trained empty index (serialized) codes the passages of a row range,
+    read from the embeddings' memory-mapped shards (shared storage) and combined as the index combines them."""
+
+    def __init__(self, index_bytes: np.ndarray, shards: Sequence[tuple[Sequence[Path], int]], variant: str | None):
+        from spar.model.embeddings import ShardedVectors
+
+        self.index = _faiss().deserialize_index(index_bytes)
+        self.matrices = [ShardedVectors([np.load(p, mmap_mode="r", allow_pickle=False) for p in parts], dim)
+                         for parts, dim in shards]
+        self.variant = variant
+
+    def __call__(self, bounds: tuple[int, int]) -> np.ndarray:
+        return self.index.sa_encode(_rows(self.matrices, self.variant, *bounds))
+
+
+@contextmanager
+def faiss_threads(threads: int) -> Iterator[None]:
+    """FAISS's OpenMP threads set to ``threads`` inside the block, restored after it. On a loaded machine one
+    thread can be many times faster: OpenMP threads wait for each other at every parallel region (training a
+    fast-scan codec runs thousands of them)."""
+    faiss = _faiss()
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+class ServedVectors:
+    """One part (base or Λ) of the SPAR passage vectors as an index stores them, decoded on demand: row slices and
+    row gathers, like :class:`spar.model.embeddings.ShardedVectors`, without a decoded copy of the corpus in memory.
+
+    Each access codes the ``[P, PΛ]`` rows it needs and decodes them (a scalar quantizer or PQ codes a vector
+    alone, so a row decodes to the same values whichever rows it comes with).
+    """
+
+    def __init__(self, codec, sources: Sequence[Any], columns: slice):
+        self.codec, self.sources, self.columns = codec, sources, columns
+        width = len(range(*columns.indices(int(codec.d))))
+        self.shape = (int(sources[0].shape[0]), width)
+        self.dtype = np.dtype(np.float32)
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        if not isinstance(key, slice):
+            key = np.asarray(key, dtype=np.int64)
+        combined = spar_passage_vectors(self.sources[0][key], self.sources[1][key], "concat")
+        if len(combined) == 0:
+            return np.zeros((0, self.shape[1]), np.float32)
+        return np.ascontiguousarray(self.codec.sa_decode(self.codec.sa_encode(combined))[:, self.columns])
+
+
+def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
+                           index_type: IndexType = "flat", options: IndexOptions | None = None,
+                           trained: Any = None) -> tuple[Any, Any]:
+    """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
+
+    Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
+    the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
+    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it, unless
+    ``trained`` (an index from :func:`trained_faiss_index` for these vectors and options) is given to code with.
+    Inputs that are not in memory (:class:`spar.model.embeddings.ShardedVectors`, a corpus too large to copy) give
+    :class:`ServedVectors`, decoded row block by row block as they are read (concat).
+    """
+    options = options or IndexOptions()
+    streamed = not isinstance(base_p, np.ndarray) or not isinstance(lambda_p, np.ndarray)
+    if options.served_storage(index_type) == "float32":
+        if streamed:
+            return base_p, lambda_p
+        return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
+    _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
+    faiss = _faiss()
+    index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
+    codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
+    if streamed and variant == "concat":
+        dim = base_p.shape[1]
+        return ServedVectors(codec, [base_p, lambda_p], slice(0, dim)), \
+            ServedVectors(codec, [base_p, lambda_p], slice(dim, None))
+    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
+    n = base_p.shape[0]
+    decoded = np.empty((n, index.d), dtype=np.float32)
+    for start, chunk in zip(range(0, n, ADD_BATCH), _batches([base_p, lambda_p], variant, n)):
+        decoded[start:start + len(chunk)] = codec.sa_decode(codec.sa_encode(chunk))
+    if variant == "sum":
+        return decoded, np.zeros_like(decoded)
+    return decoded[:, :base_p.shape[1]], decoded[:, base_p.shape[1]:]
+
+
+def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: Variant = "concat",
+                     index_type: IndexType = "flat", executor: Executor | None = None,
+                     shards: Sequence[tuple[Sequence[Path], int]] | None = None, **opts: Any):
+    """A FAISS index of SPAR passage vectors (``lambda_p=None``: of ``base_p`` alone, e.g. the base index).
+
+    ``opts`` are :class:`IndexOptions` fields (``hnsw_m``, ``hnsw_ef_search``, ``ivf_nlist``, ``pq_m``,
+    ``nprobe``, ...). Inputs may be memory-mapped; they are combined and added in batches (on ``executor``'s
+    workers, given the inputs' ``shards``: see :func:`build_faiss_index`).
+    """
+    if lambda_p is None:
+        return build_faiss_index([base_p], None, index_type, IndexOptions(**opts), executor, shards)
+    _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
+    if base_p.shape[0] != lambda_p.shape[0]:
+        raise ArtifactError(f"passage vectors: base has {base_p.shape[0]} rows but Λ has {lambda_p.shape[0]}")
+    return build_faiss_index([base_p, lambda_p], variant, index_type, IndexOptions(**opts), executor, shards)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The saved index
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SparIndex:
+    """A FAISS index of SPAR passage vectors with its ids and description (see the module docstring)."""
+
+    index: Any
+    ids: list[str]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    # -- construction ----------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
+              index_type: IndexType = "flat", options: IndexOptions | None = None,
+              executor: Executor | None = None, **opts: Any) -> "SparIndex":
+        """Build from two matrices or two :class:`~spar.model.embeddings.Embeddings` (ids and fingerprints checked; the
+        add phase of the latter runs on ``executor``'s workers when it is Ray's)."""
+        options = options or IndexOptions(**opts)
+        base_fp = lambda_fp = None
+        shards = None
+        if hasattr(base_p, "model_fingerprint"):
+            base_emb, lambda_emb = base_p, lambda_p
+            if base_emb.ids != lambda_emb.ids:
+                raise ArtifactError(
+                    f"{base_emb.directory} and {lambda_emb.directory} hold different passages (ids differ); "
+                    "re-encode both from the same corpus"
+                )
+            ids = base_emb.ids if ids is None else ids
+            base_fp, lambda_fp = base_emb.model_fingerprint, lambda_emb.model_fingerprint
+            shards = [(base_emb.part_files, base_emb.dim), (lambda_emb.part_files, lambda_emb.dim)]
+            # Memory-mapped views across shards: vectors are combined and added in batches, never all loaded.
+            base_p, lambda_p = base_emb.sharded, lambda_emb.sharded
+        n = base_p.shape[0]
+        ids = [str(i) for i in range(n)] if ids is None else list(ids)
+        if len(ids) != n:
+            raise ArtifactError(f"{len(ids)} ids for {n} passage vectors")
+        index = build_spar_index(base_p, lambda_p, variant, index_type, executor, shards, **options.faiss_options())
+        storage = options.served_storage(index_type)
+        info = {
+            "variant": variant, "type": index_type, "count": n, "dim": int(index.d),
+            "storage": storage, "codec": options.codec(index_type),
+            "code_bytes": code_bytes(storage, int(index.d), options.pq_m, pq_bits_for(n, options.pq_nbits)),
+            "base_dim": int(base_p.shape[1]), "lambda_dim": int(lambda_p.shape[1]),
+            "base_fingerprint": base_fp, "lambda_fingerprint": lambda_fp,
+            "options": {k: v for k, v in options.faiss_options().items() if k != "threads"},
+        }
+        return cls(index, ids, info)
+
+    def save(self, directory: str | Path) -> None:
+        from spar.core.schemas import EMBEDDING_IDS, write_table
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        from spar.core.artifacts import atomic_file
+
+        with atomic_file(d / INDEX_FILE) as tmp:
+            _faiss().write_index(self.index, str(tmp))
+        write_table(d / IDS_FILE, pa.table({"row": pa.array(range(len(self.ids)), pa.int64()),
+                                            "id": pa.array(self.ids, pa.string())}, schema=EMBEDDING_IDS))
+        (d / INDEX_MANIFEST).write_text(json.dumps(self.info, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: str | Path, mmap: bool = False) -> "SparIndex":
+        """Open a saved index (``mmap=True`` memory-maps ``index.faiss`` instead of reading it)."""
+        from spar.core.schemas import read_table
+
+        d = Path(directory)
+        for name in (INDEX_FILE, IDS_FILE, INDEX_MANIFEST):
+            if not (d / name).exists():
+                raise ArtifactError(f"{d}: missing file '{name}' (build it with `spar index`)")
+        faiss = _faiss()
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        index = faiss.read_index(str(d / INDEX_FILE), flags)
+        info = json.loads((d / INDEX_MANIFEST).read_text())
+        ids = read_table(d / IDS_FILE).column("id").to_pylist()
+        if index.ntotal != len(ids) or index.ntotal != info.get("count"):
+            raise ArtifactError(f"{d}: {INDEX_FILE} holds {index.ntotal} vectors, {IDS_FILE} {len(ids)} ids, "
+                                f"{INDEX_MANIFEST} says {info.get('count')}")
+        self = cls(index, ids, info)
+        self.set_search_params(**{k: v for k, v in info.get("options", {}).items() if k in SEARCH_TIME})
+        return self
+
+    def set_search_params(self, hnsw_ef_search: int | None = None, nprobe: int | None = None) -> None:
+        faiss = _faiss()
+        if hnsw_ef_search is not None and hasattr(self.index, "hnsw"):
+            self.index.hnsw.efSearch = int(hnsw_ef_search)
+        if nprobe is not None:
+            ivf = faiss.try_extract_index_ivf(self.index)
+            if ivf is not None:
+                ivf.nprobe = int(min(nprobe, ivf.nlist))
+
+    # -- properties ------------------------------------------------------------------------------------------
+    @property
+    def variant(self) -> str:
+        return self.info["variant"]
+
+    @property
+    def storage(self) -> str:
+        """How the passage vectors are stored (:mod:`spar.index.storage`)."""
+        return self.info.get("storage", "pq" if self.info.get("type") == "ivfpq" else "float32")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    # -- search ----------------------------------------------------------------------------------------------
+    def check_query_side(self, base_q, lambda_q) -> tuple[np.ndarray, np.ndarray]:
+        """Matrices of the query side, after checking encoders (for Embeddings) and dimensions."""
+        pairs = []
+        for role, q, fp_key, dim_key in (("base", base_q, "base_fingerprint", "base_dim"),
+                                         ("Λ", lambda_q, "lambda_fingerprint", "lambda_dim")):
+            if hasattr(q, "model_fingerprint"):
+                expected = self.info.get(fp_key)
+                if expected and q.model_fingerprint != expected:
+                    raise ArtifactError(
+                        f"{role} query vectors in {q.directory} come from encoder {q.model_fingerprint}, but the "
+                        f"index was built with {role} encoder {expected}; encode queries with the same encoder"
+                    )
+                q = q.vectors
+            q = np.atleast_2d(np.asarray(q, dtype=np.float32))
+            if q.shape[1] != self.info[dim_key]:
+                raise ArtifactError(
+                    f"{role} query vectors have dimension {q.shape[1]}, but the index was built with {role} "
+                    f"passage vectors of dimension {self.info[dim_key]}"
+                )
+            pairs.append(q)
+        return pairs[0], pairs[1]
+
+    def search(self, base_q, lambda_q, k: int, mu: float) -> tuple[np.ndarray, list[list[str | None]]]:
+        """Top-``k`` passages for each query: ``sim + μ·simΛ`` (concat); μ comes from the caller (tuned by ``tune``).
+
+        ``base_q``/``lambda_q``: matrices [n, dim] or :class:`~spar.model.embeddings.Embeddings` (whose encoder
+        fingerprints must match the index's). Returns scores [n, k] and ids (``None`` where fewer than k exist).
+        """
+        base_q, lambda_q = self.check_query_side(base_q, lambda_q)
+        return self.search_vectors(spar_query_vectors(base_q, lambda_q, mu, self.variant), k)
+
+    def search_vectors(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str | None]]]:
+        """Search with ready-made query vectors (``[Q, μ·QΛ]`` for concat)."""
+        qvecs = np.ascontiguousarray(np.atleast_2d(qvecs), dtype=np.float32)
+        if qvecs.shape[1] != self.index.d:
+            raise ArtifactError(f"query vectors have dimension {qvecs.shape[1]}, the index {self.index.d}")
+        scores, labels = self.index.search(qvecs, k)
+        ids = [[self.ids[j] if j >= 0 else None for j in row] for row in labels]
+        return scores, ids

@@ -1,0 +1,197 @@
+"""spar/ moved into subpackages (issue #29): the old import paths keep working for one release, and models published
+before the move load after it with the same vectors.
+
+The models under ``tests/fixtures/premove/`` were published by the code of commit 468a90b, the last one before the
+move (``tests/fixtures/make_premove_models.py`` says how); ``expected.json`` holds the vectors that code gave.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PREMOVE = ROOT / "tests" / "fixtures" / "premove"
+MODELS = ("projection", "projection-sparse", "static", "transformer")
+
+
+def _python(code: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Old import paths
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_every_old_module_path_is_its_new_module_with_one_warning():
+    code = """
+import importlib, json, warnings
+from spar._compat import ALIASES
+out = {}
+for old, new in ALIASES.items():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        same = importlib.import_module(old) is importlib.import_module(new)
+    moved = [w for w in caught if issubclass(w.category, DeprecationWarning) and "moved to" in str(w.message)]
+    out[old] = {"same": same, "warnings": [str(w.message) for w in moved], "where": [w.filename for w in moved]}
+print(json.dumps(out))
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    from spar._compat import ALIASES
+
+    assert set(results) == set(ALIASES) and len(ALIASES) >= 30
+    for old, result in results.items():
+        assert result["same"], old
+        assert result["warnings"] == [f"{old} moved to {ALIASES[old]} (spar 0.2); the old path is an alias that goes "
+                                      "in the next release"], old
+        assert result["where"] == ["<string>"], old  # attributed to the importing code, not to importlib
+
+
+def test_an_old_path_names_its_new_home_under_W_error():
+    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", "import spar.config"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "DeprecationWarning: spar.config moved to spar.core.config" in done.stderr
+
+
+def test_the_new_paths_warn_nothing():
+    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning:spar", "-c",
+                           "import spar.core.config, spar.index, spar.publish.model_dir, spar.experiment.inputs, "
+                           "spar.evaluate.tuning, spar.lexical, spar.data.passages"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "moved to" not in done.stderr
+
+
+def test_old_names_of_the_packages_that_replaced_modules():
+    import spar.data.passages
+    import spar.data.question_sets
+    import spar.evaluate.exact
+    import spar.experiment
+    import spar.experiment.inputs
+    import spar.experiment.lambda_source
+    import spar.index
+    import spar.index.spar_index
+    import spar.lexical
+    import spar.publish
+    import spar.publish.model_dir
+
+    assert spar.index.SparIndex is spar.index.spar_index.SparIndex
+    assert spar.index.spar_query_vectors is spar.index.spar_index.spar_query_vectors
+    assert spar.publish.SparEncoder is spar.publish.model_dir.SparEncoder
+    assert spar.publish.check_model_dir is spar.publish.model_dir.check_model_dir
+    assert spar.experiment.ExperimentInputs is spar.experiment.inputs.ExperimentInputs
+    assert spar.experiment.dense_search is spar.evaluate.exact.dense_search
+    assert spar.experiment.split_queries is spar.data.question_sets.split_queries
+    assert spar.lexical.corpus_texts is spar.data.passages.corpus_texts
+    assert spar.lexical.experiment_corpus_passages is spar.experiment.lambda_source.experiment_corpus_passages
+    assert "SparIndex" in dir(spar.index)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        spar.index.nothing  # noqa: B018
+
+
+def test_every_public_name_of_the_replaced_modules_is_exported():
+    """The packages spar.index, spar.publish and spar.experiment export each public name the modules of the same
+    name had at commit 468a90b (read from the pre-move sources listed in the fixture maker's commit)."""
+    import importlib
+
+    premove_names = json.loads((PREMOVE / "module_names.json").read_text())
+    for module, names in premove_names.items():
+        package = importlib.import_module(module)
+        missing = [n for n in names if not hasattr(package, n)]
+        assert not missing, (module, missing)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Models published before the move
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _expected(name: str) -> tuple[list[str], list, dict[str, np.ndarray]]:
+    data = json.loads((PREMOVE / "expected.json").read_text())
+    passages = [tuple(p) for p in data["passages"]]
+    vectors = {k: np.asarray(v, dtype=np.float32) for k, v in data["vectors"][name].items()}
+    return data["queries"], passages, vectors
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_model_published_before_the_move_loads_with_the_same_vectors(name):
+    from spar.lexical.st_modules import load_sentence_transformer
+    from spar.publish.model_dir import SparEncoder
+
+    queries, passages, expected = _expected(name)
+    enc = SparEncoder.from_pretrained(PREMOVE / name)
+    assert enc.mu == pytest.approx(0.37) and enc.lambda_.kind == name.split("-")[0]
+    np.testing.assert_allclose(enc.encode_queries(queries), expected["queries"], atol=2e-6)
+    np.testing.assert_allclose(enc.encode_passages(passages), expected["passages"], atol=2e-6)
+    st = load_sentence_transformer(str(PREMOVE / name), device="cpu")
+    np.testing.assert_allclose(st.encode_query(queries, convert_to_numpy=True), expected["queries"], atol=2e-5)
+    np.testing.assert_allclose(st.encode_document(passages, convert_to_numpy=True), expected["passages"], atol=2e-5)
+
+
+def test_a_model_published_before_the_move_loads_where_spar_is_not_installed(tmp_path):
+    """sentence-transformers with trust_remote_code runs the model's own spar_modules.py / spar_analysis.py /
+    spar_random_tables.py copies (made before the move) with spar unimportable."""
+    code = """
+import importlib.abc, json, sys
+class NoSpar(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "spar" or name.startswith("spar."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)")
+sys.meta_path.insert(0, NoSpar())
+from sentence_transformers import SentenceTransformer
+out = {}
+data = json.loads(open(sys.argv[2]).read())
+for name in sys.argv[1].split(","):
+    st = SentenceTransformer(f"{sys.argv[3]}/{name}", device="cpu", trust_remote_code=True)
+    passages = [tuple(p) for p in data["passages"]]
+    out[name] = {"queries": st.encode_query(data["queries"], convert_to_numpy=True).tolist(),
+                 "passages": st.encode_document(passages, convert_to_numpy=True).tolist()}
+assert not any(m == "spar" or m.startswith("spar.") for m in sys.modules)
+print(json.dumps(out))
+"""
+    models = tmp_path / "models"
+    shutil.copytree(PREMOVE, models)
+    done = _python(code, ",".join(MODELS), str(PREMOVE / "expected.json"), str(models),
+                   env={"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "hf-modules"),
+                        "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    vectors = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in MODELS:
+        _, _, expected = _expected(name)
+        np.testing.assert_allclose(np.asarray(vectors[name]["queries"]), expected["queries"], atol=2e-5)
+        np.testing.assert_allclose(np.asarray(vectors[name]["passages"]), expected["passages"], atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["projection", "transformer"])
+def test_republishing_keeps_the_model_format(name, tmp_path):
+    """A pre-move model saved again by the moved code: the same files, the same JSON (but the version stamps), the
+    shipped modules copied from their new homes under their fixed names."""
+    from spar.lexical import analysis, random_tables, st_modules
+    from spar.publish.model_dir import SparEncoder
+
+    out = tmp_path / name
+    SparEncoder.from_pretrained(PREMOVE / name).save_pretrained(out, model_card=f"# premove {name}\n")
+    files = {str(p.relative_to(PREMOVE / name)) for p in (PREMOVE / name).rglob("*") if p.is_file()}
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == files
+    spar_files = ("spar_model.json", "modules.json", "router_config.json", "config_sentence_transformers.json",
+                  "spar_combination.json", "lexical_bag.json")  # (the tokenizers' files are transformers')
+    for json_file in sorted(f for f in files if Path(f).name in spar_files):
+        old, new = json.loads((PREMOVE / name / json_file).read_text()), json.loads((out / json_file).read_text())
+        for stamps in (old, new):
+            if isinstance(stamps, dict):
+                stamps.pop("spar_version", None), stamps.pop("__version__", None), stamps.pop("created", None)
+        assert new == old, json_file
+    for shipped, module in (("spar_modules.py", st_modules), ("spar_analysis.py", analysis),
+                            ("spar_random_tables.py", random_tables)):
+        assert (out / shipped).read_text() == Path(module.__file__).read_text()
