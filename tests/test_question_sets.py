@@ -183,8 +183,8 @@ def test_question_set_config_errors(overrides, message, tmp_path):
 def test_a_set_with_qrels_needs_no_unnamed_queries(sample_experiment, qa_files, tmp_path):  # noqa: F811
     """A named set's qrels go with its own questions (SQuAD-open: BEIR questions + qrels + answers): the inputs check
     passed the unnamed set's rule to them and refused every such experiment before its evaluate stage."""
-    from spar.experiment import split_queries
-    from spar.preflight import check_inputs
+    from spar.data.question_sets import split_queries
+    from spar.experiment.preflight import check_inputs
 
     test = split_queries(experiment_config(sample_experiment, tmp_path / "results"), "test")
     ids = [json.loads(line)["_id"] for line in qa_files["test"].read_text().splitlines()]
