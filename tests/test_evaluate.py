@@ -135,6 +135,29 @@ def test_has_answer_string_mode_is_pyserinis():
     assert True in expected and False in expected
 
 
+def test_has_answer_on_real_passages_is_pyserinis(datasets_dir):
+    """The cached token comparison against Pyserini's own ``has_answers`` on wiki-vital passages: answers are word
+    spans of the same passage (re-cased), of another passage, and with punctuation, so both outcomes occur."""
+    import random
+
+    from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
+
+    from spar.data.readers import read_corpus
+
+    texts = [p.text for _, p in zip(range(300), read_corpus(datasets_dir / "wiki-vital" / "corpus.jsonl"))]
+    rng, tokenizer = random.Random(0), SimpleTokenizer()
+    cases = []
+    for i, text in enumerate(texts):
+        words, other = text.split(), texts[(i + 7) % len(texts)].split()
+        start, width = rng.randrange(max(1, len(words) - 3)), rng.randint(1, 3)
+        own = " ".join(words[start:start + width])
+        cases += [([own.upper()], text), ([" ".join(other[start:start + width])], text),
+                  (["zzz", own.lower() + ","], text), ([own], text + " " + own)]
+    expected = [has_answers(text, answers, tokenizer, regex=False) for answers, text in cases]
+    assert [has_answer(answers, text) for answers, text in cases] == expected
+    assert 0.2 < sum(expected) / len(expected) < 0.9
+
+
 REGEX_CASES = [([r"\bcolou?r\b"], "The COLOR red"), ([r"19[0-9]{2}"], "born in 1957"),
                ([r"(unclosed"], "(unclosed"), ([r"^red$"], "The color red"), ([r"caf[eé]"], "CAFÉ")]
 
