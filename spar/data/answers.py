@@ -39,25 +39,32 @@ def has_answer(answers: Iterable[str], text: str, match: Literal["string", "rege
         from pyserini.eval.evaluate_dpr_retrieval import has_answers
 
         return bool(has_answers(text, list(answers), _dpr_tokenizer(), regex=True))
-    tokens = _dpr_words(text)
+    tokens, vocabulary = _dpr_words(text)
     for answer in answers:
-        wanted = _dpr_words(answer)
-        n = len(wanted)
-        if n == 0:  # Pyserini's loop finds the empty sequence in any text
+        wanted, needed = _dpr_words(answer)
+        if not wanted:  # Pyserini's loop finds the empty sequence in any text
             return True
-        first = wanted[0]
-        for i in range(len(tokens) - n + 1):
-            if tokens[i] == first and tokens[i:i + n] == wanted:
+        if not needed <= vocabulary:  # most answers miss most passages: no scan
+            continue
+        n, first, i = len(wanted), wanted[0], tokens.index(wanted[0])
+        while i <= len(tokens) - n:
+            if tokens[i:i + n] == wanted:
                 return True
+            try:
+                i = tokens.index(first, i + 1)
+            except ValueError:
+                break
     return False
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _dpr_words(text: str) -> tuple[str, ...]:
-    """DPR's lower-cased tokens of ``text`` after NFD normalisation (what Pyserini's ``has_answers`` compares)."""
+def _dpr_words(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """DPR's lower-cased tokens of ``text`` after NFD normalisation (what Pyserini's ``has_answers`` compares), and
+    their set."""
     import unicodedata
 
-    return tuple(_dpr_tokenizer().tokenize(unicodedata.normalize("NFD", text)).words(uncased=True))
+    words = tuple(_dpr_tokenizer().tokenize(unicodedata.normalize("NFD", text)).words(uncased=True))
+    return words, frozenset(words)
 
 
 @functools.cache
