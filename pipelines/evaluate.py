@@ -85,14 +85,16 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     w.stats["skipped_records"] = {k: sum(v.values()) for k, v in skipped.items()}
     w.schema = {"runs/[<set>/]<system>.trec": "qid Q0 docid rank score tag",
                 "results.json": "as results/<name>.json, by question set"}
+    # One W&B table for every set: the union of the sets' measures (a set judged by answers only has no nDCG@10).
+    measures = list(dict.fromkeys(m for report in reports.values() for values in report.systems.values()
+                                  for m in values))
     rows, figures = [], {}
     for name, report in reports.items():
         for system, values in report.systems.items():
-            rows.append([name, system, *[values.get(m) for m in report.metrics], report.rbo.get(system),
+            rows.append([name, system, *[values.get(m) for m in measures], report.rbo.get(system),
                          report.shuffled.get(system, {}).get("delta")])
             figures.update({f"{name + '/' if name else ''}{system}/{m}": v for m, v in values.items()})
-    first = next(iter(reports.values()))
-    columns = ["set", "system", *first.metrics, "rbo", "shuffled_delta"]
+    columns = ["set", "system", *measures, "rbo", "shuffled_delta"]
     context.wandb_log("evaluate", figures, tables={"results": (columns, rows)},
                       mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project)
     return {"results": ", ".join(written), "runs": str(unit.output / "runs"), "table": "\n".join(tables)}

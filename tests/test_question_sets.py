@@ -197,3 +197,27 @@ def test_a_set_with_qrels_needs_no_unnamed_queries(sample_experiment, qa_files, 
     with pytest.raises(ConfigError, match="data.queries is not set, but qrels are"):
         check_inputs(experiment_config(tmp_path / "run", tmp_path / "results", "data.queries=null",
                                        "data.qrels_dev=null", f"data.qrels_test={qrels}"))
+
+
+def test_sets_with_different_measures_log_one_wandb_table(sample_experiment, qa_files, tmp_path):  # noqa: F811
+    """A set judged by qrels and answers (nDCG@10 and Acc@k) beside one judged by answers only: the W&B table of
+    evaluate has every measure as a column (it was cut to the first set's and W&B refused the rows, failing the
+    stage after the results were written)."""
+    from pipelines import evaluate as evaluate_stage
+    from pipelines import tune as tune_stage
+    from spar.experiment import split_queries
+
+    test = split_queries(experiment_config(sample_experiment, tmp_path / "results"), "test")
+    ids = [json.loads(line)["_id"] for line in qa_files["test"].read_text().splitlines()]
+    qrels = tmp_path / "claims-test.tsv"
+    qrels.write_text("".join(f"{q}\t{d}\t1\n" for q in ids for d in test.qrels[q.removeprefix("claims-test-")]))
+    root = tmp_path / "qa"
+    _copy_of(sample_experiment, root)
+    cfg = _config(root, qa_files, f"data.question_sets.claims.qrels_test={qrels}", "evaluate.wandb_mode=offline",
+                  "evaluate.metrics=[nDCG@10,R@100]")
+    tune_stage.run(cfg)
+    evaluate_stage.run(cfg)
+    claims = json.loads((root / "results" / "scifact-sample.json").read_text())["sets"]["claims"]["systems"]
+    dpr = json.loads((root / "results" / "dpr-results.json").read_text())["sets"]["dpr"]["systems"]
+    assert "nDCG@10" in claims["spar"] and "nDCG@10" not in dpr["spar"]
+    assert list((root / "wandb").rglob("*.wandb")), "no offline W&B run"
