@@ -180,20 +180,27 @@ def test_question_set_config_errors(overrides, message, tmp_path):
         load_config(None, [*extra, *overrides])
 
 
-def test_a_set_with_qrels_needs_no_unnamed_queries(sample_experiment, qa_files, tmp_path):  # noqa: F811
-    """A named set's qrels go with its own questions (SQuAD-open: BEIR questions + qrels + answers): the inputs check
-    passed the unnamed set's rule to them and refused every such experiment before its evaluate stage."""
+def _claims_test_qrels(sample_experiment: Path, qa_files, tmp_path: Path) -> tuple[Path, int]:  # noqa: F811
+    """Qrels for set 'claims''s test questions (each one's SciFact judgments): the file and its judgment count."""
     from spar.data.question_sets import split_queries
-    from spar.experiment.preflight import check_inputs
 
     test = split_queries(experiment_config(sample_experiment, tmp_path / "results"), "test")
     ids = [json.loads(line)["_id"] for line in qa_files["test"].read_text().splitlines()]
+    lines = [f"{q}\t{d}\t1\n" for q in ids for d in test.qrels[q.removeprefix("claims-test-")]]
     qrels = tmp_path / "claims-test.tsv"
-    qrels.write_text("".join(f"{q}\t{d}\t1\n" for q in ids for d in test.qrels[q.removeprefix("claims-test-")]))
+    qrels.write_text("".join(lines))
+    return qrels, len(lines)
+
+
+def test_a_set_with_qrels_needs_no_unnamed_queries(sample_experiment, qa_files, tmp_path):  # noqa: F811
+    """A named set's qrels go with its own questions (SQuAD-open: BEIR questions + qrels + answers): the inputs check
+    passed the unnamed set's rule to them and refused every such experiment before its evaluate stage."""
+    from spar.experiment.preflight import check_inputs
+
+    qrels, judgments = _claims_test_qrels(sample_experiment, qa_files, tmp_path)
     cfg = _config(tmp_path / "run", qa_files, f"data.question_sets.claims.qrels_test={qrels}")
     report = check_inputs(cfg)
-    judged = report["data.question_sets.claims.qrels_test"]["judgments"]
-    assert judged == sum(len(test.qrels[q.removeprefix("claims-test-")]) for q in ids)
+    assert report["data.question_sets.claims.qrels_test"]["judgments"] == judgments
     with pytest.raises(ConfigError, match="data.queries is not set, but qrels are"):
         check_inputs(experiment_config(tmp_path / "run", tmp_path / "results", "data.queries=null",
                                        "data.qrels_dev=null", f"data.qrels_test={qrels}"))
@@ -205,12 +212,8 @@ def test_sets_with_different_measures_log_one_wandb_table(sample_experiment, qa_
     stage after the results were written)."""
     from pipelines import evaluate as evaluate_stage
     from pipelines import tune as tune_stage
-    from spar.experiment import split_queries
 
-    test = split_queries(experiment_config(sample_experiment, tmp_path / "results"), "test")
-    ids = [json.loads(line)["_id"] for line in qa_files["test"].read_text().splitlines()]
-    qrels = tmp_path / "claims-test.tsv"
-    qrels.write_text("".join(f"{q}\t{d}\t1\n" for q in ids for d in test.qrels[q.removeprefix("claims-test-")]))
+    qrels, _ = _claims_test_qrels(sample_experiment, qa_files, tmp_path)
     root = tmp_path / "qa"
     _copy_of(sample_experiment, root)
     cfg = _config(root, qa_files, f"data.question_sets.claims.qrels_test={qrels}", "evaluate.wandb_mode=offline",
