@@ -65,7 +65,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     context = RunContext(cfg)
     ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
-    reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs")
+    reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs", keep_runs=False)
     tables, written = [], []
     for stem, names in context.results_groups.items():
         group = {name: reports[name] for name in names}

@@ -136,6 +136,14 @@ def test_a_set_with_its_own_mu_is_served_by_it(sample_experiment, qa_files, tmp_
     reports = evaluate_sets(cfg)
     assert reports["claims"].mu == tuned.for_set("claims").mu()
     assert reports["dpr"].mu == tuned.mu()
+    # the pipeline's way: each set's rankings go to its files and are not held (gigabytes at ODQA scale)
+    lean = evaluate_sets(cfg, runs_dir=tmp_path / "runs", keep_runs=False)
+    for name, report in lean.items():
+        assert report.runs == {} and report.systems == reports[name].systems
+        written = (tmp_path / "runs" / name / "spar.trec").read_text().splitlines()
+        assert len(written) == sum(len(hits) for hits in reports[name].runs["spar"].values())
+    with pytest.raises(ValueError, match="keep_runs=False needs runs_dir"):
+        evaluate_sets(cfg, keep_runs=False)
 
 
 def test_dev_pool_refuses_clashing_ids_and_mixed_judgments(qa_files, sample_experiment, tmp_path):  # noqa: F811

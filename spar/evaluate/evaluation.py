@@ -137,13 +137,17 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
 
 def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
-                  progress: Callable[[str], None] = log.info) -> dict[str, EvaluationReport]:
+                  progress: Callable[[str], None] = log.info, keep_runs: bool = True) -> dict[str, EvaluationReport]:
     """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
     and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
 
     ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline; a named set's in
-    ``<runs_dir>/<set>/``).
+    ``<runs_dir>/<set>/``). ``keep_runs=False`` (with ``runs_dir``) leaves each report's ``runs`` empty once its
+    files are written: the rankings of tens of thousands of questions (60,864 over six ODQA sets, five systems,
+    top 100) are gigabytes of Python objects, and the pipeline reads them from the files.
     """
+    if not keep_runs and runs_dir is None:
+        raise ValueError("keep_runs=False needs runs_dir: the rankings would be lost")
     from spar.index.spar_index import SparIndex, build_spar_index, check_serves
     from spar.data.question_sets import test_splits
 
@@ -166,6 +170,8 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     for test in test_splits(cfg):
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress)
+        if not keep_runs:
+            reports[test.name].runs = {}
     return reports
 
 

@@ -268,8 +268,9 @@ class ExperimentInputs:
             passages = self.passages_arrow
             self._bm25_tmp = tempfile.TemporaryDirectory(prefix="spar-bm25-")
             log.info("no BM25 teacher index in this run; building a BM25 index of %s", passages)
-            index_dir = build_bm25_index(passages, Path(self._bm25_tmp.name) / "index", label.threads)
-        return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads)
+            index_dir = build_bm25_index(passages, Path(self._bm25_tmp.name) / "index", label.threads,
+                                         heap=label.java_heap)
+        return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads, heap=label.java_heap)
 
     def bm25_fingerprint(self) -> str | None:
         teacher = self.run.artifact("teacher_index")
