@@ -13,6 +13,7 @@ from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, re
 from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
+from spar.evaluate.published import Published
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.files import SEARCH_TIME, index_info
 from spar.index.spar_index import check_serves
@@ -47,6 +48,9 @@ def plan(cfg, force: bool = False) -> Unit:
         if name not in ("qrels_dev",) and not name.endswith((".dev", ".qrels_dev")):
             fingerprints[name] = file_fingerprint(path)
             sources.append(source(path, "file"))
+    if cfg.evaluate.published:  # the results print it: another file, other results
+        fingerprints["published"] = file_fingerprint(cfg.evaluate.published)
+        sources.append(source(cfg.evaluate.published, "file"))
     paths = _result_paths(cfg)
     config = {"evaluate": settings(cfg.evaluate),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
@@ -65,13 +69,14 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     context = RunContext(cfg)
     ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
+    published = Published.read(cfg.evaluate.published) if cfg.evaluate.published else None  # fails before the work
     reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs", keep_runs=False)
     tables, written = [], []
     for stem, names in context.results_groups.items():
         group = {name: reports[name] for name in names}
         for report in group.values():
             report.details["skipped_records"] = skipped
-        payload, table = results_payload(group), results_markdown(group)
+        payload, table = results_payload(group, published), results_markdown(group, published)
         json_path, md_path = context.results_file(stem)
         write_json_atomic(json_path, payload)
         md_path.write_text(table + f"\n`{next(iter(group.values())).command}`\n", encoding="utf-8")

@@ -529,6 +529,8 @@ class EvaluateSection(Section):
         "string", description="Acc@k matching: DPR token-subsequence 'string' or 'regex' (CuratedTREC)."
     )
     accuracy_at: list[int] = Field([20, 100], description="k of Acc@k when answers are given.")
+    published: str | None = Field(None, json_schema_extra={**PATH, **ADDED_LATER}, description="Published figures "
+                                  "shown beside the results, never mixed in (spar.evaluate.published: JSON).")
     wandb_mode: Literal["offline", "online", "disabled"] = Field("offline", json_schema_extra=RUNTIME)
 
 

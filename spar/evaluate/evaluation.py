@@ -44,6 +44,7 @@ from spar.experiment.inputs import ExperimentInputs
 from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
 from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run
+from spar.evaluate.published import Published
 from spar.core.run_context import RunContext
 from spar.evaluate.candidates import hybrid_fuse
 from spar.evaluate.tuning import read_tuned, resolve_candidates
@@ -304,14 +305,19 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                             context.command_line("evaluate"))
 
 
-def results_payload(reports: dict[str, EvaluationReport]) -> dict[str, Any]:
+def results_payload(reports: dict[str, EvaluationReport], published: Published | None = None) -> dict[str, Any]:
     """``results/<stem>.json``: one report as it always was, or several question sets' under ``sets`` with a
-    ``summary`` (measure -> system -> set -> value) of the measures they share."""
+    ``summary`` (measure -> system -> set -> value) of the measures they share; ``published`` figures
+    (``evaluate.published``) under their own key."""
     if list(reports) == [""]:
-        return reports[""].to_json()
-    first = next(iter(reports.values()))
-    return {"dataset": first.dataset.split(":")[0], "sets": {name: r.to_json() for name, r in reports.items()},
-            "summary": _summary(reports), "command": first.command}
+        payload = reports[""].to_json()
+    else:
+        first = next(iter(reports.values()))
+        payload = {"dataset": first.dataset.split(":")[0], "sets": {name: r.to_json() for name, r in reports.items()},
+                   "summary": _summary(reports), "command": first.command}
+    if published is not None:
+        payload["published"] = published.to_json()
+    return payload
 
 
 def _summary(reports: dict[str, EvaluationReport]) -> dict[str, dict[str, dict[str, float]]]:
@@ -321,9 +327,10 @@ def _summary(reports: dict[str, EvaluationReport]) -> dict[str, dict[str, dict[s
                 for system in SYSTEMS if any(system in r.systems for r in reports.values())} for m in measures}
 
 
-def results_markdown(reports: dict[str, EvaluationReport]) -> str:
+def results_markdown(reports: dict[str, EvaluationReport], published: Published | None = None) -> str:
     """The results tables: one report's table, or for several question sets a summary table per shared measure
-    (systems x sets, with their mean) followed by each set's own table."""
+    (systems x sets, with their mean), each followed by the ``published`` figures of that measure when given, then
+    each set's own table."""
     if list(reports) == [""]:
         return reports[""].markdown()
     lines = []
@@ -336,6 +343,8 @@ def results_markdown(reports: dict[str, EvaluationReport]) -> str:
             mean = f"{sum(values.values()) / len(values):.4f}" if len(values) == len(names) else ""
             lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
         lines.append("")
+        if published is not None and published.markdown(measure, names):
+            lines += [published.markdown(measure, names)]
     return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
 
 
