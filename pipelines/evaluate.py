@@ -14,6 +14,7 @@ from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
 from spar.evaluate.published import Published
+from spar.experiment.costs import costs_markdown, stage_costs
 from spar.experiment.inputs import ExperimentInputs
 from spar.index.files import SEARCH_TIME, index_info
 from spar.index.spar_index import check_serves
@@ -71,15 +72,18 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
     published = Published.read(cfg.evaluate.published) if cfg.evaluate.published else None  # fails before the work
     reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs", keep_runs=False)
+    costs = stage_costs(_run_dirs(cfg, unit.payload))
     tables, written = [], []
     for stem, names in context.results_groups.items():
         group = {name: reports[name] for name in names}
         for report in group.values():
             report.details["skipped_records"] = skipped
         payload, table = results_payload(group, published), results_markdown(group, published)
+        payload["costs"] = costs
         json_path, md_path = context.results_file(stem)
         write_json_atomic(json_path, payload)
-        md_path.write_text(table + f"\n`{next(iter(group.values())).command}`\n", encoding="utf-8")
+        md_path.write_text(table + "\n" + costs_markdown(costs) + f"\n`{next(iter(group.values())).command}`\n",
+                           encoding="utf-8")
         tables.append(table)
         written.append(str(json_path))
     write_json_atomic(w.path / "results.json", {name or context.dataset: r.to_json() for name, r in reports.items()})
@@ -103,6 +107,14 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     context.wandb_log("evaluate", figures, tables={"results": (columns, rows)},
                       mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project)
     return {"results": ", ".join(written), "runs": str(unit.output / "runs"), "table": "\n".join(tables)}
+
+
+def _run_dirs(cfg, inputs: ExperimentInputs) -> list[Path]:
+    """This run's directory, and the run whose Λ it carries (``encode.lambda`` naming a run: its sample, label and
+    train ran there)."""
+    location = inputs.lambda_source.location
+    carried = [location.parent] if location.name == "lambda" and (location.parent / "labels").is_dir() else []
+    return [cfg.output_dir, *carried]
 
 
 def on_skip(cfg, manifest: dict) -> dict:

@@ -283,3 +283,29 @@ def test_a_really_full_file_system_while_encoding(tmp_path: Path):
         assert not [p for p in (full / "passages.partial").iterdir() if ".tmp-" in p.name]  # no half-written shard
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_manifests_record_time_and_peak_memory_and_the_results_read_them_per_stage(tmp_path):
+    """Each manifest records its stage's seconds and the process's peak RSS; the costs table of the results reads
+    them back per stage, an encoder's query splits summed, over this run and the run it carries Λ from."""
+    from spar.experiment.costs import costs_markdown, stage_costs
+
+    ballast = bytearray(300 << 20)  # the peak is at least this process's 300 MB
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    carried, run = tmp_path / "wiki", tmp_path / "wiki-200k"
+    for directory, kind in ((carried / "labels", "labels"), (run / "embeddings" / "base" / "passages", "embeddings"),
+                            (run / "embeddings" / "base" / "queries-test-nq", "embeddings"),
+                            (run / "embeddings" / "base" / "queries-test-wq", "embeddings"), (run / "tune", "tune")):
+        with ArtifactWriter(directory, kind=kind, config={}, inputs={}) as w:
+            (w.path / "x.txt").write_text("x")
+    manifest = read_manifest(run / "tune")
+    assert manifest["peak_rss_bytes"] >= len(ballast) and manifest["seconds"] >= 0
+    (carried / "tune").mkdir()  # not complete: not a cost
+    rows = stage_costs([run, carried, run])
+    assert [(r["stage"], r["artifact"], r["run"]) for r in rows] == [
+        ("encode", "embeddings/base/passages", str(run)), ("encode", "embeddings/base/queries-*", str(run)),
+        ("tune", "tune", str(run)), ("label", "labels", str(carried))]
+    queries = [read_manifest(run / "embeddings" / "base" / s)["seconds"] for s in ("queries-test-nq", "queries-test-wq")]
+    assert rows[1]["seconds"] == pytest.approx(sum(queries), abs=2e-3)
+    assert all(r["peak_rss_gb"] >= 0.3 for r in rows)
+    assert f"| tune | tune | {run} |" in costs_markdown(rows)

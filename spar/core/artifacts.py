@@ -59,6 +59,18 @@ LAYOUT = {
 PASSAGES_FILE = "passages.arrow"
 
 
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory so far (the JVM of Pyserini included: it runs in-process; Ray workers
+    not). A stage run alone (``spar <stage>``) records its own peak; ``spar run`` the peak of every stage so far."""
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError):
+        return None
+    return int(peak) * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+
+
 def artifact_dir(output_dir: str | Path, name: str) -> Path:
     """``<output_dir>/<LAYOUT[name]>``: call :meth:`spar.core.run_context.RunContext.artifact` instead (the one
     owner of a run's paths)."""
@@ -284,6 +296,7 @@ class ArtifactWriter(ArtifactSpec):
             "fingerprint": self.fingerprint,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(time.time() - self._start, 3),
+            "peak_rss_bytes": peak_rss_bytes(),
             "config": self.config,
             "inputs": self.inputs,
             "schema": self.schema,
