@@ -305,7 +305,8 @@ def test_manifests_record_time_and_peak_memory_and_the_results_read_them_per_sta
     assert [(r["stage"], r["artifact"], r["run"]) for r in rows] == [
         ("encode", "embeddings/base/passages", str(run)), ("encode", "embeddings/base/queries-*", str(run)),
         ("tune", "tune", str(run)), ("label", "labels", str(carried))]
-    queries = [read_manifest(run / "embeddings" / "base" / s)["seconds"] for s in ("queries-test-nq", "queries-test-wq")]
+    queries = [read_manifest(run / "embeddings" / "base" / split)["seconds"]
+               for split in ("queries-test-nq", "queries-test-wq")]
     assert rows[1]["seconds"] == pytest.approx(sum(queries), abs=2e-3)
     assert all(r["peak_rss_gb"] >= 0.3 for r in rows)
     assert f"| tune | tune | {run} |" in costs_markdown(rows)
