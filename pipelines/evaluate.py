@@ -113,7 +113,8 @@ def _run_dirs(cfg, inputs: ExperimentInputs) -> list[Path]:
     """This run's directory, and the run whose Λ it carries (``encode.lambda`` naming a run: its sample, label and
     train ran there)."""
     location = inputs.lambda_source.location
-    carried = [location.parent] if location.name == "lambda" and (location.parent / "labels").is_dir() else []
+    run = RunContext.at(location.parent)
+    carried = [location.parent] if location == run.artifact("lambda") and run.artifact("labels").is_dir() else []
     return [cfg.output_dir, *carried]
 
 

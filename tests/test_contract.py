@@ -21,7 +21,7 @@ BRANCHES = [
     re.compile(r"""["']kind["'][^)\]]*\)\s*(?:not\s+)?in\b"""),
 ]
 #: Where the kind names are written: the config's ``LambdaKind`` (its one Literal) and ``train.kind``'s default.
-NAMED_IN = {"spar/core/config.py"}
+NAMED_IN = {"spar/core/config_sections.py"}
 
 
 def kind_branches(text: str) -> list[str]:
