@@ -79,3 +79,36 @@ def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_p
         stream_reports = evaluate_sets(experiment_config(sample_experiment, tmp_path / "r2", "evaluate.shuffled=false"))
         for system, values in memory_reports[""].systems.items():
             assert stream_reports[""].systems[system] == pytest.approx(values, abs=1e-6), system
+
+
+@pytest.mark.parametrize("storage", ["sq4", "fs4"])
+def test_served_vectors_code_each_passage_once_and_decode_as_the_index_stores_them(storage, monkeypatch):
+    import spar.index.spar_index as index_module
+
+    monkeypatch.setattr(index_module, "ADD_BATCH", 128)  # 1,000 passages: 8 blocks
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((1000, 16)).astype(np.float32)
+    lam = 20 * rng.standard_normal((1000, 32)).astype(np.float32)
+    options = index_module.IndexOptions(storage=storage, seed=0)
+    eager = index_module.served_passage_vectors(base, lam, "concat", "flat", options)
+    lazy = index_module.served_passage_vectors(ShardedVectors([base[:500], base[500:]], 16),
+                                               ShardedVectors([lam], 32), "concat", "flat", options)
+    codes = lazy[0].codes
+    assert lazy[1].codes is codes  # one set of codes for both parts
+
+    class Counting:
+        def __init__(self, codec):
+            self.codec, self.calls = codec, 0
+
+        def sa_encode(self, rows):
+            self.calls += 1
+            return self.codec.sa_encode(rows)
+
+    codes.codec = Counting(codes.codec)
+    rows = np.array([5, 0, 999, 5, 300])
+    assert np.array_equal(lazy[0][rows], eager[0][rows])
+    assert codes.codec.calls == 3 and codes.coded.tolist() == [1, 0, 1, 0, 0, 0, 0, 1]
+    assert np.array_equal(lazy[1][rows], eager[1][rows]) and codes.codec.calls == 3  # Λ's part: decoded, not coded
+    assert np.array_equal(lazy[1][100:300], eager[1][100:300]) and codes.codec.calls == 4  # block 1 only
+    assert np.array_equal(lazy[0][:], eager[0]) and np.array_equal(lazy[1][0:1000], eager[1])
+    assert codes.codec.calls == 8 and codes.coded.all() and lazy[0][500:500].shape == (0, 16)

@@ -342,16 +342,46 @@ def faiss_threads(threads: int) -> Iterator[None]:
         faiss.omp_set_num_threads(before)
 
 
+class PassageCodes:
+    """The codes of the ``[P, PΛ]`` passage vectors, made block by block on first access and kept: each passage is
+    coded once however often it is read (the μ sweep reads every passage for the top-k of each part, then gathers
+    millions of candidate rows; PQ and fast-scan coding is the costly step). Memory: the index's own bytes per
+    passage (1,728 at fs4 or sq4 with 3,456 dimensions, an eighth of float32), allocated up front.
+    """
+
+    def __init__(self, codec, sources: Sequence[Any]):
+        self.codec, self.sources = codec, sources
+        n = int(sources[0].shape[0])
+        self.codes = np.empty((n, int(codec.sa_code_size())), dtype=np.uint8)
+        self.coded = np.zeros(-(-n // ADD_BATCH), dtype=bool)
+
+    def __getitem__(self, key) -> np.ndarray:
+        n = len(self.codes)
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(n)
+            blocks: Any = range(start // ADD_BATCH, (stop - 1) // ADD_BATCH + 1) if stop > start else range(0)
+        else:
+            blocks = np.unique(np.asarray(key, dtype=np.int64) // ADD_BATCH)
+        for block in blocks:
+            if not self.coded[block]:
+                lo, hi = int(block) * ADD_BATCH, min(n, (int(block) + 1) * ADD_BATCH)
+                rows = spar_passage_vectors(self.sources[0][lo:hi], self.sources[1][lo:hi], "concat")
+                self.codes[lo:hi] = self.codec.sa_encode(rows)
+                self.coded[block] = True
+        return self.codes[key]
+
+
 class ServedVectors:
     """One part (base or Λ) of the SPAR passage vectors as an index stores them, decoded on demand: row slices and
     row gathers, like :class:`spar.model.embeddings.ShardedVectors`, without a decoded copy of the corpus in memory.
 
-    Each access codes the ``[P, PΛ]`` rows it needs and decodes them (a scalar quantizer or PQ codes a vector
-    alone, so a row decodes to the same values whichever rows it comes with).
+    Each access decodes the codes of the rows it needs (:class:`PassageCodes`, shared by both parts: a scalar
+    quantizer or PQ codes a vector alone, so a row decodes to the same values whichever rows it comes with).
     """
 
-    def __init__(self, codec, sources: Sequence[Any], columns: slice):
+    def __init__(self, codec, sources: Sequence[Any], columns: slice, codes: PassageCodes | None = None):
         self.codec, self.sources, self.columns = codec, sources, columns
+        self.codes = codes if codes is not None else PassageCodes(codec, sources)
         width = len(range(*columns.indices(int(codec.d))))
         self.shape = (int(sources[0].shape[0]), width)
         self.dtype = np.dtype(np.float32)
@@ -363,10 +393,10 @@ class ServedVectors:
     def __getitem__(self, key) -> np.ndarray:
         if not isinstance(key, slice):
             key = np.asarray(key, dtype=np.int64)
-        combined = spar_passage_vectors(self.sources[0][key], self.sources[1][key], "concat")
-        if len(combined) == 0:
+        codes = self.codes[key]
+        if len(codes) == 0:
             return np.zeros((0, self.shape[1]), np.float32)
-        return np.ascontiguousarray(self.codec.sa_decode(self.codec.sa_encode(combined))[:, self.columns])
+        return np.ascontiguousarray(self.codec.sa_decode(codes)[:, self.columns])
 
 
 def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
@@ -393,8 +423,9 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
     codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
     if streamed and variant == "concat":
         dim = base_p.shape[1]
-        return ServedVectors(codec, [base_p, lambda_p], slice(0, dim)), \
-            ServedVectors(codec, [base_p, lambda_p], slice(dim, None))
+        codes = PassageCodes(codec, [base_p, lambda_p])  # both parts decode the same codes, made once
+        return ServedVectors(codec, [base_p, lambda_p], slice(0, dim), codes), \
+            ServedVectors(codec, [base_p, lambda_p], slice(dim, None), codes)
     base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
     n = base_p.shape[0]
     decoded = np.empty((n, index.d), dtype=np.float32)
