@@ -343,8 +343,9 @@ def results_markdown(reports: dict[str, EvaluationReport], published: Published 
             mean = f"{sum(values.values()) / len(values):.4f}" if len(values) == len(names) else ""
             lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
         lines.append("")
-        if published is not None and published.markdown(measure, names):
-            lines += [published.markdown(measure, names)]
+        theirs = published.markdown(measure, names) if published is not None else ""
+        if theirs:
+            lines.append(theirs)
     return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
 
 
