@@ -78,6 +78,7 @@ from spar.core.config import TrainSection
 from spar.core.run_context import RunContext
 from spar.lexical.base import LexicalModel
 from spar.train.data import LabelDataModule, LabelStore, SurrogatePool, surrogate_mrr
+from spar.train.precision import lightning_device, precision_plugins
 
 from spar.core.console import adopt_library_loggers  # noqa: E402
 
@@ -434,6 +435,8 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
 
     module, data = build_module(model, train, passages_path, labels_dir, seed, use_title)
     precision = resolve_precision(train)
+    # Mixed precision through spar's plugin: Lightning's own refuses to clip a fused optimizer's gradients.
+    plugins = precision_plugins(precision, lightning_device(train.accelerator))
     logger, logger_dir = _make_logger(train, work_dir, Path(logger_root) if logger_root else work_dir, run_name,
                                       run_config, wandb_group)
     if not data.has_validation:
@@ -450,7 +453,8 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
                      LearningRateMonitor(logging_interval="step"), *callbacks]
     trainer = pl.Trainer(
         accelerator=train.accelerator, devices=train.devices, num_nodes=train.num_nodes, strategy=train.strategy,
-        precision=precision, max_epochs=train.max_epochs, max_steps=train.max_steps,
+        precision=None if plugins else precision, plugins=plugins, max_epochs=train.max_epochs,
+        max_steps=train.max_steps,
         gradient_clip_val=train.gradient_clip or None, val_check_interval=val_every if data.has_validation else None,
         check_val_every_n_epoch=None if isinstance(val_every, int) else 1,
         limit_val_batches=None if data.has_validation else 0,
