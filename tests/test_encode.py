@@ -216,3 +216,66 @@ def test_titles_can_be_left_out(base_encoder, passages, tmp_path):
     np.testing.assert_allclose(load_embeddings(tmp_path / "t").vectors,
                                base_encoder.encode_passage([p.text for p in passages[:4]]), atol=1e-5)
     assert not encode_passages(base_encoder, passages[:4], tmp_path / "t", options=QUIET).get("skipped")
+
+
+# ---- precision (encode.precision): honoured on the CPU where it is native, refused where it is not ----------------
+
+
+def test_cpu_bf16_is_detected_from_the_cpu_flags(monkeypatch, tmp_path):
+    """AMX or AVX-512 BF16 in /proc/cpuinfo's flags: native bf16; AVX2 alone: none."""
+    import builtins
+
+    from spar.model import engines
+
+    real_open = builtins.open
+    for flags, expected in [("fpu sse2 avx2 avx512f avx512_bf16", "avx512_bf16"), ("fpu avx2 amx_tile amx_bf16",
+                                                                                  "amx_bf16"), ("fpu sse2 avx2", None)]:
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: {flags}\n\n")
+        monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(cpuinfo if f == "/proc/cpuinfo" else f,
+                                                                           *a, **k))
+        engines.cpu_bf16_support.cache_clear()
+        assert engines.cpu_bf16_support() == expected, flags
+        assert engines.resolve_precision("cpu", "auto") == ("bf16-mixed" if expected else "32")
+    monkeypatch.undo()
+    engines.cpu_bf16_support.cache_clear()
+
+
+def test_cpu_bf16_encoding_is_honoured_recorded_and_fingerprinted(base_encoder, passages, tmp_path, monkeypatch):
+    """On a CPU with native bf16, `auto` encodes under bf16 autocast: other vectors (close to fp32's), recorded in
+    the manifest and the fingerprint; fp32 keeps the fingerprint it had before precision was honoured."""
+    from spar.core.artifacts import read_manifest
+    from spar.model import engines
+
+    fp32 = encode_passages(base_encoder, passages, tmp_path / "fp32", shard_size=10, weights_fingerprint="m",
+                           options=EncodeOptions(batch_size=8, show_progress=False, precision="32"))
+    assert fp32["precision"] == "32"
+    monkeypatch.setattr(engines, "cpu_bf16_support", lambda: "amx_bf16")
+    bf16 = encode_passages(base_encoder, passages, tmp_path / "bf16", shard_size=10, weights_fingerprint="m",
+                           options=EncodeOptions(batch_size=8, show_progress=False, precision="auto"))
+    assert bf16["precision"] == "bf16-mixed"
+    a, b = load_embeddings(tmp_path / "fp32").vectors, load_embeddings(tmp_path / "bf16").vectors
+    assert not np.array_equal(a, b)  # autocast really ran
+    cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() > 0.995, cosine.min()
+    m32, m16 = read_manifest(tmp_path / "fp32"), read_manifest(tmp_path / "bf16")
+    assert m32["fingerprint"] != m16["fingerprint"]
+    assert "precision" not in m32["config"] and m16["config"]["precision"] == "bf16-mixed"
+
+    # Without native bf16, auto is fp32: the same fingerprint as an explicit 32 (and as before this option counted).
+    monkeypatch.setattr(engines, "cpu_bf16_support", lambda: None)
+    again = encode_passages(base_encoder, passages, tmp_path / "fp32", shard_size=10, weights_fingerprint="m",
+                            options=EncodeOptions(batch_size=8, show_progress=False, precision="auto"))
+    assert again.get("skipped") is True
+
+
+def test_precision_a_device_cannot_run_is_refused_in_one_line(base_encoder, passages, tmp_path, monkeypatch):
+    from spar.core.errors import ConfigError
+    from spar.model import engines
+
+    monkeypatch.setattr(engines, "cpu_bf16_support", lambda: None)
+    for precision, words in [("bf16-mixed", "no native bf16"), ("16-mixed", "fp16 autocast is for GPUs")]:
+        with pytest.raises(ConfigError, match=words) as err:
+            encode_passages(base_encoder, passages, tmp_path / precision, shard_size=10, weights_fingerprint="m",
+                            options=EncodeOptions(batch_size=8, show_progress=False, precision=precision))
+        assert "\n" not in str(err.value) and not (tmp_path / precision).exists()

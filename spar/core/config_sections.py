@@ -423,7 +423,9 @@ class EncodeSection(Section):
         "one CPU), Lightning's predict loop (ddp_spawn) on several; 'lightning' forces the predict loop."
     )
     precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
-        "auto", description="'auto': bf16 autocast on GPUs that support it, fp16 on other GPUs, fp32 on CPU."
+        "auto", description="'auto': bf16 autocast on GPUs that support it (fp16 on older ones) and on CPUs with "
+        "native bf16 (AMX or AVX-512 BF16, detected from the CPU's flags), fp32 on other CPUs; an explicit precision "
+        "the device cannot run natively is refused. Part of the embeddings' fingerprint, except fp32."
     )
     strategy: str = Field(
         "auto", json_schema_extra=RUNTIME, description="Lightning strategy for several devices ('auto': ddp_spawn).")

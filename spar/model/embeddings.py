@@ -50,7 +50,7 @@ import functools
 import itertools
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
@@ -62,7 +62,7 @@ from spar.core.artifacts import ArtifactWriter, atomic_file, read_manifest
 from spar.core.fingerprint import directory_fingerprint  # noqa: F401  (its home before spar 0.2)
 from spar.core.fingerprint import digest, file_fingerprint, fingerprint_dict, records_fingerprint
 from spar.model.encoders import BiEncoder
-from spar.model.engines import Side, resolve_devices
+from spar.model.engines import Side, resolve_devices, resolve_precision
 from spar.model.encode_workers import PART_PATTERN, EncodeOptions, EncodeTask, PassageShards, ShardEncoder, engine_of
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.executor import Executor, LocalExecutor, WorkerSpec
@@ -275,13 +275,32 @@ def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, 
                make_encoder: Callable[[], Any] | None = None) -> Unit:
     """The artifact of one encoded split (resumable per shard). ``reusable=False`` (a one-pass iterator nothing
     vouches for) is never up to date and never resumed."""
-    encoder = with_backend(encoder, options.backend, resolve_devices(options.accelerator, options.devices)[0])
+    device = resolve_devices(options.accelerator, options.devices)[0]
+    encoder = with_backend(encoder, options.backend, device)
     model_fp = encoder_fingerprint(weights_fingerprint, encoder)
     config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
               "dtype": dtype}
+    # Resolved once, here: every worker runs what the fingerprint says. fp32 adds nothing (fingerprints as before
+    # the precision was honoured on the CPU); bf16 or fp16 vectors are other vectors.
+    options = replace(options, precision=vector_precision(encoder, options.precision, device))
+    if options.precision != "32":
+        config["precision"] = options.precision
     job = SplitJob(encoder, shards, weights_fingerprint, options, on_shard, expected_items, executor, make_encoder)
     return Unit(out_dir, kind=KIND, config=config, inputs=inputs, resumable=reusable, payload=job,
                 current=None if reusable else (lambda: False))
+
+
+def vector_precision(encoder, precision: str, device: str) -> str:
+    """``32``, ``bf16-mixed`` or ``16-mixed``: the arithmetic ``encoder``'s vectors are made with
+    (:func:`spar.model.engines.resolve_precision`). A term-based Λ is exact sparse arithmetic and ONNX Runtime runs
+    fp32: an explicit mixed precision for those is refused rather than ignored."""
+    if isinstance(encoder, OnnxBiEncoder) or not isinstance(encoder, BiEncoder):
+        if precision not in ("auto", "32", "32-true"):
+            what = "the onnx backend runs fp32" if isinstance(encoder, OnnxBiEncoder) else \
+                "a term-based Λ is encoded by exact sparse products"
+            raise ConfigError(f"encode.precision={precision}: {what}; use encode.precision=auto or 32")
+        return "32"
+    return resolve_precision(device, precision)
 
 
 def split_counts(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +394,7 @@ def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
         "encoded_this_run": encoded, "resumed_shards": sum(bool(s["resumed"]) for s in ordered),
         "items_per_second": round(encoded / seconds, 2) if seconds else None,
         "engine": engine, "device": device, "devices": n_devices, **worker_device, **executor.describe(),
+        "precision": options.precision,
     }
     if isinstance(encoder, BiEncoder):
         w.stats["backend"] = backend_name(encoder)

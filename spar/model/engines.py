@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import warnings
@@ -26,7 +27,7 @@ import torch
 
 from spar.core.java import jvm_signal_handlers_kept
 from spar.model.encoders import BiEncoder, format_passage
-from spar.core.errors import ArtifactError
+from spar.core.errors import ArtifactError, ConfigError
 
 Side = Literal["query", "passage"]
 #: Texts tokenised per call when a shard is prepared (bounds the tokenizer's transient memory).
@@ -128,14 +129,67 @@ def resolve_devices(accelerator: str, devices: int | str) -> tuple[str, int]:
     return "cpu", 1
 
 
-def autocast_dtype(device: str, precision: str) -> torch.dtype | None:
-    if precision == "32" or device == "cpu":
+#: /proc/cpuinfo flags of native bf16 arithmetic: Intel AMX tiles, AVX-512 BF16 (Intel Cooper Lake+, AMD Zen 4+).
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_bf16_support() -> str | None:
+    """The CPU's native bf16 instructions (``amx_bf16`` or ``avx512_bf16`` as ``/proc/cpuinfo`` names them), or None.
+
+    Detected, not assumed: without them torch's CPU autocast still runs bf16, emulated, slower than fp32. A system
+    without ``/proc/cpuinfo`` (macOS, Windows) reports None.
+    """
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
         return None
+    return next((flag for flag in CPU_BF16_FLAGS if flag in flags), None)
+
+
+def resolve_precision(device: str, precision: str) -> str:
+    """``32``, ``bf16-mixed`` or ``16-mixed``: what ``encode.precision`` means on ``device``.
+
+    ``auto``: bf16 autocast on GPUs that support it (fp16 on older ones), on CPUs with native bf16
+    (:func:`cpu_bf16_support`), fp32 elsewhere. An explicit precision the device cannot run natively is refused in
+    one line (bf16 on a CPU without it would be emulated, slower than fp32; fp16 autocast is for GPUs).
+    """
+    if precision in ("32", "32-true"):
+        return "32"
+    if device == "cpu":
+        if precision == "16-mixed":
+            raise ConfigError("encode.precision=16-mixed: fp16 autocast is for GPUs; on the CPU use bf16-mixed (on "
+                              "CPUs with AMX or AVX-512 BF16), auto or 32")
+        native = cpu_bf16_support()
+        if precision == "bf16-mixed" and native is None:
+            raise ConfigError(f"encode.precision=bf16-mixed: this CPU ({_cpu_name()}) has no native bf16 (AMX or "
+                              "AVX-512 BF16); torch would emulate it, slower than fp32: use encode.precision=auto "
+                              "(fp32 here) or 32")
+        return "bf16-mixed" if native else "32"
     if precision == "16-mixed":
-        return torch.float16
-    if precision == "bf16-mixed" or (device == "cuda" and torch.cuda.is_bf16_supported()):
-        return torch.bfloat16
-    return torch.float16
+        return "16-mixed"
+    if precision == "bf16-mixed":
+        if device == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("encode.precision=bf16-mixed: this GPU does not support bf16; use 16-mixed or auto")
+        return "bf16-mixed"
+    return "bf16-mixed" if device == "cuda" and torch.cuda.is_bf16_supported() else "16-mixed"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        import platform
+
+        return platform.processor() or platform.machine()
+
+
+def autocast_dtype(device: str, precision: str) -> torch.dtype | None:
+    """The autocast dtype of ``precision`` on ``device`` (:func:`resolve_precision`), None for fp32."""
+    resolved = resolve_precision(device, precision)
+    return {"32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[resolved]
 
 
 def _forward(encoder: BiEncoder, side: Side) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
