@@ -450,3 +450,37 @@ def test_mixed_precision_clips_the_fused_optimizers_gradients(labelled: Path, tm
     finite = [n for n in norms if np.isfinite(n)]
     assert len(finite) >= 2 and max(finite) <= clip * 1.01, norms
     assert all(np.isfinite(result.losses))
+
+
+def test_batch_kl_scores_every_pair_of_the_batch_with_the_exact_teacher(labelled: Path):
+    """train.kl_target=batch: the KL list is the batch's own passages (no labelled passage beyond contrastive's),
+    each (query, passage) pair scored by the BM25 teacher fitted on the corpus; the loss has a finite gradient."""
+    from spar.lexical import build_lambda
+
+    class _OneDevice:
+        world_size = 1
+
+    cfg = _tiny_train(batch_size=6, loss="contrastive+kl", kl_target="batch",
+                      encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 16, "passage_max_length": 16})
+    passages = labelled / "queries" / "passages.arrow"
+    lam = build_lambda(cfg, passages, teacher="bm25", k1=0.9, b=0.4, fields=["title", "text"], seed=0)
+    module, data = build_module(lam, cfg, passages, labelled / "labels")
+    assert data.kl_passages == 0 and data.passages_per_query == 2  # contrastive's passages only
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    n_q, n_p = batch["target"].shape[0], batch["passage_rows"].shape[0]
+    teacher = batch["teacher_matrix"]
+    assert teacher.shape == (n_q, n_p) and n_p >= n_q
+    # The labels' positive of each query outscores its labelled hard negative under the refitted teacher as well
+    # (the labels come from another BM25 implementation, so only the order is compared, not the values).
+    own = teacher[torch.arange(n_q), batch["target"]]
+    negative = teacher[torch.arange(n_q), batch["candidates"][:, 1]]
+    assert (own > 0).all() and (own >= negative).float().mean() >= 0.8, (own, negative)
+    module._trainer = _OneDevice()
+    terms = module.compute_loss(batch)
+    assert set(terms) == {"contrastive", "kl", "loss"} and torch.isfinite(terms["loss"])
+    terms["loss"].backward()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
+    module._trainer = None
+    with pytest.raises(Exception, match="label.teacher=bm25"):
+        build_lambda(cfg, passages, teacher="impact", k1=0.9, b=0.4, fields=["title", "text"], seed=0)

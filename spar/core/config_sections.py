@@ -358,6 +358,12 @@ class TrainSection(Section):
     kl_max_passages: int | None = Field(
         None, ge=2, description="KL losses: labelled passages per query in the listwise KL (default: all n_p + n_n)."
     )
+    kl_target: Literal["labelled", "batch"] = Field(
+        "labelled", json_schema_extra=ADDED_LATER,
+        description="KL losses (transformer Λ): the teacher's distribution over each query's labelled passages "
+        "(kl_max_passages of them, each encoded: ~n_p + n_n passages per query), or over every passage of the batch "
+        "(positives, hard negatives, other queries' passages) scored by the exact BM25 teacher, as the static Λ is "
+        "trained: no passage beyond contrastive's. 'batch' needs the bm25 teacher.")
     eval_batch_size: int = Field(
         128, json_schema_extra=RUNTIME, ge=1, description="Batch size when encoding the validation queries and pool.")
     passage_max_length: int | None = Field(

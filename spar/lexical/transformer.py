@@ -24,6 +24,7 @@ import torch
 
 from spar.model.encoders import PUBLISHED_FILES, BiEncoder, EncoderSettings, tokenize_passages, tokenize_queries
 from spar.lexical.base import LexicalModel, PassageLike, TrainingContext, read_lambda_config
+from spar.core.errors import ConfigError
 from spar.model.losses import contrastive_loss, in_batch_keep_mask, listwise_kl_loss, margin_mse_loss
 
 
@@ -36,11 +37,17 @@ class ContrastiveObjective:
     teacher_temperature: float = 1.0
     kl_weight: float = 1.0
     mask_teacher_positives: bool = True
+    kl_target: str = "labelled"
 
     @classmethod
     def from_section(cls, train) -> "ContrastiveObjective":
         return cls(train.loss, train.temperature, train.teacher_temperature, train.kl_weight,
-                   train.mask_teacher_positives)
+                   train.mask_teacher_positives, train.kl_target)
+
+    @property
+    def batch_kl(self) -> bool:
+        """The KL term is over every passage of the batch, scored by the exact teacher (``train.kl_target``)."""
+        return self.loss in ("contrastive+kl", "kl") and self.kl_target == "batch"
 
 
 @dataclass
@@ -58,6 +65,25 @@ class TokenizingPreparer:
         return dict(tokenize_passages(self.tokenizer, self.settings, list(passages), self.pad_to_multiple_of))
 
 
+@dataclass
+class TeacherScoringPreparer(TokenizingPreparer):
+    """Tokenises as :class:`TokenizingPreparer` and adds ``teacher_matrix`` [queries, batch passages]: the exact BM25
+    teacher's score of every pair (the corpus's BM25 matrix, computed once), for ``train.kl_target=batch``."""
+
+    weights: Any = None
+    corpus: Any = None
+
+    def queries(self, texts: Sequence[str]) -> dict[str, Any]:
+        return {**super().queries(texts), "_counts": self.weights.query_matrix(list(texts))}
+
+    def passages(self, passages: Sequence[tuple[str, str]], rows: np.ndarray) -> dict[str, Any]:
+        return {**super().passages(passages, rows), "_rows": np.asarray(rows, dtype=np.int64)}
+
+    def finish(self, batch: dict[str, Any]) -> None:
+        counts, rows = batch["queries"].pop("_counts"), batch["passages"].pop("_rows")
+        batch["teacher_matrix"] = torch.from_numpy((counts @ self.corpus[rows].T).toarray().astype(np.float32))
+
+
 class TransformerLambda(LexicalModel):
     """A DPR bi-encoder as Λ (see the module docstring)."""
 
@@ -72,6 +98,8 @@ class TransformerLambda(LexicalModel):
         super().__init__()
         self.encoder = encoder
         self.objective = objective or ContrastiveObjective()
+        #: The BM25 teacher's statistics, for ``train.kl_target=batch`` (set by :meth:`build`; not saved).
+        self.teacher_weights: Any = None
 
     @classmethod
     def from_pretrained(cls, model: str, objective: ContrastiveObjective | None = None, **settings: Any):
@@ -81,8 +109,18 @@ class TransformerLambda(LexicalModel):
     @classmethod
     def build(cls, train, passages_arrow, *, teacher: str, k1: float, b: float, fields,
               seed: int) -> "TransformerLambda":
-        """From ``train.encoder`` (any teacher: it learns from the labels alone)."""
-        return cls.from_section(train)
+        """From ``train.encoder`` (any teacher: it learns from the labels alone; ``train.kl_target=batch`` also
+        fits the BM25 teacher's statistics on the corpus, to score every pair of a batch exactly)."""
+        lam = cls.from_section(train)
+        if lam.objective.batch_kl:
+            if teacher != "bm25":
+                raise ConfigError(f"train.kl_target=batch scores the batch with the BM25 teacher, which spar "
+                                  f"computes for label.teacher=bm25 only (not {teacher!r}); use train.kl_target="
+                                  "labelled")
+            from spar.lexical.bag import TermLambda
+
+            lam.teacher_weights = TermLambda.fit_weights(passages_arrow, k1, b, fields)
+        return lam
 
     @classmethod
     def from_section(cls, train) -> "TransformerLambda":
@@ -118,8 +156,20 @@ class TransformerLambda(LexicalModel):
         return TokenizingPreparer(self.encoder.tokenizer, settings, pad_to_multiple_of)
 
     def batch_preparers(self, **options: Any) -> tuple[TokenizingPreparer, TokenizingPreparer]:
-        """Accelerator batches are padded to multiples of 8 (tensor cores)."""
-        return self.batch_preparer(**options), self.batch_preparer(**options, pad_to_multiple_of=8)
+        """Accelerator batches are padded to multiples of 8 (tensor cores). With ``kl_target=batch`` both also score
+        every (query, batch passage) pair with the exact teacher (the corpus's BM25 matrix, computed once)."""
+        cpu, accelerator = self.batch_preparer(**options), self.batch_preparer(**options, pad_to_multiple_of=8)
+        if not self.objective.batch_kl:
+            return cpu, accelerator
+        if self.teacher_weights is None or options.get("passages_path") is None:
+            raise ValueError("train.kl_target=batch needs the teacher's statistics (TransformerLambda.build) and "
+                             "the passages table")
+        from spar.data.passages import corpus_texts
+
+        weights = self.teacher_weights
+        corpus = weights.passage_matrix(list(corpus_texts(options["passages_path"], weights.fields))).tocsr()
+        return tuple(TeacherScoringPreparer(p.tokenizer, p.settings, p.pad_to_multiple_of, weights, corpus)
+                     for p in (cpu, accelerator))  # type: ignore[return-value]
 
     def forward_queries(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.encoder.forward_queries(batch)
@@ -143,7 +193,10 @@ class TransformerLambda(LexicalModel):
             target = batch["target"] + offset
             keep = in_batch_keep_mask(all_rows, target, batch["positive_rows"] if cfg.mask_teacher_positives else None)
             terms["contrastive"] = contrastive_loss(q, all_p, target, cfg.temperature, mask=keep)
-        if cfg.loss in ("contrastive+kl", "kl", "margin_mse"):
+        if cfg.batch_kl:  # every (query, batch passage) pair, scored by the exact teacher: no extra passages
+            teacher = batch["teacher_matrix"].to(q.device)
+            terms["kl"] = listwise_kl_loss(q @ p.T, teacher, None, cfg.teacher_temperature, cfg.temperature)
+        elif cfg.loss in ("contrastive+kl", "kl", "margin_mse"):
             cand = batch["candidates"]
             valid = cand >= 0
             student = (q[:, None, :] * p[cand.clamp_min(0)]).sum(-1)

@@ -501,7 +501,7 @@ class LabelDataModule(pl.LightningDataModule):
 
     @property
     def kl_passages(self) -> int:
-        if not self.uses_kl:
+        if not self.uses_kl or self.cfg.kl_target == "batch":  # batch: the KL list is the batch's own passages
             return 0
         longest = int(self.labels.positive_rows.lengths(self.train_indices).max()
                       + self.labels.negative_rows.lengths(self.train_indices).max())
