@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--corpus", type=Path, default=default_corpus())
     ap.add_argument("--passages", type=int, default=400)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the bundled MiniLM, a path or a hub id")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-length", type=int, default=256)
@@ -77,12 +78,12 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error("--peer torch needs --backends")
     torch.set_num_threads(args.threads)
     passages = list(itertools.islice(read_corpus(args.corpus), args.passages))
-    encoder = BiEncoder.from_pretrained("all-MiniLM-L6-v2", pooling="mean", normalize=True,
+    encoder = BiEncoder.from_pretrained(args.model, pooling="mean", normalize=True,
                                         passage_max_length=args.max_length)
     texts = format_items(encoder, [(p.title, p.text) for p in passages], "passage")
     peer = None
     if args.peer == "sentence-transformers":
-        peer = SentenceTransformer(str(resolve_model("all-MiniLM-L6-v2")), device=args.device)
+        peer = SentenceTransformer(str(resolve_model(args.model)), device=args.device)
         peer.max_seq_length = args.max_length
     export_seconds = {}
     backends = {}

