@@ -122,7 +122,7 @@ start)  # call 2: .gpu/c2 (the other half of the model, wheels, SciFact's run)
   mkdir -p runs/scifact && tar -C runs/scifact -xJf .gpu/c2/run.tar.xz
   python3 -c "import pipelines.cli, spar.train.training, spar.model.embeddings, datasets, nltk; print('spar imports')" || exit 1
   feed
-  setsid nohup python3 bench/remote_encode.py encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
+  TOKENIZERS_PARALLELISM=true setsid nohup python3 bench/remote_encode.py encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
     --watch 1500 --batch-size 512 > "$S/encode.log" 2>&1 < /dev/null &
   setsid nohup bash bench/gpu_session.sh jobs > "$S/jobs-driver.log" 2>&1 < /dev/null &
   setsid nohup bash bench/gpu_session.sh cpujobs > "$S/cpujobs-driver.log" 2>&1 < /dev/null &
@@ -131,7 +131,15 @@ start)  # call 2: .gpu/c2 (the other half of the model, wheels, SciFact's run)
 feed)
   feed; ship
   ;;
-collect)
+collect)  # [seconds]: wait up to that long for three unshipped shards (or the last ones), then ship
+  deadline=$(( $(date +%s) + ${2:-0} ))
+  while [ "$(date +%s)" -lt $deadline ]; do
+    ready=0; for d in "$S"/enc/back/*/; do [ -e "$d/DONE" ] && [ ! -e "$S/shipped/shard-$(basename "$d")" ] && ready=$((ready + 1)); done
+    total=$(python3 -c "import json; print(json.load(open('$S/pack/plan.json'))['shards'])")
+    shipped=$(ls "$S/shipped" | grep -c '^shard-')
+    [ $ready -ge 3 ] || [ $((ready + shipped)) -ge "$total" ] && break
+    sleep 3
+  done
   ship
   ;;
 jobs)  # the GPU job list, in order of value
