@@ -51,7 +51,8 @@ def main() -> None:
     from spar.evaluate.evaluation import passage_texts
     from spar.experiment.inputs import ExperimentInputs
     from spar.evaluate.exact import dense_search
-    from spar.index.spar_index import IndexOptions, served_passage_vectors
+    from spar.index.served import served_passage_vectors
+    from spar.index.spar_index import IndexOptions
     from spar.evaluate.metrics import answer_accuracy, evaluate_run
     from spar.data.passages import PassagesTable
     from spar.data.question_sets import set_split

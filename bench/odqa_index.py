@@ -1,30 +1,37 @@
-"""Which FAISS index serves SPAR at Wikipedia scale: quality, latency and bytes on an experiment's real vectors.
+"""Which FAISS index serves SPAR at Wikipedia scale: each index type against the exact scan of the same vectors.
 
-Issue #26 item 5 asks for the index type and storage at this size to be chosen by measurement on the real vectors.
-This script reads a finished experiment's artifacts (``embeddings/`` of the base and Λ, ``tune/`` for μ, the
-passages table) and, on the *dev* questions of one question set (never a test split), compares:
+Reads a finished experiment's embeddings (base and Λ passages, dev questions) and measures, on the **dev** questions
+of each ``--sets`` entry (never a test split), every ``--configs`` entry against the exact scan of float32
+``[P, PΛ]`` with ``[Q, μ·QΛ]`` (μ from ``tune/tune.json``, each set's own where it tunes its own; ``--mu`` before
+``spar tune`` has run):
 
-- **peer**: the exact scan of float32 ``[P, PΛ]`` with ``[Q, μ·QΛ]`` (FAISS brute force), the ranking every
-  other row is judged against;
-- each ``--configs`` entry ``TYPE:STORAGE[:scale=S][:nprobe=N][:ef=E]``: a SPAR index built as ``spar index``
-  builds it (:func:`spar.index.spar_index.build_faiss_index`), holding ``[P, s·PΛ]`` and searched with
-  ``[Q, (μ/s)·QΛ]`` — the same scores for every ``s``. ``scale=1`` is what the pipeline's index holds;
-  ``scale=mu`` folds μ into the passages (as :mod:`spar.evaluate.frontier` does for IVF); ``scale=sqrt-mu`` splits it.
-  Λ's half of ``[P, PΛ]`` has ~20× the base's norm, so k-means lists and HNSW neighbourhoods of the unscaled
-  vectors follow Λ alone while a query with small μ is ranked by the base.
+- Acc@20 (and Acc@1/5/100; DPR's ``has_answer``) and its loss against the exact scan in points, overlap@20 with the
+  exact top-20, nDCG@10 where the set has qrels;
+- the **base alone** through the same index type (its own loss against its own exact scan: the reference an
+  approximate SPAR index should not fall behind);
+- search time per question: batched (``--threads``), and one question at a time with 1 and 2 threads (query
+  vectors given, as the paper times search; re-ranking included), with the hybrid (base flat scan + Pyserini BM25
+  + fusion, one question at a time) timed in the same run as the peer;
+- build seconds and bytes per passage in memory (the serialized index).
 
-For each: Acc@k (DPR's ``has_answer`` on the set's answers), nDCG@10 where the set has qrels, overlap@20 with the
-exact top-20, build seconds, search milliseconds per question (all questions in one batched call, ``--threads``
-FAISS threads) and bytes per passage. ``ratio`` is each config's search time over the exact scan's.
+A config is ``TYPE:STORAGE[:key=value...]``, keys ``nlist``, ``nprobe``, ``ef`` (efSearch), ``m`` (HNSW M),
+``refine`` (re-rank the top refine·k with exact float32 scores read from the embeddings on disk:
+:mod:`spar.index.approximate`), ``fold`` (``mu``: the index holds ``[P, μ₀·PΛ]``, as ``spar index`` builds an
+approximate index; ``1``: unfolded), ``quantizer`` (``hnsw``: an HNSW coarse quantizer for large ``nlist``).
+``--subset N`` measures on a seeded N-passage sample of the corpus (exploration); without it every passage is
+searched, streamed from its shards.
 
-    python bench/odqa_index.py -c configs/experiments/wiki-odqa-50k.yaml --set squad-open --questions 1000 \
-        --configs flat:sq4 ivf:sq4:nprobe=64 ivf:sq4:scale=mu:nprobe=64 --out bench/results/odqa_index-50k.json
+    python bench/odqa_index.py -c configs/experiments/wiki-odqa.yaml --sets nq trivia entityq squad-open \\
+        --questions 500 --configs flat:fs4 ivf:fs4:nlist=4096:nprobe=128:refine=4 hnsw:sq4:ef=256:refine=4 \\
+        --out bench/results/odqa_index-663k.json
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,29 +41,61 @@ import numpy as np  # noqa: E402
 
 from _common import command_line, machine, write_result  # noqa: E402
 
+KEYS = ("nlist", "nprobe", "ef", "m", "refine", "fold", "quantizer")
+
 
 def parse_config(text: str) -> dict:
-    """``ivf:sq4:scale=mu:nprobe=64`` -> {"type": "ivf", "storage": "sq4", "scale": "mu", "nprobe": 64}."""
+    """``ivf:fs4:nprobe=64:refine=4`` -> {"type": "ivf", "storage": "fs4", "nprobe": 64, "refine": 4, ...}."""
     parts = text.split(":")
     if len(parts) < 2:
         raise SystemExit(f"--configs {text!r}: expected TYPE:STORAGE[:key=value...]")
-    out: dict = {"type": parts[0], "storage": parts[1], "scale": "1"}
+    out: dict = {"type": parts[0], "storage": parts[1], "fold": "mu", "refine": 0, "text": text}
     for part in parts[2:]:
         key, _, value = part.partition("=")
-        if key not in ("scale", "nprobe", "ef", "nlist"):
-            raise SystemExit(f"--configs {text!r}: unknown option {key!r} (scale, nprobe, ef, nlist)")
-        out[key] = value if key == "scale" else int(value)
+        if key not in KEYS:
+            raise SystemExit(f"--configs {text!r}: unknown option {key!r} ({', '.join(KEYS)})")
+        out[key] = value if key in ("fold", "quantizer") else int(value)
     return out
 
 
-def scale_value(scale: str, mu: float) -> float:
-    return {"mu": mu, "sqrt-mu": float(np.sqrt(mu))}.get(scale) or float(scale)
+class Rows:
+    """Rows ``rows`` (or all) of a streamed matrix, read block by block (slices) or gathered."""
+
+    def __init__(self, matrix, rows: np.ndarray | None):
+        self.matrix, self.rows = matrix, rows
+        self.shape = (len(rows) if rows is not None else matrix.shape[0], matrix.shape[1])
+        self.dtype, self.ndim = np.dtype(np.float32), 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        if self.rows is None:
+            return np.asarray(self.matrix[key], dtype=np.float32)
+        if isinstance(key, slice):
+            key = np.arange(*key.indices(self.shape[0]))
+        return np.asarray(self.matrix[self.rows[np.asarray(key)]], dtype=np.float32)
 
 
-def judge(ranked_rows: np.ndarray, scores: np.ndarray, dev, doc_ids, texts_of, ks) -> dict[str, float]:
+class Concat:
+    """``[P, s·PΛ]`` row blocks of two row sources (the exact scan's and a folded index's input)."""
+
+    def __init__(self, base, lam, scale: float = 1.0):
+        self.base, self.lam, self.scale = base, lam, np.float32(scale)
+        self.shape = (base.shape[0], base.shape[1] + lam.shape[1])
+        self.dtype, self.ndim = np.dtype(np.float32), 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        return np.ascontiguousarray(np.hstack([self.base[key], self.lam[key] * self.scale]), dtype=np.float32)
+
+
+def judge(rows: np.ndarray, scores: np.ndarray, dev, doc_ids, texts_of, ks) -> dict[str, float]:
     from spar.evaluate.metrics import answer_accuracy, evaluate_run, ranked_run
 
-    run = ranked_run(dev.ids, ranked_rows, scores, doc_ids)
+    run = ranked_run(dev.ids, rows, scores, doc_ids)
     out = {}
     if dev.answers is not None:
         texts = texts_of({d for hits in run.values() for d, _ in hits})
@@ -66,95 +105,270 @@ def judge(ranked_rows: np.ndarray, scores: np.ndarray, dev, doc_ids, texts_of, k
     return {k: round(v, 4) for k, v in out.items()}
 
 
+def index_bytes(index) -> int:
+    import faiss
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "index.faiss")
+        faiss.write_index(index, path)
+        return os.path.getsize(path)
+
+
+def make_index(c: dict, dim: int, n: int, seed: int, threads: int):
+    import faiss
+
+    from spar.index.spar_index import IndexOptions, make_faiss_index
+
+    options = IndexOptions(storage=c["storage"], seed=seed, threads=threads,
+                           **({"nprobe": c["nprobe"]} if "nprobe" in c else {}),
+                           **({"ivf_nlist": c["nlist"]} if "nlist" in c else {}),
+                           **({"hnsw_ef_search": c["ef"]} if "ef" in c else {}),
+                           **({"hnsw_m": c["m"]} if "m" in c else {}))
+    if c["type"] == "ivf" and c.get("quantizer") == "hnsw":
+        from spar.index.storage import factory_component
+
+        nlist = c["nlist"]
+        index = faiss.index_factory(dim, f"IVF{nlist}_HNSW32,{factory_component(c['storage'], dim=dim)}",
+                                    faiss.METRIC_INNER_PRODUCT)
+        index.nprobe = c.get("nprobe", 32)
+        faiss.downcast_index(faiss.extract_index_ivf(index).quantizer).hnsw.efSearch = max(2 * index.nprobe, 64)
+        return index, options
+    return make_faiss_index(dim, n, c["type"], options), options
+
+
+def build(c: dict, data, seed: int, threads: int):
+    """Train on a seeded sample, then add every row in blocks (as spar.index.spar_index.build_faiss_index)."""
+    from spar.index.spar_index import ADD_BATCH, faiss_threads
+    from spar.index.storage import FAST_SCAN
+
+    n, dim = data.shape
+    index, options = make_index(c, dim, n, seed, threads)
+    if not index.is_trained:
+        nlist = getattr(index, "nlist", 0) or (c.get("nlist") or 0)
+        size = min(n, max(256 * 64, 64 * nlist) if nlist else 65536)
+        sample = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+        train = data[sample]
+        if c["storage"] in FAST_SCAN and c["type"] == "flat":
+            with faiss_threads(1):
+                index.train(train)
+        else:
+            index.train(train)
+        del train
+    for start in range(0, n, ADD_BATCH):
+        index.add(data[start:start + ADD_BATCH])
+    return index
+
+
+def search(index, qvecs: np.ndarray, k: int, refine: int, passage_rows, base_q, lambda_q, mu, subset):
+    """(scores, rows) of the index's top k, re-ranked exactly from refine·k when ``refine``."""
+    from spar.index.approximate import refine_top_k
+
+    scores, rows = index.search(np.ascontiguousarray(qvecs, dtype=np.float32), k * max(1, refine))
+    if not refine:
+        return scores, rows
+    glob = np.where(rows >= 0, subset[np.maximum(rows, 0)] if subset is not None else rows, -1)
+    scores, found = refine_top_k(passage_rows, base_q, lambda_q, mu, glob, k)
+    if subset is not None:  # back to subset rows
+        position = {int(g): i for i, g in enumerate(subset)}
+        found = np.vectorize(lambda g: position.get(int(g), -1))(found)
+    return scores, found
+
+
+def timed_single(fn, n: int, threads: int) -> float:
+    """Milliseconds per question, one question at a time, on ``threads`` FAISS threads."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        fn(0)  # warm
+        start = time.perf_counter()
+        for i in range(n):
+            fn(i)
+        return round(1000 * (time.perf_counter() - start) / n, 3)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-c", "--config", required=True)
-    parser.add_argument("--set", required=True, help="the question set whose dev split is searched")
-    parser.add_argument("--questions", type=int, default=1000, help="first N of the set's (sampled) dev questions")
-    parser.add_argument("--configs", nargs="+", default=["flat:sq4", "ivf:sq4:nprobe=64", "ivf:sq4:scale=mu:nprobe=64"])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--k", type=int, default=100)
-    parser.add_argument("--out", default="bench/results/odqa_index.json")
-    parser.add_argument("overrides", nargs="*", help="section.key=value config overrides")
-    args = parser.parse_args(argv)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-c", "--config", required=True)
+    ap.add_argument("--sets", nargs="+", required=True, help="question sets whose dev splits are searched")
+    ap.add_argument("--questions", type=int, default=500, help="first N of each set's (sampled) dev questions")
+    ap.add_argument("--configs", nargs="+", required=True)
+    ap.add_argument("--subset", type=int, default=None, help="a seeded sample of N passages (exploration)")
+    ap.add_argument("--mu", type=float, default=None, help="μ before `spar tune` ran (every set; folding too)")
+    ap.add_argument("--single", type=int, default=100, help="questions timed one at a time")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--k", type=int, default=100)
+    ap.add_argument("--no-base", action="store_true", help="skip the base-alone rows")
+    ap.add_argument("--no-hybrid", action="store_true", help="skip timing the hybrid")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("overrides", nargs="*", help="section.key=value config overrides")
+    args = ap.parse_args(argv)
 
     import faiss
 
     from spar.core.config import load_config
     from spar.data.question_sets import SplitQueries, dev_split
     from spar.evaluate.evaluation import passage_texts
-    from spar.evaluate.tuning import read_tuned
+    from spar.evaluate.exact import top_k
     from spar.experiment.inputs import ExperimentInputs
-    from spar.index.spar_index import IndexOptions, build_faiss_index, spar_query_vectors
-    from spar.index.storage import code_bytes
+    from spar.index.approximate import PassageRows
+    from spar.index.spar_index import spar_query_vectors
+    from spar.model.embeddings import load_embeddings
 
     faiss.omp_set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)
     inputs = ExperimentInputs(cfg)
-    full = dev_split(cfg, args.set)
-    ids = full.ids[:args.questions]
-    dev = SplitQueries(full.split, {q: full.qrels[q] for q in ids if q in full.qrels}, {q: full.texts[q] for q in ids},
-                       None if full.answers is None else {q: full.answers[q] for q in ids if q in full.answers},
-                       full.answer_match, full.name, full.stored)
-    mu = read_tuned(cfg.output_dir).for_set(args.set).mu()
-    base_p = np.asarray(inputs.passage_vectors("base"), dtype=np.float32)
-    lambda_p = np.asarray(inputs.passage_vectors("lambda"), dtype=np.float32)
-    base_q = inputs.query_vectors("base", dev)
-    lambda_q = inputs.query_vectors("lambda", dev)
-    doc_ids = inputs.doc_ids
-    n, dim = base_p.shape[0], base_p.shape[1] + lambda_p.shape[1]
-    ks = [1, 5, 20, 100]
+    base_emb, lam_emb = load_embeddings(inputs.passage_dir("base")), load_embeddings(inputs.passage_dir("lambda"))
+    n_all = len(base_emb.ids)
+    subset = None
+    if args.subset and args.subset < n_all:
+        subset = np.sort(np.random.default_rng(cfg.experiment.seed).choice(n_all, size=args.subset, replace=False))
+    base_p, lam_p = Rows(base_emb.sharded, subset), Rows(lam_emb.sharded, subset)
+    doc_ids = inputs.doc_ids if subset is None else [inputs.doc_ids[i] for i in subset]
+    passage_rows = PassageRows(base_emb.part_files, lam_emb.part_files)
+    n, dim = base_p.shape[0], base_p.shape[1] + lam_p.shape[1]
     texts_of = lambda wanted: passage_texts(inputs, wanted)  # noqa: E731
+    ks = [1, 5, 20, 100]
 
-    print(f"{n:,} passages, {dim} dims, {len(ids)} dev questions of {args.set}, μ = {mu:g}", file=sys.stderr)
-    exact_q = spar_query_vectors(base_q, lambda_q, mu, "concat")
-    start = time.perf_counter()
-    index = faiss.IndexFlatIP(dim)
-    for s in range(0, n, 65536):
-        index.add(np.ascontiguousarray(np.hstack([base_p[s:s + 65536], lambda_p[s:s + 65536]])))
-    built = time.perf_counter() - start
-    start = time.perf_counter()
-    exact_scores, exact_rows = index.search(exact_q, args.k)
-    searched = time.perf_counter() - start
-    del index
-    peer = {"config": "flat:float32 (exact)", "build_s": round(built, 2), "bytes_per_passage": dim * 4,
-            "ms_per_question": round(1000 * searched / len(ids), 3),
-            **judge(exact_rows, exact_scores, dev, doc_ids, texts_of, ks)}
-    print(peer, file=sys.stderr)
-    exact_top20 = [set(r[:20].tolist()) for r in exact_rows]
+    tuned = None
+    if args.mu is None:
+        from spar.evaluate.tuning import read_tuned
 
-    rows = []
+        tuned = read_tuned(cfg.output_dir)
+    mu0 = args.mu if tuned is None else tuned.mu()
+    sets = {}
+    for name in args.sets:
+        full = dev_split(cfg, name)
+        ids = full.ids[:args.questions]
+        dev = SplitQueries(full.split, {q: full.qrels[q] for q in ids if q in full.qrels},
+                           {q: full.texts[q] for q in ids},
+                           None if full.answers is None else {q: full.answers[q] for q in ids if q in full.answers},
+                           full.answer_match, full.name, full.stored)
+        mu = mu0 if tuned is None else tuned.for_set(name).mu()
+        sets[name] = {"dev": dev, "mu": mu, "base_q": inputs.query_vectors("base", dev),
+                      "lambda_q": inputs.query_vectors("lambda", dev)}
+    described = ", ".join(f"{name}: {len(v['dev'].ids)} (μ {v['mu']:g})" for name, v in sets.items())
+    print(f"{n:,} passages, {dim} dims, μ₀ = {mu0:g}, sets {described}", file=sys.stderr, flush=True)
+
+    # The exact scans: SPAR over float32 [P, PΛ], and the base alone.
+    exact: dict = {}
+    start = time.perf_counter()
+    for name, s in sets.items():
+        q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"], "concat")
+        scores, rows = top_k(q, Concat(base_p, lam_p), args.k)
+        base_scores, base_rows = top_k(s["base_q"], base_p, args.k)
+        exact[name] = {"spar": judge(rows, scores, s["dev"], doc_ids, texts_of, ks),
+                       "base": judge(base_rows, base_scores, s["dev"], doc_ids, texts_of, ks),
+                       "top20": [set(r[:20].tolist()) for r in rows],
+                       "base_top20": [set(r[:20].tolist()) for r in base_rows]}
+        print(name, "exact", exact[name]["spar"], "base", exact[name]["base"], file=sys.stderr, flush=True)
+    exact_seconds = time.perf_counter() - start
+
+    peer = {"name": "hybrid: base flat float32 + Pyserini BM25 + fusion, one question at a time"}
+    if not args.no_hybrid:
+        from spar.evaluate.candidates import hybrid_fuse
+
+        flat = faiss.IndexFlatIP(base_p.shape[1])
+        for start in range(0, n, 65536):
+            flat.add(base_p[start:start + 65536])
+        s = next(iter(sets.values()))
+        pairs = s["dev"].pairs()
+        searcher = inputs.bm25
+        alpha = 0.04 if tuned is None else (tuned.alpha or 0.04)
+        searcher.search(pairs[:1], 100)  # the JVM warm
+
+        def hybrid(i: int) -> None:
+            d, r = flat.search(s["base_q"][i:i + 1], 100)
+            dense = [(doc_ids[j], float(v)) for j, v in zip(r[0], d[0]) if j >= 0]
+            sparse = searcher.search(pairs[i:i + 1], 100).get(pairs[i][0], [])
+            hybrid_fuse(dense, list(sparse), alpha)
+
+        def dense_only(i: int) -> None:
+            flat.search(s["base_q"][i:i + 1], 100)
+
+        def bm25_only(i: int) -> None:
+            searcher.search(pairs[i:i + 1], 100)
+
+        single = min(args.single, len(pairs))
+        peer.update({"ms_1_thread": timed_single(hybrid, single, 1), "ms_2_threads": timed_single(hybrid, single, 2),
+                     "base_flat_ms_1_thread": timed_single(dense_only, single, 1),
+                     "bm25_ms": timed_single(bm25_only, single, 1), "questions_timed": single,
+                     "bytes_per_passage_base": base_p.shape[1] * 4})
+        del flat
+        print("hybrid", peer, file=sys.stderr, flush=True)
+
+    rows_out = []
     for text in args.configs:
         c = parse_config(text)
-        s = scale_value(c["scale"], mu)
-        options = IndexOptions(storage=c["storage"], seed=cfg.experiment.seed, threads=args.threads,
-                               **({"nprobe": c["nprobe"]} if "nprobe" in c else {}),
-                               **({"ivf_nlist": c["nlist"]} if "nlist" in c else {}),
-                               **({"hnsw_ef_search": c["ef"]} if "ef" in c else {}))
-        scaled = lambda_p if s == 1.0 else lambda_p * np.float32(s)
+        fold = mu0 if c["fold"] == "mu" and c["type"] != "flat" else 1.0
         start = time.perf_counter()
-        index = build_faiss_index([base_p, scaled], "concat", c["type"], options)
+        index = build(c, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
         built = time.perf_counter() - start
-        del scaled
-        q = spar_query_vectors(base_q, lambda_q, mu / s, "concat")
-        start = time.perf_counter()
-        scores, found = index.search(q, args.k)
-        searched = time.perf_counter() - start
-        overlap = float(np.mean([len(exact_top20[i] & set(found[i, :20].tolist())) / 20 for i in range(len(ids))]))
-        row = {"config": text, "scale": s, "build_s": round(built, 2),
-               "bytes_per_passage": code_bytes(c["storage"], dim, options.pq_m, options.pq_nbits),
-               "ms_per_question": round(1000 * searched / len(ids), 3),
-               "ratio": round(searched / max(1e-9, peer["ms_per_question"] * len(ids) / 1000), 3),
-               "overlap@20": round(overlap, 4), **judge(found, scores, dev, doc_ids, texts_of, ks)}
-        row["Acc@20_loss_points"] = round(100 * (row.get("Acc@20", 0) - peer.get("Acc@20", 0)), 2)
-        print(row, file=sys.stderr)
-        rows.append(row)
-        del index
+        size = index_bytes(index)
+        row = {"config": text, "fold": fold, "refine": c["refine"], "build_s": round(built, 1),
+               "bytes_per_passage": round(size / n, 1), "sets": {}}
+        for name, s in sets.items():
+            scale = s["mu"] / fold
+            q = spar_query_vectors(s["base_q"], s["lambda_q"], scale, "concat")
+            start = time.perf_counter()
+            scores, found = search(index, q, args.k, c["refine"], passage_rows, s["base_q"], s["lambda_q"], s["mu"],
+                                   subset)
+            batched = time.perf_counter() - start
+            measured = judge(found, scores, s["dev"], doc_ids, texts_of, ks)
+            overlap = float(np.mean([len(exact[name]["top20"][i] & set(found[i, :20].tolist())) / 20
+                                     for i in range(len(found))]))
+            entry = {**measured, "overlap@20": round(overlap, 4),
+                     "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0) - exact[name]["spar"]["Acc@20"]), 2),
+                     "ms_batched": round(1000 * batched / len(found), 3)}
+            row["sets"][name] = entry
+            print(text, name, entry, file=sys.stderr, flush=True)
+        s = next(iter(sets.values()))
+        q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
 
-    result = {"benchmark": "SPAR index choice on real vectors (issue #26 item 5)", "config": args.config,
-              "question_set": args.set, "split": "dev", "questions": len(ids), "passages": n, "dim": dim, "mu": mu,
-              "spar": rows, "peer": peer, "ratio": {r["config"]: r["ratio"] for r in rows},
-              "unit": "ms per question (batched search), Acc@k on the dev questions",
+        def one(i: int, index=index, q=q, s=s, c=c) -> None:
+            search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
+                   s["lambda_q"][i:i + 1], s["mu"], subset)
+
+        single = min(args.single, len(q))
+        row["ms_1_thread"], row["ms_2_threads"] = timed_single(one, single, 1), timed_single(one, single, 2)
+        del one
+        if peer.get("ms_1_thread"):
+            row["vs_hybrid_1_thread"] = round(row["ms_1_thread"] / peer["ms_1_thread"], 3)
+        row["worst_Acc@20_loss_points"] = min(e["Acc@20_loss_points"] for e in row["sets"].values())
+        del index
+        if not args.no_base:  # the base alone through the same index type
+            start = time.perf_counter()
+            bindex = build({**c, "refine": 0}, base_p, cfg.experiment.seed, args.threads)
+            row["base"] = {"build_s": round(time.perf_counter() - start, 1), "sets": {}}
+            for name, s in sets.items():
+                scores, found = bindex.search(np.ascontiguousarray(s["base_q"], dtype=np.float32),
+                                              args.k * max(1, c["refine"]))
+                if c["refine"]:  # exact base scores of the candidates
+                    glob = np.where(found >= 0, subset[np.maximum(found, 0)] if subset is not None else found, -1)
+                    exact_base = np.stack([passage_rows.part(0, np.maximum(r, 0)) @ s["base_q"][i]
+                                           for i, r in enumerate(glob)])
+                    exact_base[found < 0] = -np.inf
+                    order = np.argsort(-exact_base, axis=1, kind="stable")[:, :args.k]
+                    scores, found = np.take_along_axis(exact_base, order, 1), np.take_along_axis(found, order, 1)
+                measured = judge(found, scores, s["dev"], doc_ids, texts_of, ks)
+                row["base"]["sets"][name] = {
+                    **measured, "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0)
+                                                                   - exact[name]["base"]["Acc@20"]), 2)}
+            row["base"]["worst_Acc@20_loss_points"] = min(e["Acc@20_loss_points"]
+                                                          for e in row["base"]["sets"].values())
+            print(text, "base", row["base"], file=sys.stderr, flush=True)
+            del bindex
+        rows_out.append(row)
+
+    result = {"benchmark": "approximate SPAR indexes against the exact scan (issue #35 item 2)", "config": args.config,
+              "passages": n, "subset": args.subset, "dim": dim, "mu0": mu0, "questions_per_set": args.questions,
+              "split": "dev", "exact": {k: {"spar": v["spar"], "base": v["base"]} for k, v in exact.items()},
+              "exact_seconds": round(exact_seconds, 1), "spar": rows_out, "peer": peer,
+              "ratio": {r["config"]: r.get("vs_hybrid_1_thread") for r in rows_out},
+              "unit": "Acc@20 loss in points against the exact scan; ms per question",
               "machine": machine(args.threads), "command": command_line(__file__, argv)}
     return write_result(result, args.out)
 

@@ -163,8 +163,9 @@ def real_vectors(args, argv) -> dict:
     from spar.core.config import load_config
     from spar.model.encoders import BiEncoder
     from spar.evaluate.exact import top_k
+    from spar.index.served import served_passage_vectors
     from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, faiss_threads,
-                                       served_passage_vectors, spar_query_vectors, trained_faiss_index)
+                                       spar_query_vectors, trained_faiss_index)
     from spar.evaluate.latency import ratios, time_systems
     from spar.data.passages import corpus_texts
     from spar.lexical.projection import ProjectionLambda

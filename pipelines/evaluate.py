@@ -16,7 +16,7 @@ from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_pa
 from spar.evaluate.published import Published
 from spar.experiment.costs import costs_markdown, stage_costs
 from spar.experiment.inputs import ExperimentInputs
-from spar.index.files import SEARCH_TIME, index_info
+from spar.index.files import index_info, search_settings
 from spar.index.spar_index import check_serves
 from spar.core.lineage import source
 from spar.experiment.preflight import check_inputs, skipped_records
@@ -61,7 +61,7 @@ def plan(cfg, force: bool = False) -> Unit:
         config.update(results=[str(p) for p in paths], question_sets={
             name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
     if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
-        config["search"] = {k: getattr(cfg.index, k) for k in SEARCH_TIME}
+        config["search"] = search_settings(cfg.index)
     return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,
                 current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources)
 

@@ -1,9 +1,11 @@
 """Stage `index`: one FAISS index of SPAR passage vectors ([P, PΛ] or P + PΛ) -> ``index/``.
 
-Reads ``embeddings/base/passages`` and ``embeddings/lambda/passages`` only: the index stores vectors, not μ (μ
-scales the query side and comes from ``tune/tune.json`` where the index is searched), so ``index`` does not depend
-on ``tune``. The search-time parameters (``hnsw_ef_search``, ``nprobe``) are not part of the index's fingerprint:
-changing them updates ``index.json`` in place, never re-indexes.
+Reads ``embeddings/base/passages`` and ``embeddings/lambda/passages``. A flat index stores vectors, not μ (μ scales
+the query side and comes from ``tune/tune.json`` where the index is searched), so it does not depend on ``tune``; an
+approximate one (hnsw, ivf, ivfpq) holds ``[P, μ₀·PΛ]`` with μ₀ the tuned μ (``index.fold``,
+:mod:`spar.index.approximate`) and is rebuilt when μ₀ changes. The search-time parameters (``hnsw_ef_search``,
+``nprobe``, ``refine``) are not part of the index's fingerprint: changing them updates ``index.json`` in place, never
+re-indexes.
 """
 
 from __future__ import annotations
@@ -33,18 +35,35 @@ def plan(cfg, force: bool = False) -> Unit:
     ExperimentInputs(cfg).check_lambda_embeddings()  # never index vectors of a Λ that has since changed
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
+    sources = [source(base_dir), source(lambda_dir)]
+    fold = folded_mu(cfg)
+    if fold != 1.0:  # flat indexes, and runs made before folding, keep their fingerprints
+        inputs["fold"] = repr(fold)
+        sources.append(source(run.artifact("tune")))
     return Unit(RunContext(cfg).artifact("index"), kind="index", config=settings(cfg.index), inputs=inputs,
-                payload=(base_dir, lambda_dir), sources=[source(base_dir), source(lambda_dir)])
+                payload=(base_dir, lambda_dir, fold), sources=sources)
+
+
+def folded_mu(cfg) -> float:
+    """μ₀, what the index multiplies Λ's half of the passage vectors by: the experiment's tuned μ for an approximate
+    index type with ``index.fold: auto``, else 1 (:func:`spar.index.approximate.fold_factor`)."""
+    from spar.index.approximate import APPROXIMATE_TYPES, fold_factor
+
+    if cfg.index.fold == "never" or cfg.index.type not in APPROXIMATE_TYPES:
+        return 1.0
+    from spar.evaluate.tuning import read_tuned
+
+    return fold_factor(cfg.index.type, cfg.index.fold, read_tuned(cfg.output_dir).mu())
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     section = cfg.index
-    base_dir, lambda_dir = unit.payload
+    base_dir, lambda_dir, fold = unit.payload
     base, lam = load_embeddings(base_dir), load_embeddings(lambda_dir)
     options = IndexOptions.from_section(section, seed=cfg.experiment.seed)
     with make_executor(cfg.executor) as executor:  # Ray: workers code the passages, this process adds the codes
         index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options,
-                                executor=executor)
+                                executor=executor, fold=fold)
     index.save(w.path)
     size = index_file_bytes(w.path)
     w.schema = index_schema(section.type, index.storage)
@@ -54,7 +73,9 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
             "passages": f"{len(index):,}",
             "dim": f"{index.info['dim']} (base {index.info['base_dim']} + Λ {index.info['lambda_dim']})"
             if section.variant == "concat" else str(index.info["dim"]),
-            "size": f"{size / 2**20:,.1f} MiB ({size / max(1, len(index)):,.0f} B/passage)"}
+            "size": f"{size / 2**20:,.1f} MiB ({size / max(1, len(index)):,.0f} B/passage)",
+            **({"folded": f"[P, {fold:g}·PΛ] (μ₀, the tuned μ)"} if fold != 1.0 else {}),
+            **({"refine": f"top {index.refine}·k re-ranked with exact scores"} if index.refine else {})}
 
 
 def on_skip(cfg, manifest: dict) -> dict:

@@ -57,7 +57,7 @@ def plan(cfg, force: bool = False) -> Unit:
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
         sources.append(source(RunContext(cfg).artifact("teacher_index")))
-    codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).codec(cfg.index.type)
+    codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).scored_codec(cfg.index.type)
     config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
               "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
               "served_passages": codec, **_set_settings(cfg)}

@@ -187,7 +187,7 @@ def test_stage_builds_index_without_tune_and_search_params_never_reindex(encoded
     assert SparIndex.load(out / "index").info["options"]["nprobe"] == 7
 
     # A build parameter does rebuild.
-    cfg = load_config(None, [f"experiment.output_dir={out}", "index.type=hnsw", "index.hnsw_m=8"])
+    cfg = load_config(None, [f"experiment.output_dir={out}", "index.type=hnsw", "index.hnsw_m=8", "index.fold=never"])
     assert "skipped" not in stage.run(cfg)
     assert SparIndex.load(out / "index").info["type"] == "hnsw"
 
@@ -198,3 +198,89 @@ def test_stage_requires_embeddings(tmp_path):
 
     with pytest.raises(ArtifactError, match="run `spar encode`"):
         stage.run(load_config(None, [f"experiment.output_dir={tmp_path}"]))
+
+
+# ---- μ folded into approximate indexes, exact re-ranking (issue #35) ------------------------------------------------
+
+
+def _brute(bq, lq, bp, lp, mu):
+    f64 = np.float64
+    return bq.vectors.astype(f64) @ bp.vectors.T.astype(f64) + mu * (lq.vectors.astype(f64) @ lp.vectors.T.astype(f64))
+
+
+def test_a_folded_index_searched_exhaustively_gives_the_exact_ranking_for_any_mu(encoded):
+    """[P, μ₀·PΛ] searched with [Q, (μ/μ₀)·QΛ]: an IVF index probing every list returns the exact top-k for μ₀ and
+    for μ far from it, as the never-folded flat scan does."""
+    bp, lp = _emb(encoded, "base", "passages"), _emb(encoded, "lambda", "passages")
+    bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
+    flat = SparIndex.build(bp, lp, index_type="flat")
+    ivf = SparIndex.build(bp, lp, index_type="ivf", ivf_nlist=4, nprobe=4, fold=0.3)
+    assert ivf.info["fold"] == 0.3 and "fold" not in flat.info
+    for mu in (0.3, 0.02, 2.5):
+        expected = _brute(bq, lq, bp, lp, mu)
+        for index in (flat, ivf):
+            scores, ids = index.search(bq, lq, k=10, mu=mu)
+            for qi in range(len(bq)):
+                order = np.argsort(-expected[qi], kind="stable")[:10]
+                assert ids[qi] == [bp.ids[j] for j in order], (index.info["type"], mu, qi)
+                np.testing.assert_allclose(scores[qi], expected[qi][order], atol=1e-4, rtol=1e-5)
+
+
+def test_refine_serves_exact_scores_read_from_the_embeddings(encoded, tmp_path):
+    """An HNSW index over 4-bit codes re-ranks the top refine·k with float32 vectors read from the embeddings on
+    disk: the scores are the exact ones, and with refine·k >= every passage the ranking is the exact scan's; it
+    survives save/load (embeddings found relative to the index), and refine without embeddings is refused."""
+    bp, lp = _emb(encoded, "base", "passages"), _emb(encoded, "lambda", "passages")
+    bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
+    index = SparIndex.build(bp, lp, index_type="hnsw", storage="sq4", hnsw_m=8, hnsw_ef_search=64, refine=5,
+                            fold=0.4)
+    index.save(tmp_path / "index")
+    loaded = SparIndex.load(tmp_path / "index")
+    assert loaded.refine == 5 and not os.path.isabs(json.loads((tmp_path / "index" / "index.json").read_text())
+                                                     ["embeddings"]["base"])
+    for mu in (0.4, 1.3):
+        expected = _brute(bq, lq, bp, lp, mu)
+        scores, ids = loaded.search(bq, lq, k=10, mu=mu)  # 5·10 = 50 >= 48 passages: every one re-scored
+        for qi in range(len(bq)):
+            order = np.argsort(-expected[qi], kind="stable")[:10]
+            assert ids[qi] == [bp.ids[j] for j in order]
+            np.testing.assert_allclose(scores[qi], expected[qi][order], atol=1e-4, rtol=1e-5)
+    coded, _ = SparIndex.build(bp, lp, index_type="hnsw", storage="sq4", hnsw_m=8, fold=0.4).search(bq, lq, 10, 0.4)
+    assert not np.allclose(coded, scores)  # without refine the 4-bit codes' scores are served
+    matrices = SparIndex.build(bp.vectors, lp.vectors, index_type="hnsw", hnsw_m=8, refine=2)
+    with pytest.raises(ArtifactError, match="index.refine needs the passage embeddings"):
+        matrices.search(bq.vectors, lq.vectors, 3, 0.5)
+
+
+def test_stage_folds_the_tuned_mu_into_an_approximate_index_and_serves_it(encoded, tmp_path):
+    """`spar index` with an approximate type reads μ₀ from tune/ (refusing to run before it), records it in
+    index.json and its fingerprint (a new μ rebuilds; a flat index never depends on tune); refine is a search-time
+    setting."""
+    import pipelines.index as stage
+    from spar.core.config import load_config
+    from spar.core.stage import Unit, run_unit
+
+    out = tmp_path / "run"
+    for name in ("base", "lambda"):
+        shutil.copytree(encoded / name / "passages", out / "embeddings" / name / "passages")
+    overrides = [f"experiment.output_dir={out}", "index.type=hnsw", "index.hnsw_m=8", "index.storage=sq8"]
+    with pytest.raises(ArtifactError, match="run `spar tune`"):
+        stage.run(load_config(None, overrides))
+
+    def tune(mu: float) -> None:
+        def work(w):
+            (w.path / "tune.json").write_text(json.dumps({"variant": "concat", "mu": mu}))
+            return {}
+        run_unit(Unit(out / "tune", kind="tune", config={"mu": mu}, inputs={}), work, force=True)
+
+    tune(0.25)
+    stage.run(load_config(None, overrides))
+    info = SparIndex.load(out / "index").info
+    assert info["fold"] == 0.25 and info["type"] == "hnsw"
+    assert stage.run(load_config(None, overrides)) == {"skipped": True}
+    assert "refine 0 -> 3" in stage.run(load_config(None, [*overrides, "index.refine=3"]))["updated"]
+    tune(0.5)  # another μ₀: the approximate index is rebuilt
+    assert "skipped" not in stage.run(load_config(None, overrides))
+    assert SparIndex.load(out / "index").info["fold"] == 0.5
+    flat = stage.run(load_config(None, [f"experiment.output_dir={out}", "index.storage=sq8"]))
+    assert "folded" not in flat and "fold" not in SparIndex.load(out / "index").info

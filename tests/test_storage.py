@@ -11,7 +11,8 @@ import pytest
 
 from spar.core.artifacts import artifact_dir
 from spar.core.errors import ArtifactError
-from spar.index.spar_index import IndexOptions, SparIndex, served_passage_vectors
+from spar.index.served import served_passage_vectors
+from spar.index.spar_index import IndexOptions, SparIndex
 from spar.index.storage import STORAGES, code_bytes, hnsw_can_store
 
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: F401

@@ -43,7 +43,7 @@ def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_p
     import spar.experiment.inputs as experiment
     from spar.evaluate.evaluation import evaluate_sets
     from spar.experiment.inputs import ExperimentInputs
-    from spar.index.spar_index import ServedVectors, served_passage_vectors
+    from spar.index.served import ServedVectors, served_passage_vectors
     from spar.evaluate.tuning import tune_experiment
 
     cfg = experiment_config(sample_experiment, tmp_path / "results", f"index.storage={storage}",
@@ -83,6 +83,7 @@ def test_tuning_and_evaluation_streamed_equal_in_memory(sample_experiment, tmp_p
 
 @pytest.mark.parametrize("storage", ["sq4", "fs4"])
 def test_served_vectors_code_each_passage_once_and_decode_as_the_index_stores_them(storage, monkeypatch):
+    import spar.index.served as served_module
     import spar.index.spar_index as index_module
 
     monkeypatch.setattr(index_module, "ADD_BATCH", 128)  # 1,000 passages: 8 blocks
@@ -90,8 +91,8 @@ def test_served_vectors_code_each_passage_once_and_decode_as_the_index_stores_th
     base = rng.standard_normal((1000, 16)).astype(np.float32)
     lam = 20 * rng.standard_normal((1000, 32)).astype(np.float32)
     options = index_module.IndexOptions(storage=storage, seed=0)
-    eager = index_module.served_passage_vectors(base, lam, "concat", "flat", options)
-    lazy = index_module.served_passage_vectors(ShardedVectors([base[:500], base[500:]], 16),
+    eager = served_module.served_passage_vectors(base, lam, "concat", "flat", options)
+    lazy = served_module.served_passage_vectors(ShardedVectors([base[:500], base[500:]], 16),
                                                ShardedVectors([lam], 32), "concat", "flat", options)
     codes = lazy[0].codes
     assert lazy[1].codes is codes  # one set of codes for both parts

@@ -499,6 +499,15 @@ class IndexSection(Section):
     pq_nbits: int = Field(8, ge=1, le=16, description="Bits per PQ code.")
     nprobe: int = Field(32, json_schema_extra=RUNTIME, ge=1, description="IVF lists visited per query.")
     train_size: int | None = Field(None, ge=1, description="IVF-PQ training sample (default max(16384, 64*nlist)).")
+    fold: Literal["auto", "never"] = Field(
+        "auto", json_schema_extra=ADDED_LATER, description="'auto': an approximate index (hnsw, ivf, ivfpq) holds "
+        "[P, mu0*PΛ] with mu0 the tuned μ (tune/tune.json), so its lists and links follow the score that ranks, and "
+        "is searched with [Q, (mu/mu0)*QΛ] (the same scores for every μ); a flat index is never folded. 'never': "
+        "[P, PΛ] for every type (spar.index.approximate).")
+    refine: int = Field(
+        0, ge=0, json_schema_extra=RUNTIME, description="Approximate indexes: re-rank the top refine*k of the index "
+        "with exact float32 scores read from the passage embeddings on disk (0: off). The served scores are then "
+        "the exact scan's, and μ is tuned against float32 vectors. A search-time setting: no re-indexing.")
 
 
 class EvaluateSection(Section):

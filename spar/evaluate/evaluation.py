@@ -351,9 +351,9 @@ def results_markdown(reports: dict[str, EvaluationReport], published: Published 
 
 def search_params(cfg) -> dict[str, int]:
     """The search-time settings (``index.hnsw_ef_search``, ``index.nprobe``) the SPAR index is served with."""
-    from spar.index.files import SEARCH_TIME
+    from spar.index.files import search_settings
 
-    return {k: getattr(cfg.index, k) for k in SEARCH_TIME}
+    return search_settings(cfg.index)
 
 
 def _why_skipped(name: str, sum_index, alpha) -> str:

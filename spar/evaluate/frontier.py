@@ -268,8 +268,9 @@ def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapp
     8-bit lookup tables whose rounding grows with the number of codes: scoring the decoded codes instead
     overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev 0.830 decoded, 0.735 served). Then the indexes
     of ``index_types``."""
-    from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, served_passage_vectors,
-                                       spar_query_vectors, trained_faiss_index)
+    from spar.index.served import served_passage_vectors
+    from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, spar_query_vectors,
+                                       trained_faiss_index)
     from spar.evaluate.metrics import evaluate_run, ranked_run
     from spar.evaluate.tuning import choose_mu
 

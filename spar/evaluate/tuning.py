@@ -6,7 +6,7 @@ every query we gather a candidate set once (the union of each part's top ``candi
 exact scores in two matrices, and rank ``s0 + w·s1`` with numpy for every w of the grid (:class:`AffineCandidates`).
 Only the candidate set is an approximation (a passage outside every part's top-k could in principle enter the
 combined top-k); :func:`confirm_mu` therefore re-checks the chosen μ with one real search of the combined FAISS
-index. Passages are scored as the index stores them (:func:`spar.index.spar_index.served_passage_vectors` of
+index. Passages are scored as the index stores them (:func:`spar.index.served.served_passage_vectors` of
 ``index.storage``), and the confirming search runs on the configured index itself.
 
 The candidate sets and the sweep live in :mod:`spar.evaluate.candidates`, the weight grid and its search in
@@ -148,7 +148,7 @@ def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda
             judge: Any = None) -> MuTuning:
     """Tune μ of ``variant`` on ``qrels``: re-scored candidate sweep, then one real combined-index search.
 
-    ``base_p``/``lambda_p`` are the passage vectors as served (:func:`spar.index.spar_index.served_passage_vectors`);
+    ``base_p``/``lambda_p`` are the passage vectors as served (:func:`spar.index.served.served_passage_vectors`);
     ``confirm_with=(base_p, lambda_p, index_type, options)``: the original vectors and the index that serves them,
     for the confirming search (default: a flat float32 index of ``base_p``/``lambda_p``). ``judge``: an
     :class:`spar.data.question_sets.AnswerJudge` for questions judged by their answers (Acc@k): ``qrels`` are then made
@@ -232,7 +232,8 @@ def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> 
     """μ (and α) tuned on the dev questions ``dev`` (a :class:`spar.data.question_sets.SplitQueries`)."""
     import time
 
-    from spar.index.spar_index import IndexOptions, served_passage_vectors
+    from spar.index.served import served_passage_vectors
+    from spar.index.spar_index import IndexOptions
 
     t = cfg.tune
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
@@ -277,7 +278,7 @@ def tune_split(cfg, inputs, dev, progress: Callable[[str], None] = log.info) -> 
         "alpha": alpha.best, "alpha_grid": alpha.grid, "alpha_scores": alpha.scores_by_name(),
         "split": "dev", "dev_queries": len(dev.ids), "dev_sets": dev.name.split("+") if dev.name else [],
         "judged_by": dev.judged_by, "candidates": candidates,
-        "storage": options.served_storage(cfg.index.type), "codec": options.codec(cfg.index.type),
+        "storage": options.scored_codec(cfg.index.type)["storage"], "codec": options.scored_codec(cfg.index.type),
         "extensions": main.search.extensions, "at_edge": main.search.at_edge,
         "dev_scores": {"bm25": _round(bm25_score), "base": _round(base_score), "lambda": _round(lambda_score),
                        "spar": _round(main.search.best_score), "hybrid": _round(alpha.best_score)},
@@ -354,10 +355,16 @@ class TunedWeights:
         return TunedWeights(self.path, {**self.payload, **own, "sets": {}})
 
     def check_served_by(self, index_info: Mapping[str, Any], index_dir: str | Path) -> None:
-        """Refuse an index that stores its passages otherwise than the vectors μ was tuned against."""
+        """Refuse an index that scores its passages otherwise than the vectors μ was tuned against (an index that
+        re-ranks exactly, ``index.refine``, scores float32 vectors whatever it stores)."""
+        from spar.index.approximate import APPROXIMATE_TYPES
+
         served = index_info.get("storage", "pq" if index_info.get("type") == "ivfpq" else "float32")
+        codec = index_info.get("codec", {"storage": served})
+        if index_info.get("options", {}).get("refine") and index_info.get("type") in APPROXIMATE_TYPES:
+            served, codec = "float32", {"storage": "float32"}
         tuned_codec = self.payload.get("codec", {"storage": self.storage})
-        same_codec = index_info.get("codec", {"storage": served}) == tuned_codec
+        same_codec = codec == tuned_codec
         if served != self.storage or not same_codec:
             raise ArtifactError(f"{index_dir}: the index stores passages as {index_info.get('codec', served)}, but μ "
                                 f"in {self.path} was tuned against {self.payload.get('codec', self.storage)}; re-run "

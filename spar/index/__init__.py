@@ -23,8 +23,8 @@ _EXPORTS = {
     "make_faiss_index": "spar.index.spar_index",
     "trained_faiss_index": "spar.index.spar_index",
     "build_faiss_index": "spar.index.spar_index",
-    "ServedVectors": "spar.index.spar_index",
-    "served_passage_vectors": "spar.index.spar_index",
+    "ServedVectors": "spar.index.served",
+    "served_passage_vectors": "spar.index.served",
     "build_spar_index": "spar.index.spar_index",
     "SparIndex": "spar.index.spar_index",
 }

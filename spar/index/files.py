@@ -33,7 +33,16 @@ IDS_FILE = "ids.arrow"
 INDEX_MANIFEST = "index.json"
 #: Options read at search time (marked runtime-only on IndexSection): they live in index.json and are refreshed
 #: there when changed, without re-indexing.
-SEARCH_TIME = ("hnsw_ef_search", "nprobe")
+SEARCH_TIME = ("hnsw_ef_search", "nprobe", "refine")
+#: What an index made before a search-time option existed does: its value there (refreshing it changes nothing).
+SEARCH_TIME_BEFORE = {"refine": 0}
+
+
+def search_settings(section: Any) -> dict[str, Any]:
+    """The search-time settings of an ``index`` config section, as results and fingerprints record them: an option
+    at the value indexes had before it existed is left out (runs made before stay up to date)."""
+    values = {key: getattr(section, key) for key in SEARCH_TIME}
+    return {k: v for k, v in values.items() if k not in SEARCH_TIME_BEFORE or v != SEARCH_TIME_BEFORE[k]}
 
 
 def is_index_dir(directory: str | Path) -> bool:
@@ -106,7 +115,7 @@ def refresh_search_params(directory: str | Path, search_params: dict[str, Any], 
     changed = []
     opts = info.setdefault("options", {})
     for key, value in search_params.items():
-        if opts.get(key) != value:
+        if opts.get(key, SEARCH_TIME_BEFORE.get(key)) != value:
             changed.append(f"{key} {opts.get(key)} -> {value}")
             opts[key] = value
     if changed:

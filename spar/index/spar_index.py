@@ -40,6 +40,7 @@ import functools
 import json
 import logging
 import math
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,17 @@ class IndexOptions(IndexSection):
     def served_storage(self, index_type: str) -> str:
         """The storage an index of ``index_type`` really holds (``ivfpq`` always stores PQ codes)."""
         return "pq" if index_type == "ivfpq" else self.storage
+
+    def exact_scores(self, index_type: str) -> bool:
+        """Whether the index re-ranks its candidates with exact float32 scores (``refine`` on an approximate type):
+        then its scores are the exact scan's, and μ is tuned against float32 vectors."""
+        from spar.index.approximate import APPROXIMATE_TYPES
+
+        return bool(self.refine) and index_type in APPROXIMATE_TYPES
+
+    def scored_codec(self, index_type: str) -> dict[str, Any]:
+        """What the served scores come from: :meth:`codec`, or float32 for an index that re-ranks exactly."""
+        return {"storage": "float32"} if self.exact_scores(index_type) else self.codec(index_type)
 
     def codec(self, index_type: str) -> dict[str, Any]:
         """What decides the stored passage vectors (float32: nothing but the storage): μ tuned against one
@@ -342,100 +354,6 @@ def faiss_threads(threads: int) -> Iterator[None]:
         faiss.omp_set_num_threads(before)
 
 
-class PassageCodes:
-    """The codes of the ``[P, PΛ]`` passage vectors, made block by block on first access and kept: each passage is
-    coded once however often it is read (the μ sweep reads every passage for the top-k of each part, then gathers
-    millions of candidate rows; PQ and fast-scan coding is the costly step). Memory: the index's own bytes per
-    passage (1,728 at fs4 or sq4 with 3,456 dimensions, an eighth of float32), allocated up front.
-    """
-
-    def __init__(self, codec, sources: Sequence[Any]):
-        self.codec, self.sources = codec, sources
-        n = int(sources[0].shape[0])
-        self.codes = np.empty((n, int(codec.sa_code_size())), dtype=np.uint8)
-        self.coded = np.zeros(-(-n // ADD_BATCH), dtype=bool)
-
-    def __getitem__(self, key) -> np.ndarray:
-        n = len(self.codes)
-        if isinstance(key, slice):
-            start, stop, _ = key.indices(n)
-            blocks: Any = range(start // ADD_BATCH, (stop - 1) // ADD_BATCH + 1) if stop > start else range(0)
-        else:
-            blocks = np.unique(np.asarray(key, dtype=np.int64) // ADD_BATCH)
-        for block in blocks:
-            if not self.coded[block]:
-                lo, hi = int(block) * ADD_BATCH, min(n, (int(block) + 1) * ADD_BATCH)
-                rows = spar_passage_vectors(self.sources[0][lo:hi], self.sources[1][lo:hi], "concat")
-                self.codes[lo:hi] = self.codec.sa_encode(rows)
-                self.coded[block] = True
-        return self.codes[key]
-
-
-class ServedVectors:
-    """One part (base or Λ) of the SPAR passage vectors as an index stores them, decoded on demand: row slices and
-    row gathers, like :class:`spar.model.embeddings.ShardedVectors`, without a decoded copy of the corpus in memory.
-
-    Each access decodes the codes of the rows it needs (:class:`PassageCodes`, shared by both parts: a scalar
-    quantizer or PQ codes a vector alone, so a row decodes to the same values whichever rows it comes with).
-    """
-
-    def __init__(self, codec, sources: Sequence[Any], columns: slice, codes: PassageCodes | None = None):
-        self.codec, self.sources, self.columns = codec, sources, columns
-        self.codes = codes if codes is not None else PassageCodes(codec, sources)
-        width = len(range(*columns.indices(int(codec.d))))
-        self.shape = (int(sources[0].shape[0]), width)
-        self.dtype = np.dtype(np.float32)
-        self.ndim = 2
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key) -> np.ndarray:
-        if not isinstance(key, slice):
-            key = np.asarray(key, dtype=np.int64)
-        codes = self.codes[key]
-        if len(codes) == 0:
-            return np.zeros((0, self.shape[1]), np.float32)
-        return np.ascontiguousarray(self.codec.sa_decode(codes)[:, self.columns])
-
-
-def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
-                           index_type: IndexType = "flat", options: IndexOptions | None = None,
-                           trained: Any = None) -> tuple[Any, Any]:
-    """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
-
-    Scoring queries against them gives the index's own scores (float32 storage returns the inputs). For ``sum``
-    the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
-    SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it, unless
-    ``trained`` (an index from :func:`trained_faiss_index` for these vectors and options) is given to code with.
-    Inputs that are not in memory (:class:`spar.model.embeddings.ShardedVectors`, a corpus too large to copy) give
-    :class:`ServedVectors`, decoded row block by row block as they are read (concat).
-    """
-    options = options or IndexOptions()
-    streamed = not isinstance(base_p, np.ndarray) or not isinstance(lambda_p, np.ndarray)
-    if options.served_storage(index_type) == "float32":
-        if streamed:
-            return base_p, lambda_p
-        return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
-    _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
-    faiss = _faiss()
-    index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
-    codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
-    if streamed and variant == "concat":
-        dim = base_p.shape[1]
-        codes = PassageCodes(codec, [base_p, lambda_p])  # both parts decode the same codes, made once
-        return ServedVectors(codec, [base_p, lambda_p], slice(0, dim), codes), \
-            ServedVectors(codec, [base_p, lambda_p], slice(dim, None), codes)
-    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
-    n = base_p.shape[0]
-    decoded = np.empty((n, index.d), dtype=np.float32)
-    for start, chunk in zip(range(0, n, ADD_BATCH), _batches([base_p, lambda_p], variant, n)):
-        decoded[start:start + len(chunk)] = codec.sa_decode(codec.sa_encode(chunk))
-    if variant == "sum":
-        return decoded, np.zeros_like(decoded)
-    return decoded[:, :base_p.shape[1]], decoded[:, base_p.shape[1]:]
-
-
 def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: Variant = "concat",
                      index_type: IndexType = "flat", executor: Executor | None = None,
                      shards: Sequence[tuple[Sequence[Path], int]] | None = None, **opts: Any):
@@ -470,12 +388,21 @@ class SparIndex:
     @classmethod
     def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
               index_type: IndexType = "flat", options: IndexOptions | None = None,
-              executor: Executor | None = None, **opts: Any) -> "SparIndex":
+              executor: Executor | None = None, fold: float = 1.0, **opts: Any) -> "SparIndex":
         """Build from two matrices or two :class:`~spar.model.embeddings.Embeddings` (ids and fingerprints checked; the
-        add phase of the latter runs on ``executor``'s workers when it is Ray's)."""
+        add phase of the latter runs on ``executor``'s workers when it is Ray's). ``fold`` (μ₀): the index holds
+        ``[P, μ₀·PΛ]`` and :meth:`search` scales the query side by ``μ/μ₀`` (:mod:`spar.index.approximate`)."""
+        from spar.index.approximate import FoldedRows
+
         options = options or IndexOptions(**opts)
+        if fold != 1.0 and variant != "concat":
+            raise ArtifactError("μ is folded into [P, μ·PΛ] (variant 'concat') only; use index.fold=never with 'sum'")
+        if options.refine and variant != "concat":
+            raise ArtifactError("index.refine re-scores [Q, μ·QΛ]·[P, PΛ] (variant 'concat') only; use index.refine=0 "
+                                "with 'sum'")
         base_fp = lambda_fp = None
         shards = None
+        embeddings: dict[str, str] = {}
         if hasattr(base_p, "model_fingerprint"):
             base_emb, lambda_emb = base_p, lambda_p
             if base_emb.ids != lambda_emb.ids:
@@ -486,12 +413,15 @@ class SparIndex:
             ids = base_emb.ids if ids is None else ids
             base_fp, lambda_fp = base_emb.model_fingerprint, lambda_emb.model_fingerprint
             shards = [(base_emb.part_files, base_emb.dim), (lambda_emb.part_files, lambda_emb.dim)]
+            embeddings = {"base": str(base_emb.directory), "lambda": str(lambda_emb.directory)}
             # Memory-mapped views across shards: vectors are combined and added in batches, never all loaded.
             base_p, lambda_p = base_emb.sharded, lambda_emb.sharded
         n = base_p.shape[0]
         ids = [str(i) for i in range(n)] if ids is None else list(ids)
         if len(ids) != n:
             raise ArtifactError(f"{len(ids)} ids for {n} passage vectors")
+        if fold != 1.0:  # the scaled Λ rows are made while adding: Ray workers code the stored rows
+            lambda_p, shards = FoldedRows(lambda_p, fold), None
         index = build_spar_index(base_p, lambda_p, variant, index_type, executor, shards, **options.faiss_options())
         storage = options.served_storage(index_type)
         info = {
@@ -500,8 +430,12 @@ class SparIndex:
             "code_bytes": code_bytes(storage, int(index.d), options.pq_m, pq_bits_for(n, options.pq_nbits)),
             "base_dim": int(base_p.shape[1]), "lambda_dim": int(lambda_p.shape[1]),
             "base_fingerprint": base_fp, "lambda_fingerprint": lambda_fp,
-            "options": {k: v for k, v in options.faiss_options().items() if k != "threads"},
+            "options": {k: v for k, v in options.faiss_options().items() if k not in ("threads", "fold")},
         }
+        if fold != 1.0:
+            info["fold"] = float(fold)
+        if embeddings:  # where exact re-ranking reads the float32 vectors (saved relative to the index)
+            info["embeddings"] = embeddings
         return cls(index, ids, info)
 
     def save(self, directory: str | Path) -> None:
@@ -515,7 +449,12 @@ class SparIndex:
             _faiss().write_index(self.index, str(tmp))
         write_table(d / IDS_FILE, pa.table({"row": pa.array(range(len(self.ids)), pa.int64()),
                                             "id": pa.array(self.ids, pa.string())}, schema=EMBEDDING_IDS))
-        (d / INDEX_MANIFEST).write_text(json.dumps(self.info, indent=2) + "\n")
+        info = dict(self.info)
+        if "embeddings" in info:  # relative: the run directory may move
+            info["embeddings"] = {k: os.path.relpath(Path(v).resolve(), d.resolve())
+                                  for k, v in info["embeddings"].items()}
+        (d / INDEX_MANIFEST).write_text(json.dumps(info, indent=2) + "\n")
+        self.directory = d
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = False) -> "SparIndex":
@@ -535,11 +474,15 @@ class SparIndex:
             raise ArtifactError(f"{d}: {INDEX_FILE} holds {index.ntotal} vectors, {IDS_FILE} {len(ids)} ids, "
                                 f"{INDEX_MANIFEST} says {info.get('count')}")
         self = cls(index, ids, info)
+        self.directory = d
         self.set_search_params(**{k: v for k, v in info.get("options", {}).items() if k in SEARCH_TIME})
         return self
 
-    def set_search_params(self, hnsw_ef_search: int | None = None, nprobe: int | None = None) -> None:
+    def set_search_params(self, hnsw_ef_search: int | None = None, nprobe: int | None = None,
+                          refine: int | None = None) -> None:
         faiss = _faiss()
+        if refine is not None:
+            self.info.setdefault("options", {})["refine"] = int(refine)
         if hnsw_ef_search is not None and hasattr(self.index, "hnsw"):
             self.index.hnsw.efSearch = int(hnsw_ef_search)
         if nprobe is not None:
@@ -590,7 +533,44 @@ class SparIndex:
         fingerprints must match the index's). Returns scores [n, k] and ids (``None`` where fewer than k exist).
         """
         base_q, lambda_q = self.check_query_side(base_q, lambda_q)
-        return self.search_vectors(spar_query_vectors(base_q, lambda_q, mu, self.variant), k)
+        fold = float(self.info.get("fold", 1.0))  # [P, μ₀·PΛ] is searched with [Q, (μ/μ₀)·QΛ]: the same scores
+        qvecs = spar_query_vectors(base_q, lambda_q, mu / fold, self.variant)
+        refine = self.refine
+        if not refine:
+            return self.search_vectors(qvecs, k)
+        from spar.index.approximate import refine_top_k
+
+        _, rows = self.index.search(np.ascontiguousarray(qvecs, dtype=np.float32), k * refine)
+        scores, rows = refine_top_k(self.passage_rows(), base_q, lambda_q, mu, rows, k)
+        return scores, [[self.ids[j] if j >= 0 else None for j in row] for row in rows]
+
+    @property
+    def refine(self) -> int:
+        """Candidates re-ranked exactly per hit wanted (``index.refine``; 0 for a flat scan, which is exact)."""
+        from spar.index.approximate import APPROXIMATE_TYPES
+
+        refine = int(self.info.get("options", {}).get("refine", 0) or 0)
+        return refine if self.info.get("type") in APPROXIMATE_TYPES else 0
+
+    def passage_rows(self):
+        """The float32 passage vectors exact re-ranking reads (:class:`spar.index.approximate.PassageRows`), from
+        the embeddings the index was built from."""
+        if getattr(self, "_passage_rows", None) is None:
+            from spar.index.approximate import PassageRows
+            from spar.model.embeddings import load_embeddings
+
+            where = self.info.get("embeddings")
+            if not where:
+                raise ArtifactError("index.refine needs the passage embeddings the index was built from; this index "
+                                    "records none (built from matrices): use index.refine=0")
+            root = getattr(self, "directory", None) or Path(".")
+            dirs = {k: (Path(root) / v) for k, v in where.items()}
+            try:
+                parts = {k: load_embeddings(v).part_files for k, v in dirs.items()}
+            except ArtifactError as exc:
+                raise ArtifactError(f"index.refine reads the passage embeddings beside the index: {exc}") from None
+            self._passage_rows = PassageRows(parts["base"], parts["lambda"])
+        return self._passage_rows
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str | None]]]:
         """Search with ready-made query vectors (``[Q, μ·QΛ]`` for concat)."""
