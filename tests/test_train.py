@@ -484,3 +484,22 @@ def test_batch_kl_scores_every_pair_of_the_batch_with_the_exact_teacher(labelled
     module._trainer = None
     with pytest.raises(Exception, match="label.teacher=bm25"):
         build_lambda(cfg, passages, teacher="impact", k1=0.9, b=0.4, fields=["title", "text"], seed=0)
+
+
+@pytest.mark.slow  # worker processes start torch: minutes on 2 shared cores (CI's second command runs it)
+def test_dataloader_workers_give_the_batches_of_the_main_process(labelled: Path, tmp_path: Path):
+    """num_workers > 0 (what `auto` gives on a GPU) on the CPU: the workers prepare the same batches as the main
+    process (same losses, step by step), the batch-KL teacher's sparse matrices included (pickled to each worker)."""
+    from spar.lexical import build_lambda
+
+    passages = labelled / "queries" / "passages.arrow"
+    losses = {}
+    for workers in (0, 2):
+        cfg = _tiny_train(max_steps=3, val_check_interval=100, batch_size=4, num_workers=workers,
+                          loss="contrastive+kl", kl_target="batch",
+                          encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 12, "passage_max_length": 16})
+        lam = build_lambda(cfg, passages, teacher="bm25", k1=0.9, b=0.4, fields=["title", "text"], seed=0)
+        result = train_lambda(lam, cfg, passages, labelled / "labels", tmp_path / f"w{workers}", seed=7,
+                              enable_progress_bar=False)
+        losses[workers] = result.losses
+    assert len(losses[0]) == 3 and losses[2] == pytest.approx(losses[0], rel=1e-5)
