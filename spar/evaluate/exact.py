@@ -21,8 +21,16 @@ import numpy as np
 from spar.evaluate.metrics import ranked_run
 
 
-#: Passage rows scored at a time when the passages are not in memory (:func:`top_k` over a streamed corpus).
+#: Passage rows scored at a time when the passages are not in memory (:func:`top_k` over a streamed corpus), at
+#: most: wide vectors are read in blocks of :data:`STREAM_BLOCK_BYTES` (3,456-d SPAR vectors: 9,709 rows).
 STREAM_BLOCK = 65_536
+#: Bytes of float32 passage vectors scored at a time: what a streamed scan holds, whatever the corpus size.
+STREAM_BLOCK_BYTES = 128 << 20
+
+
+def stream_rows(dim: int) -> int:
+    """Rows per block of a streamed scan of ``dim``-dimensional vectors (:data:`STREAM_BLOCK_BYTES`)."""
+    return max(1, min(STREAM_BLOCK, STREAM_BLOCK_BYTES // (4 * max(1, dim))))
 
 
 def top_k(queries: np.ndarray, passages: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -40,8 +48,9 @@ def top_k(queries: np.ndarray, passages: Any, k: int) -> tuple[np.ndarray, np.nd
         return faiss.knn(queries, np.ascontiguousarray(passages, dtype=np.float32), k,
                          metric=faiss.METRIC_INNER_PRODUCT)
     heap = faiss.ResultHeap(queries.shape[0], k, keep_max=True)
-    for start in range(0, passages.shape[0], STREAM_BLOCK):
-        block = np.ascontiguousarray(passages[start:start + STREAM_BLOCK], dtype=np.float32)
+    rows_per_block = stream_rows(passages.shape[1])
+    for start in range(0, passages.shape[0], rows_per_block):
+        block = np.ascontiguousarray(passages[start:start + rows_per_block], dtype=np.float32)
         scores, rows = faiss.knn(queries, block, min(k, len(block)), metric=faiss.METRIC_INNER_PRODUCT)
         heap.add_result(scores, np.where(rows >= 0, rows + start, -1))
     heap.finalize()
