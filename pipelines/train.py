@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.core.artifacts import ArtifactWriter, is_complete, manifest_fingerprint, require
+from spar.core.artifacts import ArtifactWriter, check_unchanged, is_complete, manifest_fingerprint, require
 from spar.core.config import SparConfig
 from spar.core.run_context import RunContext
 from spar.lexical import build_lambda, lambda_class
@@ -37,11 +37,13 @@ def fingerprint_config(cfg: SparConfig) -> dict:
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
     qdir = RunContext(cfg).artifact("queries")
     require(qdir, "queries")
+    check_unchanged(qdir, "sample")  # the passages Λ is fitted on or trained against, the rows labels point to
     inputs = {"queries": manifest_fingerprint(qdir)}
     sources = [source(qdir)]
     if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
         ldir = RunContext(cfg).artifact("labels")
         require(ldir, "labels")
+        check_unchanged(ldir, "label")
         inputs["labels"] = manifest_fingerprint(ldir)
         sources.append(source(ldir))
     # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in

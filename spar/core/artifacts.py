@@ -133,9 +133,22 @@ def changed_files(path: str | Path, manifest: dict[str, Any] | None = None, cont
             changed.append(f"{name} (missing)")
         elif f.stat().st_size != record.get("bytes"):
             changed.append(f"{name} ({f.stat().st_size:,} bytes, written with {record.get('bytes'):,})")
-        elif content and file_sha256(f) != record.get("sha256"):
+        elif content and _checked_sha256(f) != record.get("sha256"):
             changed.append(f"{name} (content changed)")
     return changed
+
+
+#: SHA-256 of files checked in this process, by their identity, size and mtime: a stage's plan and its runner may
+#: check the same input artifact more than once, and hashing a large passages table again would cost seconds.
+_CHECKED: dict[tuple[str, int, int, int], str] = {}
+
+
+def _checked_sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.absolute()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = file_sha256(path)
+    return _CHECKED[key]
 
 
 def check_unchanged(path: str | Path, stage: str) -> None:
