@@ -204,6 +204,13 @@ def test_overrides_the_stored_index_cannot_honour_are_refused(sample_experiment,
     evaluate_stage.run(cfg)
     with pytest.raises(ArtifactError, match=refusal):  # up to date for float32: still not served as sq8
         evaluate_stage.run(sq8)
+    # #37 item 4: publish said "skipped (up to date)" to the same override (only --force refused it).
+    from pipelines import publish as publish_stage
+
+    publish_stage.run(cfg)
+    for force in (False, True):
+        with pytest.raises(ArtifactError, match=refusal):
+            publish_stage.run(sq8, force=force)
 
     as_sum = experiment_config(root, root / "results", *common, "index.variant=sum")
     index_stage.run(as_sum)
