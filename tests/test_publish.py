@@ -381,6 +381,34 @@ def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_p
         load_sentence_transformer(str(broken))
 
 
+@pytest.mark.parametrize("damaged", ["base/model.safetensors", "query/lambda/model.safetensors"])
+def test_a_damaged_weight_file_of_the_same_size_is_refused_at_load(tiny_run, tmp_path, capsys, damaged):
+    """#37 item 5: 16 bytes flipped in a published weight file (same size: the header still parses) loaded as is;
+    `spar index --model` and `spar search` gave other scores. The model's manifest.json records every file's SHA-256:
+    every load checks it, in one line naming the file."""
+    from pipelines import cli
+    from spar.publish.model_dir import SparEncoder
+
+    broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
+    data = bytearray((broken / damaged).read_bytes())
+    (broken / damaged).unlink()  # a hard link: the original model must stay intact
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(255 - b for b in data[middle:middle + 16])
+    (broken / damaged).write_bytes(bytes(data))
+    refusal = rf"^{broken / damaged}: content changed since `spar publish` wrote it .*publish or download it again$"
+    with pytest.raises(ArtifactError, match=refusal):
+        SparEncoder.from_pretrained(broken)
+    corpus = _beir_dir(tiny_run, tmp_path / "corpus", 0, 10)
+    out = tmp_path / "index"
+    assert cli.main(["index", "--model", str(broken), "--corpus", str(corpus), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{broken / damaged}: content changed" in err, err
+    assert not out.exists() and not list(tmp_path.glob("index*"))
+    assert cli.main(["search", str(broken), "scurvy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{broken / damaged}: content changed" in err, err
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # spar search
 # ----------------------------------------------------------------------------------------------------------------
