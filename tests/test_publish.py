@@ -737,6 +737,67 @@ def test_publish_into_a_mount_point(tiny_run, tmp_path):
             subprocess.run(["umount", str(target)], check=True)
 
 
+@pytest.mark.parametrize("moment", ["before the work", "while moving in"])
+def test_a_read_only_publish_target_is_one_line_and_leaves_nothing_behind(tiny_run, tmp_path, monkeypatch, capsys,
+                                                                         moment):
+    """#37 item 9: an empty read-only mount as publish.output (--force) gave a 40-line chained traceback (EROFS from
+    _replace_in_place's journal) and left the complete model beside it as <target>.tmp-<pid>/. Now one line, nothing
+    left. Before the work: a real read-only tmpfs where this machine allows it (CI runs as root), else every write
+    into it refused with EROFS; while moving in: the target stops taking files after the work (the journal's write
+    refused), which only the late check can catch."""
+    import errno
+    import subprocess
+
+    import spar.core.artifacts as artifacts
+    from pipelines import cli
+    from spar.core.errors import ArtifactError
+
+    target = tmp_path / "ro"
+    target.mkdir()
+    erofs = OSError(errno.EROFS, "Read-only file system")
+    mounted = False
+    if moment == "before the work":
+        mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs",
+                                                        str(target)], capture_output=True).returncode == 0
+        if not mounted:
+            write_bytes = Path.write_bytes
+
+            def refusing(self, data):
+                if self.parent == target:
+                    raise erofs
+                return write_bytes(self, data)
+
+            monkeypatch.setattr(Path, "write_bytes", refusing)
+    else:
+        write_json = artifacts.write_json_atomic
+
+        def journal_refused(path, payload):
+            if Path(path).parent == target:
+                raise erofs
+            return write_json(path, payload)
+
+        monkeypatch.setattr(artifacts, "write_json_atomic", journal_refused)
+    try:
+        with pytest.raises(ArtifactError, match=rf"^(cannot write to output directory )?{target}(: cannot write the "
+                                                r"model artifact there \()?:? ?Read-only file system"):
+            _publish_to(tiny_run, target, force=True)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(target.iterdir())
+        cfg = tiny_run["cfg"]
+        assert cli.main(["publish", "--force", f"experiment.output_dir={cfg.output_dir}",
+                         f"experiment.results_dir={cfg.results_dir}", f"publish.output={target}",
+                         *(f"{k}={v}" for k, v in (("experiment.name", "tiny"), ("index.storage", "float32"),
+                                                   ("publish.data_license", "'CC BY-NC 2.0'"),
+                                                   ("publish.dataset", "BeIR/scifact"),
+                                                   ("encode.base.passage_max_length", PASSAGE_TOKENS),
+                                                   ("train.encoder.passage_max_length", PASSAGE_TOKENS)))]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Read-only file system" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(target.iterdir())
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(target)], check=True)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # A published model works anywhere: no absolute path; index any corpus with it and search it (#30 item 1)
 # ----------------------------------------------------------------------------------------------------------------

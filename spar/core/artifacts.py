@@ -281,6 +281,8 @@ class ArtifactWriter(ArtifactSpec):
     def __enter__(self) -> "ArtifactWriter":
         ensure_writable(self.final.parent)
         self.check_replaceable()
+        if self.final.is_dir():  # replaced in place (a mount point): must take files; known before the work
+            ensure_writable(self.final)
         if self.resumable and self.path.exists():
             stamp = self.path / ".fingerprint"
             if not stamp.exists() or stamp.read_text() != self.fingerprint:
@@ -323,17 +325,21 @@ class ArtifactWriter(ArtifactSpec):
                                    for s in self.sources]
         (self.path / ".fingerprint").unlink(missing_ok=True)
         manifest["checksums"] = file_checksums(self.path)
-        write_json_atomic(self.path / MANIFEST, manifest)
         try:
+            write_json_atomic(self.path / MANIFEST, manifest)
             self.check_replaceable()  # again: something may have appeared there while the stage ran
-        except ArtifactError:
+            if self.final.is_dir():
+                self._replace_in_place()
+            else:
+                os.replace(self.path, self.final)
+        except (ArtifactError, OSError) as error:  # one line, and no finished work left beside the target (#37)
             if not self.resumable:
                 shutil.rmtree(self.path, ignore_errors=True)
-            raise
-        if self.final.is_dir():
-            self._replace_in_place()
-        else:
-            os.replace(self.path, self.final)
+            if isinstance(error, ArtifactError):
+                raise
+            left = f"its parts are kept in {self.path}" if self.resumable else "its temporary directory was removed"
+            raise ArtifactError(f"{self.final}: cannot write the {self.kind} artifact there ({error.strerror or error}"
+                                f"; {left}); make it writable or choose another directory") from None
 
     def _replace_in_place(self) -> None:
         """Move the finished artifact into the existing directory ``final`` (an earlier artifact of this kind, or an
