@@ -409,6 +409,22 @@ def test_a_damaged_weight_file_of_the_same_size_is_refused_at_load(tiny_run, tmp
     assert err.count("\n") == 1 and f"{broken / damaged}: content changed" in err, err
 
 
+def test_an_edited_model_card_still_loads_and_a_garbled_manifest_is_one_line(tiny_run, tmp_path):
+    """The card is documentation (edited on the hub, say): the load-time check leaves it out. A manifest that is not a
+    JSON object is refused in one line (it was an AttributeError)."""
+    from spar.publish.model_dir import SparEncoder
+
+    edited = _linked_copy(tiny_run["model"], tmp_path / "edited")
+    card = (edited / "README.md").read_text(encoding="utf-8")
+    (edited / "README.md").unlink()
+    (edited / "README.md").write_text(card + "\nNotes added on the hub.\n", encoding="utf-8")
+    assert SparEncoder.from_pretrained(edited).dim == tiny_run["base"].dim + tiny_run["lambda"].dim
+    (edited / "manifest.json").unlink()
+    (edited / "manifest.json").write_text("[]")
+    with pytest.raises(ArtifactError, match=rf"^{edited / 'manifest.json'}: corrupt manifest: not a JSON object$"):
+        SparEncoder.from_pretrained(edited)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # spar search
 # ----------------------------------------------------------------------------------------------------------------

@@ -90,9 +90,12 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not mpath.exists():
         raise ArtifactError(f"{path}: no {MANIFEST}; the artifact is missing or incomplete (run its stage first)")
     try:
-        return json.loads(mpath.read_text())
+        manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{mpath}:{exc.lineno}: corrupt manifest: {exc.msg}") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{mpath}: corrupt manifest: not a JSON object")
+    return manifest
 
 
 def manifest_fingerprint(path: str | Path) -> str:

@@ -17,6 +17,7 @@ import functools
 import json
 import re
 import unicodedata
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -69,7 +70,9 @@ def answer_problem(answer: str, match: str = "string") -> str | None:
     if match != "regex":
         return None
     try:
-        re.compile(unicodedata.normalize("NFD", answer), flags=re.IGNORECASE | re.UNICODE | re.MULTILINE)
+        with warnings.catch_warnings():  # e.g. "Possible nested set": a valid pattern, not the reader's business
+            warnings.simplefilter("ignore")
+            re.compile(unicodedata.normalize("NFD", answer), flags=re.IGNORECASE | re.UNICODE | re.MULTILINE)
     except Exception as exc:  # re.error, and OverflowError/RecursionError for absurd patterns
         return f"invalid regex answer: {answer!r} ({exc})"
     return None
