@@ -95,6 +95,8 @@ def test_label_killed_then_resumed_is_byte_identical(sampled: Path, tmp_path: Pa
 KILLED_TRAININGS = {
     "validation-steps": {"max_steps": 6, "val_check_interval": 2, "checkpoint_every_n_steps": 2},
     "between-validations": {"max_steps": 5, "val_check_interval": 2, "checkpoint_every_n_steps": 3},
+    # #37 item 1: periodic checkpoints between validations (steps 2, 6) resumed one step early (validated at 3, 7).
+    "periodic-between-validations": {"max_steps": 9, "val_check_interval": 4, "checkpoint_every_n_steps": 2},
 }
 
 
