@@ -100,7 +100,7 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
     frontier.add_argument("--kinds", type=_names, default=None,
                           help="comma-separated Λ kinds: projection, static, transformer (the run's own trained Λ; "
                           "default: projection,static and the run's own Λ when it has one)")
-    frontier.add_argument("--dims", type=_ints, default=None, help="comma-separated dimensions (default 128,...,3072)")
+    frontier.add_argument("--dims", type=_ints, default=None, help="comma-separated dimensions (default 128,...,4608)")
     frontier.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds of the random matrices "
                           "(default 0,1,2)")
     frontier.add_argument("--storages", type=_names, default=("float32",),

@@ -86,7 +86,10 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
     dims = _listed("--dims", dims)
     if any(d < 1 for d in dims):
         raise ConfigError(f"--dims must be positive, got {', '.join(str(d) for d in dims if d < 1)}")
-    return (tuple(KINDS) if kinds is None else kinds, dims, _listed("--seeds", seeds),
+    seeds = _listed("--seeds", seeds)
+    if any(s < 0 for s in seeds):  # NumPy's generators take none (a traceback from random_tables.py, #37)
+        raise ConfigError(f"--seeds must be non-negative, got {', '.join(str(s) for s in seeds if s < 0)}")
+    return (tuple(KINDS) if kinds is None else kinds, dims, seeds,
             _listed("--storages", storages, STORAGES), _listed("--indexes", index_types, INDEX_TYPES))
 
 
@@ -107,10 +110,7 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
         storages: Sequence[str] = ("float32",), index_types: Sequence[str] = ("flat",)) -> dict:
     """Compute the frontier's missing points and write it. ``kinds=None``: projection, static, and the run's own
     trained Λ when it is of another kind; kinds given explicitly must all be computable."""
-    import json
-    from dataclasses import asdict
-
-    from spar.evaluate.frontier import DEFAULT_DIMS, FrontierPoint, run_frontier
+    from spar.evaluate.frontier import DEFAULT_DIMS
     from spar.lexical import KINDS
     from spar.core.run_context import RunContext
 
@@ -118,8 +118,26 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
         cfg, kinds, DEFAULT_DIMS if dims is None else dims, (0, 1, 2) if seeds is None else seeds, storages,
         index_types)
 
-    out = ensure_writable(RunContext(cfg).artifact("frontier"))
+    # What the points depend on, the run's base embeddings first: a run without them is refused before frontier/
+    # exists (it was left behind empty).
     settings = {kind: settings_fingerprint(cfg, kind) for kind in KINDS}
+    out = RunContext(cfg).artifact("frontier")
+    created = not out.exists()
+    try:
+        return _run(cfg, kinds, dims, seeds, force, storages, index_types, ensure_writable(out), settings)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # made here and still empty: nothing to keep
+        raise
+
+
+def _run(cfg, kinds, dims, seeds, force: bool, storages, index_types, out: Path, settings: dict) -> dict:
+    import json
+    from dataclasses import asdict
+
+    from spar.core.run_context import RunContext
+    from spar.evaluate.frontier import FrontierPoint, run_frontier
+
     previous = json.loads((out / "frontier.json").read_text()) if (out / "frontier.json").exists() else {}
     kept, superseded = [], []
     for p in previous.get("points", []):

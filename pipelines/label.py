@@ -22,7 +22,7 @@ import functools
 from pathlib import Path
 
 from spar.core import schemas
-from spar.core.artifacts import (ArtifactWriter, manifest_fingerprint, read_manifest,
+from spar.core.artifacts import (ArtifactWriter, check_unchanged, manifest_fingerprint, read_manifest,
                                  remove_stale_temporaries, require)
 from spar.core.fingerprint import file_fingerprint
 from spar.core.config import LabelSection, SparConfig
@@ -97,6 +97,9 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     s = cfg.label
     qdir = RunContext(cfg).artifact("queries")
     require(qdir, "queries")
+    # The teacher index and the labels' rows are made from passages.arrow: another table put there since `spar
+    # sample` wrote it would label rows of one corpus with an index of another (--force too).
+    check_unchanged(qdir, "sample")
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
         remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
     start_jvm(s.java_heap)

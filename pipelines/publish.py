@@ -41,6 +41,8 @@ def plan(cfg, force: bool = False) -> Unit:
     index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     require_index(index_dir)
+    # An override the index cannot honour is refused, also when the model is up to date (as evaluate does).
+    _check_served(cfg, tuned, index_dir)
     results_md = RunContext(cfg).results[1]
     inputs = {
         "lambda": source.fingerprint(),
@@ -65,19 +67,12 @@ def plan(cfg, force: bool = False) -> Unit:
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     from spar.model.encoders import BiEncoder
-    from spar.index.spar_index import check_serves
     from spar.publish.card import gather_card_facts, model_provenance
     from spar.publish.model_dir import SparEncoder, publish_model
 
     source, tuned, index_dir, results_md = unit.payload
     index_info = index_info_of(index_dir, required=False)
     variant = tuned.variant
-    if index_info.get("variant") and index_info["variant"] != variant:
-        raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for '{variant}' "
-                            f"({tuned.path}); re-run `spar tune` and `spar index` with one index.variant")
-    if index_info:
-        check_serves(index_info, cfg.index, cfg.experiment.seed, index_dir)  # the card's config is what is served
-        tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
     _check_index_is_current(cfg, index_dir)
     base = BiEncoder.from_section(cfg.encode.base)
     out = unit.output
@@ -155,6 +150,22 @@ def _manifest_or_empty(path: Path) -> dict:
 def finish(cfg, stats: dict, unit: Unit) -> dict:
     """Upload the (new or up-to-date) model directory when ``publish.push_to_hub`` is set."""
     return {**stats, **_push(cfg, model_output(cfg))} if cfg.publish.push_to_hub else stats
+
+
+def _check_served(cfg, tuned, index_dir: Path) -> None:
+    """The index serves what the config asks for (an override it cannot honour is refused: the card's config is
+    what is served), with the variant and the stored passage vectors μ was tuned for."""
+    from spar.index.spar_index import check_serves
+
+    index_info = index_info_of(index_dir, required=False)
+    if not index_info:
+        return
+    if index_info.get("variant") and index_info["variant"] != tuned.variant:
+        raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for "
+                            f"'{tuned.variant}' ({tuned.path}); re-run `spar tune` and `spar index` with one "
+                            "index.variant")
+    check_serves(index_info, cfg.index, cfg.experiment.seed, index_dir)
+    tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
 
 
 def _check_index_is_current(cfg, index_dir: Path) -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.core.artifacts import ArtifactWriter, is_complete, manifest_fingerprint, require
+from spar.core.artifacts import ArtifactWriter, check_unchanged, is_complete, manifest_fingerprint, require
 from spar.core.config import SparConfig
+from spar.core.fingerprint import CONTENT_IDENTITY
 from spar.core.run_context import RunContext
 from spar.lexical import build_lambda, lambda_class
 from spar.core.lineage import source
@@ -37,11 +38,13 @@ def fingerprint_config(cfg: SparConfig) -> dict:
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
     qdir = RunContext(cfg).artifact("queries")
     require(qdir, "queries")
+    check_unchanged(qdir, "sample")  # the passages Λ is fitted on or trained against, the rows labels point to
     inputs = {"queries": manifest_fingerprint(qdir)}
     sources = [source(qdir)]
     if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
         ldir = RunContext(cfg).artifact("labels")
         require(ldir, "labels")
+        check_unchanged(ldir, "label")
         inputs["labels"] = manifest_fingerprint(ldir)
         sources.append(source(ldir))
     # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in
@@ -62,7 +65,7 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     result = train_lambda(model, cfg.train, RunContext(cfg).passages, ldir, w.path, **options)
     if not unit.primary:
         return {"rank": "worker"}
-    w.stats.update(result.stats())
+    w.stats.update(result.stats(), **CONTENT_IDENTITY)  # identified by its content, not its timings (#37)
     w.stats["lambda"] = model.describe()
     training = {"steps": result.steps, "epochs": result.epochs, "seconds": round(result.seconds),
                 "devices": result.world_size, "valid MRR (first → best)":
@@ -121,7 +124,7 @@ def _fit_only(cfg: SparConfig, model, w: ArtifactWriter) -> dict:
     """A training-free Λ (projection): its corpus statistics are fitted already; save it as the stage's output."""
     model.save(w.path)
     write_card(cfg, model, w.path, w.fingerprint, {"training": "none (fitted: corpus statistics)"})
-    w.stats = {"lambda": model.describe(), "steps": 0}
+    w.stats = {"lambda": model.describe(), "steps": 0, **CONTENT_IDENTITY}
     w.schema = {**model.files, **CARD_SCHEMA}
     teacher = model.describe()["teacher"]
     return {"kind": model.kind, "dim": model.dim, "terms": f"{teacher['vocab_size']:,}",

@@ -120,3 +120,24 @@ def test_a_config_without_output_dir_writes_runs_name_in_the_current_directory(t
     cfg = load_config(installed)
     assert cfg.output_dir == Path("runs/scifact-sample") and cfg.results_dir == Path("runs/scifact-sample/results")
     assert load_config(None).output_dir == Path("runs/scifact-sample")
+
+
+def test_an_empty_section_is_named_with_its_line_and_the_fix(tmp_path):
+    """#37 item 12: a `lexical:` left without keys (after deleting its only one) was refused as "Input should be a
+    valid dictionary or instance of LexicalSection", without saying it is empty or what to do."""
+    import re
+
+    cfg = tmp_path / "x.yaml"
+    cfg.write_text(f"data:\n  corpus: {tmp_path / 'c.jsonl'}\ntrain:\n  kind: projection\n  lexical:\nindex:\n"
+                   "  storage: sq4\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(cfg)
+    message = str(error.value)
+    assert re.search(rf"'train\.lexical' is empty \({re.escape(str(cfg))}:5\): a section with no keys left; give it "
+                     r"a key \(e\.g\. train\.lexical\.\w+\) or delete the line 'lexical:' \(its defaults then apply\)$",
+                     message), message
+    assert "valid dictionary" not in message
+    cfg.write_text(f"data:\n  corpus: {tmp_path / 'c.jsonl'}\n  question_sets:\n    nq:\n")
+    with pytest.raises(ConfigError, match=r"'data\.question_sets\.nq' is empty \(.*x\.yaml:4\): .*delete the line "
+                                          r"'nq:'"):
+        load_config(cfg)

@@ -279,3 +279,25 @@ def test_precision_a_device_cannot_run_is_refused_in_one_line(base_encoder, pass
             encode_passages(base_encoder, passages, tmp_path / precision, shard_size=10, weights_fingerprint="m",
                             options=EncodeOptions(batch_size=8, show_progress=False, precision=precision))
         assert "\n" not in str(err.value) and not (tmp_path / precision).exists()
+def test_the_rate_is_items_per_wall_second(base_encoder, passages, tmp_path):
+    """#37 item 10: the encode rate was items over the shards' summed seconds; with 2 Ray workers each shard's seconds
+    overlap, so a 2-worker encode looked half as fast as it was (label's rate is per wall second). Here each shard
+    reports the 1,000 s two workers might each take at once: the rate must still be per second of the run."""
+    import time
+
+    from spar.core.artifacts import read_manifest
+    from spar.core.executor import LocalExecutor
+    from spar.core.stage import run_unit
+    from spar.model.embeddings import passages_unit, write_split
+
+    class Overlapping(LocalExecutor):
+        def map(self, spec, tasks, ordered=False):
+            for task, stats in super().map(spec, tasks, ordered):
+                yield task, {**stats, "seconds": 1000.0}
+
+    unit = passages_unit(base_encoder, passages[:20], tmp_path / "p", shard_size=10, options=QUIET,
+                         executor=Overlapping())
+    started = time.perf_counter()
+    run_unit(unit, lambda w: write_split(w, unit))
+    wall = time.perf_counter() - started
+    assert read_manifest(tmp_path / "p")["stats"]["items_per_second"] >= 20 / wall

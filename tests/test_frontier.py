@@ -143,6 +143,7 @@ def test_non_integer_dims_and_seeds_are_a_usage_error_not_a_traceback(flag, valu
     (["--dims", "64,64"], "--dims lists 64 more than once"),
     (["--seeds", "0,1,0"], "--seeds lists 0 more than once"),
     (["--dims", "0"], "--dims must be positive"),
+    (["--seeds", "-1"], "--seeds must be non-negative, got -1"),  # #37 item 8: NumPy's traceback
     (["--kinds", "projection,transformer"], "--kinds transformer: the frontier scores the run's own trained "
                                             "transformer Λ, but"),
 ])
@@ -224,3 +225,50 @@ def test_transformer_named_on_a_run_without_one_is_refused(tmp_path):
     cfg = experiment_config(tmp_path, tmp_path / "results")
     with pytest.raises(ConfigError, match=r"--kinds transformer: .* holds no trained Λ"):
         frontier_stage.check_arguments(cfg, ("transformer",), (64,), (0,), ("float32",), ("flat",))
+
+
+def test_a_frontier_refused_for_want_of_base_embeddings_leaves_no_directory(tmp_path, capsys):
+    """#37 item 8: the refusal left an empty frontier/ behind."""
+    code = cli.main(["frontier", "--dims", "16", "--seeds", "0", f"experiment.output_dir={tmp_path / 'run'}",
+                     f"experiment.results_dir={tmp_path / 'results'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "embeddings/base/passages" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run" / "frontier").exists() and not (tmp_path / "results").exists()
+
+
+def test_the_default_dims_reach_the_default_point():
+    """#37 item 12: the default dims stopped at 3072 while the embedded default's point is 4608."""
+    from spar.evaluate.frontier import DEFAULT_DIMS
+
+    assert LexicalSection().dim in DEFAULT_DIMS and load_config().train.lexical.dim in DEFAULT_DIMS
+
+
+def test_each_ratio_to_the_hybrid_divides_timings_of_one_moment(sample_experiment, tmp_path, monkeypatch):  # noqa: F811
+    """#37 item 12: the "× hybrid" ratio went through a hybrid timed once per frontier (SPAR / base now × base / hybrid
+    then): on CISI a 6.14 ms point was printed as 0.10× beside a 9.90 ms hybrid. Here every timing is made up, and
+    the base indexes are twice as slow at each later moment: the ratio printed must be the point's own SPAR time over
+    the hybrid time printed beside it, timed together."""
+    import spar.evaluate.frontier as frontier
+    from spar.evaluate.frontier import run_frontier
+
+    moments: list[list[str]] = []
+
+    def timed(systems, queries):
+        moments.append(sorted(systems))
+        slower = 2 ** (len(moments) - 1)
+        ms = {name: 10.0 if name == "hybrid" else (1.0 * slower if name.startswith("base") else 6.0)
+              for name in systems}
+        return {name: {"single_ms": v, "p50_ms": v, "batched_ms": v / 2} for name, v in ms.items()}
+
+    monkeypatch.setattr(frontier, "_time_one_thread", timed)
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16,), (0,),
+                          progress=lambda _: None)
+    flat = report.points[0].latency["flat"]
+    assert flat["single_ms"] == 6.0 and flat["hybrid"]["single_ms"] == 10.0
+    assert flat["vs_hybrid"]["single_ms"] == pytest.approx(0.6) and flat["vs_base"]["single_ms"] == pytest.approx(
+        6.0 / flat["base"]["single_ms"])
+    assert "6.00 (0.60× hybrid" in report.markdown()

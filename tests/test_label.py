@@ -248,3 +248,37 @@ def test_select_positives_and_negative_window():
     assert select(hits[:14], 10, 5, (1, 14)) is None
     assert select(hits[:12], 10, 5) is None  # too few hits
     assert select(hits[:15], 10, 0) == (list(range(10)), [])
+
+
+@pytest.mark.parametrize("how", ["another corpus's table", "same size, one word changed"])
+def test_a_passages_table_replaced_under_label_and_train_is_refused(labelled, corpus, tmp_path, how):
+    """#37 item 3: ``queries/passages.arrow`` replaced by another table (its manifest still recording the old size
+    and SHA-256): label and train said "up to date", and ``label --force`` labelled the new passages against a
+    teacher index of the old ones. Both now check the table against its manifest first, with --force too."""
+    import pipelines.label
+    import pipelines.sample
+    import pipelines.train
+    from spar.core.errors import ArtifactError
+
+    _, out, _ = labelled
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    passages = run / "queries" / "passages.arrow"
+    if how.startswith("another"):
+        fewer = tmp_path / "fewer.jsonl"
+        fewer.write_text("".join(corpus.read_text(encoding="utf-8").splitlines(keepends=True)[:150]))
+        pipelines.sample.run(_config(fewer, tmp_path / "other"))
+        shutil.copy(tmp_path / "other" / "queries" / "passages.arrow", passages)
+    else:
+        data = bytearray(passages.read_bytes())
+        at = data.index(b" the ")
+        data[at:at + 5] = b" THE "
+        passages.write_bytes(bytes(data))
+    cfg = _config(corpus, run)
+    refusal = rf"^{passages}: .+ since `spar sample` wrote it; re-run `spar sample --force`$"
+    for stage in (pipelines.label, pipelines.train):
+        with pytest.raises(ArtifactError, match=refusal):
+            stage.STAGE.status(cfg)  # what `spar label` / `spar train` decide: not "up to date"
+        with pytest.raises(ArtifactError, match=refusal):
+            stage.STAGE.run(cfg, force=True)
+    assert read_manifest(run / "teacher_index")["fingerprint"] == read_manifest(out / "teacher_index")["fingerprint"]

@@ -381,6 +381,50 @@ def test_sentence_transformers_load_names_a_missing_encoder_file(tiny_run, tmp_p
         load_sentence_transformer(str(broken))
 
 
+@pytest.mark.parametrize("damaged", ["base/model.safetensors", "query/lambda/model.safetensors"])
+def test_a_damaged_weight_file_of_the_same_size_is_refused_at_load(tiny_run, tmp_path, capsys, damaged):
+    """#37 item 5: 16 bytes flipped in a published weight file (same size: the header still parses) loaded as is;
+    `spar index --model` and `spar search` gave other scores. The model's manifest.json records every file's SHA-256:
+    every load checks it, in one line naming the file."""
+    from pipelines import cli
+    from spar.publish.model_dir import SparEncoder
+
+    broken = _linked_copy(tiny_run["model"], tmp_path / "broken")
+    data = bytearray((broken / damaged).read_bytes())
+    (broken / damaged).unlink()  # a hard link: the original model must stay intact
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(255 - b for b in data[middle:middle + 16])
+    (broken / damaged).write_bytes(bytes(data))
+    refusal = rf"^{broken / damaged}: content changed since `spar publish` wrote it .*publish or download it again$"
+    with pytest.raises(ArtifactError, match=refusal):
+        SparEncoder.from_pretrained(broken)
+    corpus = _beir_dir(tiny_run, tmp_path / "corpus", 0, 10)
+    out = tmp_path / "index"
+    assert cli.main(["index", "--model", str(broken), "--corpus", str(corpus), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{broken / damaged}: content changed" in err, err
+    assert not out.exists() and not list(tmp_path.glob("index*"))
+    assert cli.main(["search", str(broken), "scurvy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{broken / damaged}: content changed" in err, err
+
+
+def test_an_edited_model_card_still_loads_and_a_garbled_manifest_is_one_line(tiny_run, tmp_path):
+    """The card is documentation (edited on the hub, say): the load-time check leaves it out. A manifest that is not a
+    JSON object is refused in one line (it was an AttributeError)."""
+    from spar.publish.model_dir import SparEncoder
+
+    edited = _linked_copy(tiny_run["model"], tmp_path / "edited")
+    card = (edited / "README.md").read_text(encoding="utf-8")
+    (edited / "README.md").unlink()
+    (edited / "README.md").write_text(card + "\nNotes added on the hub.\n", encoding="utf-8")
+    assert SparEncoder.from_pretrained(edited).dim == tiny_run["base"].dim + tiny_run["lambda"].dim
+    (edited / "manifest.json").unlink()
+    (edited / "manifest.json").write_text("[]")
+    with pytest.raises(ArtifactError, match=rf"^{edited / 'manifest.json'}: corrupt manifest: not a JSON object$"):
+        SparEncoder.from_pretrained(edited)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # spar search
 # ----------------------------------------------------------------------------------------------------------------
@@ -704,6 +748,67 @@ def test_publish_into_a_mount_point(tiny_run, tmp_path):
             check_model_dir(target)
             assert target.stat().st_ino == inode and (not mounted or os.path.ismount(target))
         assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(target)], check=True)
+
+
+@pytest.mark.parametrize("moment", ["before the work", "while moving in"])
+def test_a_read_only_publish_target_is_one_line_and_leaves_nothing_behind(tiny_run, tmp_path, monkeypatch, capsys,
+                                                                         moment):
+    """#37 item 9: an empty read-only mount as publish.output (--force) gave a 40-line chained traceback (EROFS from
+    _replace_in_place's journal) and left the complete model beside it as <target>.tmp-<pid>/. Now one line, nothing
+    left. Before the work: a real read-only tmpfs where this machine allows it (CI runs as root), else every write
+    into it refused with EROFS; while moving in: the target stops taking files after the work (the journal's write
+    refused), which only the late check can catch."""
+    import errno
+    import subprocess
+
+    import spar.core.artifacts as artifacts
+    from pipelines import cli
+    from spar.core.errors import ArtifactError
+
+    target = tmp_path / "ro"
+    target.mkdir()
+    erofs = OSError(errno.EROFS, "Read-only file system")
+    mounted = False
+    if moment == "before the work":
+        mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs",
+                                                        str(target)], capture_output=True).returncode == 0
+        if not mounted:
+            write_bytes = Path.write_bytes
+
+            def refusing(self, data):
+                if self.parent == target:
+                    raise erofs
+                return write_bytes(self, data)
+
+            monkeypatch.setattr(Path, "write_bytes", refusing)
+    else:
+        write_json = artifacts.write_json_atomic
+
+        def journal_refused(path, payload):
+            if Path(path).parent == target:
+                raise erofs
+            return write_json(path, payload)
+
+        monkeypatch.setattr(artifacts, "write_json_atomic", journal_refused)
+    try:
+        with pytest.raises(ArtifactError, match=rf"^(cannot write to output directory )?{target}(: cannot write the "
+                                                r"model artifact there \()?:? ?Read-only file system"):
+            _publish_to(tiny_run, target, force=True)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(target.iterdir())
+        cfg = tiny_run["cfg"]
+        assert cli.main(["publish", "--force", f"experiment.output_dir={cfg.output_dir}",
+                         f"experiment.results_dir={cfg.results_dir}", f"publish.output={target}",
+                         *(f"{k}={v}" for k, v in (("experiment.name", "tiny"), ("index.storage", "float32"),
+                                                   ("publish.data_license", "'CC BY-NC 2.0'"),
+                                                   ("publish.dataset", "BeIR/scifact"),
+                                                   ("encode.base.passage_max_length", PASSAGE_TOKENS),
+                                                   ("train.encoder.passage_max_length", PASSAGE_TOKENS)))]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Read-only file system" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"] and not list(target.iterdir())
     finally:
         if mounted:
             subprocess.run(["umount", str(target)], check=True)

@@ -18,6 +18,7 @@ import pytest
 
 from spar.core.config import load_config
 from spar.core.errors import ArtifactError, BadRecordError, SparError
+from re import escape as re_escape
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "scifact-sample"
@@ -436,3 +437,90 @@ def test_a_lambda_without_its_manifest_is_checked_by_its_own_checksums(tmp_path)
     with pytest.raises(ArtifactError, match=rf"^{lam}: no manifest.json and no checksums in spar_lambda.json, so "
                                             r"its files cannot be checked"):
         resolve_lambda(str(lam), tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# #37: answers checked at preflight with their line (regex answers compiled there; a question without answers)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _question_set_config(files: dict[str, Path], out: Path, questions: Path, *extra: str, **set_options: str):
+    """Set ``qa``: ``questions`` as its dev split, and a copy of them as its test split."""
+    test = questions.with_name(f"test-{questions.name}")
+    shutil.copy(questions, test)
+    options = ", ".join(f"{k}: {v}" for k, v in {"dev": questions, "test": test, **set_options}.items())
+    return load_config(None, [f"data.corpus={files['corpus']}", "data.queries=null", "data.qrels_dev=null",
+                              "data.qrels_test=null", f"data.question_sets={{qa: {{{options}}}}}",
+                              f"experiment.output_dir={out}", *extra])
+
+
+def _questions(path: Path, answers: list) -> Path:
+    """One question per answer list (``None``: the question carries no ``answers`` key)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"_id": f"q{i}", "question": f"question {i}",
+                                        **({"answers": a} if a is not None else {})}) + "\n"
+                            for i, a in enumerate(answers)))
+    return path
+
+
+@pytest.mark.parametrize("pattern", ["(unclosed", "[z-a]"])
+def test_a_regex_answer_that_does_not_compile_is_named_at_preflight(tmp_path, pattern):
+    """#37 item 2: such an answer never matched (Pyserini swallows the error), silently: preflight passed and every
+    system's Acc@k counted the question as a miss. Now preflight names its file and line; with on_bad_record=skip it
+    is counted, and the stages leave the same question out."""
+    from spar.data.question_sets import set_split
+    from spar.experiment.preflight import check_inputs, skipped_records
+
+    files = _small_inputs(tmp_path / "in")
+    questions = _questions(tmp_path / "qa.jsonl", [["vitamin c"], ["scurv(y|ies)", pattern], ["zinc"]])
+    with pytest.raises(BadRecordError, match=rf"^{questions}:2: invalid regex answer: {re_escape(repr(pattern))} "):
+        check_inputs(_question_set_config(files, tmp_path / "run", questions, answer_match="regex"))
+    assert check_inputs(_question_set_config(files, tmp_path / "run", questions))  # string matching: an answer
+    cfg = _question_set_config(files, tmp_path / "run", questions, "experiment.on_bad_record=skip",
+                               answer_match="regex")
+    assert skipped_records(check_inputs(cfg)) == {"data.question_sets.qa.dev": {"invalid regex answer": 1},
+                                                  "data.question_sets.qa.test": {"invalid regex answer": 1}}
+    assert set_split(cfg, "qa", "test").ids == ["q0", "q2"]
+    with pytest.raises(BadRecordError, match=rf"^{questions}:2: invalid regex answer"):
+        set_split(_question_set_config(files, tmp_path / "run", questions, answer_match="regex"), "qa", "dev")
+
+
+def test_a_regex_answer_in_an_answers_file_is_named_at_preflight(tmp_path):
+    from spar.experiment.preflight import check_inputs, skipped_records
+
+    files = _small_inputs(tmp_path / "in")
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text('{"_id": "q0", "answers": ["a"]}\n\n{"_id": "q1", "answers": ["[z-a]"]}\n')
+    questions = _questions(tmp_path / "qa.jsonl", [None, None])
+    with pytest.raises(BadRecordError, match=rf"^{answers}:3: invalid regex answer: '\[z-a\]' .*query 'q1'$"):
+        check_inputs(_question_set_config(files, tmp_path / "run", questions, answers=str(answers),
+                                          answer_match="regex"))
+    # The unnamed set's evaluate.answers, with evaluate.answer_match=regex.
+    with pytest.raises(BadRecordError, match=rf"^{answers}:3: invalid regex answer"):
+        check_inputs(_config(files, tmp_path / "run", f"evaluate.answers={answers}", "evaluate.answer_match=regex"))
+    report = check_inputs(_config(files, tmp_path / "run", f"evaluate.answers={answers}",
+                                  "evaluate.answer_match=regex", "experiment.on_bad_record=skip"))
+    assert skipped_records(report) == {"evaluate.answers": {"invalid regex answer": 1}}
+
+
+def test_a_question_without_answers_is_named_at_preflight(tmp_path):
+    """#37 item 12: a question without ``answers`` among questions with them passed preflight and was refused one
+    stage later (at encode), without its line."""
+    from spar.data.question_sets import set_split
+    from spar.experiment.preflight import check_inputs, skipped_records
+
+    files = _small_inputs(tmp_path / "in")
+    questions = _questions(tmp_path / "qa.jsonl", [["vitamin c"], ["zinc"], None, ["iron"]])
+    with pytest.raises(BadRecordError, match=rf"^{questions}:3: no answers: question 'q2' carries none"):
+        check_inputs(_question_set_config(files, tmp_path / "run", questions))
+    with pytest.raises(BadRecordError, match=rf"^{questions}:3: no answers: question 'q2'"):
+        set_split(_question_set_config(files, tmp_path / "run", questions), "qa", "dev")
+    cfg = _question_set_config(files, tmp_path / "run", questions, "experiment.on_bad_record=skip")
+    report = check_inputs(cfg)
+    assert skipped_records(report)["data.question_sets.qa.dev"] == {"no answers": 1}
+    assert report["data.question_sets.qa.dev"]["questions"] == 3
+    assert set_split(cfg, "qa", "dev").ids == ["q0", "q1", "q3"]
+    # No question carries answers and no qrels: refused at preflight too, not one stage later.
+    none = _questions(tmp_path / "none.jsonl", [None, None])
+    with pytest.raises(SparError, match="carry no answers and no qrels_dev is set"):
+        check_inputs(_question_set_config(files, tmp_path / "run", none))

@@ -95,6 +95,8 @@ def test_label_killed_then_resumed_is_byte_identical(sampled: Path, tmp_path: Pa
 KILLED_TRAININGS = {
     "validation-steps": {"max_steps": 6, "val_check_interval": 2, "checkpoint_every_n_steps": 2},
     "between-validations": {"max_steps": 5, "val_check_interval": 2, "checkpoint_every_n_steps": 3},
+    # #37 item 1: periodic checkpoints between validations (steps 2, 6) resumed one step early (validated at 3, 7).
+    "periodic-between-validations": {"max_steps": 9, "val_check_interval": 4, "checkpoint_every_n_steps": 2},
 }
 
 
@@ -130,3 +132,76 @@ def test_train_killed_at_every_checkpoint_boundary_exports_what_an_uninterrupted
         assert (killed["best_step"], killed["best_valid_mrr"]) == (reference["best_step"],
                                                                    reference["best_valid_mrr"]), where
         assert killed["exported"] == reference["exported"], where
+
+
+class _Stop(Exception):
+    """Stands for a kill: raised right after a chosen checkpoint write (the state on disk is what a kill leaves)."""
+
+
+def _validated_training(run: Path, work: Path, settings: dict, stop_after_step: int | None = None):
+    """A static-Λ training into ``work`` (resuming what is there); returns (result, steps validated at). With
+    ``stop_after_step`` it stops right after the periodic ``last.ckpt`` of that step is written."""
+    import lightning.pytorch as pl
+
+    from spar.core.config import TrainSection
+    from spar.lexical import build_lambda
+    from spar.train.training import train_lambda
+
+    validated: list[int] = []
+
+    class Record(pl.Callback):
+        def on_validation_end(self, trainer, pl_module):
+            validated.append(int(trainer.global_step))
+
+    save_checkpoint = pl.Trainer.save_checkpoint
+
+    def saving(self, filepath, *args, **kwargs):
+        save_checkpoint(self, filepath, *args, **kwargs)
+        if Path(filepath).name == "last.ckpt" and self.global_step == stop_after_step and not validated[-1:] == [
+                stop_after_step]:
+            raise _Stop
+
+    train = TrainSection.model_validate(settings)
+    passages = run / "queries" / "passages.arrow"
+    model = build_lambda(train, passages, teacher="bm25", k1=0.9, b=0.4, fields=("title", "text"), seed=0)
+    pl.Trainer.save_checkpoint = saving  # type: ignore[method-assign]
+    try:
+        result = train_lambda(model, train, passages, run / "labels", work, seed=0, enable_progress_bar=False,
+                              callbacks=[Record()])
+    finally:
+        pl.Trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]
+    return result, validated
+
+
+def test_train_stopped_after_a_periodic_checkpoint_validates_on_the_same_steps(datasets_dir, tmp_path_factory,
+                                                                               tmp_path):
+    """#37 item 1: a periodic ``last.ckpt`` written between validations (step 2 and step 6 here; validation every 4
+    steps) resumed one step early: Lightning's total batch counter in the checkpoint counted the batch about to
+    start, so the resumed run validated at 3 and 7 instead of 4 and 8, and exported another Λ."""
+    import torch
+
+    from test_train import labelled
+
+    run = labelled.__wrapped__(datasets_dir, tmp_path_factory)
+    settings = {"kind": "static", "lexical": {"dim": 16}, "batch_size": 8, "random_negatives": 8,
+                "learning_rate": 0.05, "accelerator": "cpu", "devices": 1, "num_workers": 0,
+                "wandb_mode": "disabled", "log_every_n_steps": 1, "max_steps": 9, "val_check_interval": 4,
+                "checkpoint_every_n_steps": 2, "keep_checkpoint": True}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        straight, straight_steps = _validated_training(run, tmp_path / "straight", settings)
+        # before training, the schedule itself, then the last step (not a validation step)
+        assert straight_steps == [0, 4, 8, 9]
+        for stop in (2, 6):
+            work = tmp_path / f"stopped-{stop}"
+            with pytest.raises(_Stop):
+                _validated_training(run, work, settings, stop_after_step=stop)
+            resumed, steps = _validated_training(run, work, settings)
+            assert steps == [s for s in straight_steps if s > stop], f"stopped after step {stop}"
+            assert (resumed.best_step, resumed.best_valid_mrr) == (straight.best_step, straight.best_valid_mrr)
+            exported = sorted(p.name for p in (tmp_path / "straight").glob("*.safetensors"))
+            assert exported and all((work / n).read_bytes() == (tmp_path / "straight" / n).read_bytes()
+                                    for n in exported), f"stopped after step {stop}"
+    finally:
+        torch.set_num_threads(threads)

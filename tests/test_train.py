@@ -503,3 +503,41 @@ def test_dataloader_workers_give_the_batches_of_the_main_process(labelled: Path,
                               enable_progress_bar=False)
         losses[workers] = result.losses
     assert len(losses[0]) == 3 and losses[2] == pytest.approx(losses[0], rel=1e-5)
+def test_two_identical_trainings_have_one_fingerprint(labelled: Path, tmp_path: Path):
+    """#37 item 11: Λ's fingerprint hashed its manifest, which records when and how fast it was made: two identical
+    trainings got different fingerprints, and everything downstream recomputed. A Λ trained now is identified by its
+    content (its files and its manifest's settings fingerprint); one made before keeps the fingerprint it had."""
+    import shutil
+
+    import pipelines.train
+    from spar.core.fingerprint import directory_fingerprint
+    from spar.core.lineage import fingerprint_of
+    from spar.experiment.lambda_source import resolve_lambda
+
+    fingerprints, lineage = [], []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        for artifact in ("queries", "labels"):
+            shutil.copytree(labelled / artifact, run / artifact)
+        cfg = load_config(None, [f"experiment.output_dir={run}", "train.kind=static", "train.lexical.dim=16",
+                                 "train.batch_size=8", "train.random_negatives=8", "train.max_steps=3",
+                                 "train.val_check_interval=2", "train.wandb_mode=disabled", "train.accelerator=cpu",
+                                 "train.devices=1", "train.num_workers=0"])
+        pipelines.train.run(cfg)
+        fingerprints.append(resolve_lambda(None, run).fingerprint())
+        lineage.append(fingerprint_of(run / "lambda", "files"))
+    manifests = [json.loads((tmp_path / n / "lambda" / "manifest.json").read_text()) for n in ("a", "b")]
+    assert manifests[0]["created"] != manifests[1]["created"] or manifests[0]["seconds"] != manifests[1]["seconds"]
+    assert fingerprints[0] == fingerprints[1] and lineage[0] == lineage[1] == fingerprints[0]
+    # Another Λ's content is another fingerprint.
+    changed = tmp_path / "c"
+    shutil.copytree(tmp_path / "a" / "lambda", changed)
+    (changed / "vocab.txt").write_text((changed / "vocab.txt").read_text() + "zzz\n")
+    assert fingerprint_of(changed, "files") != fingerprints[0]
+    # A Λ made before (its manifest without the mark) keeps its fingerprint: runs made before stay up to date.
+    older = tmp_path / "older"
+    shutil.copytree(tmp_path / "a" / "lambda", older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    del manifest["stats"]["identity"]
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    assert fingerprint_of(older, "files") == directory_fingerprint(older) != fingerprints[0]

@@ -90,9 +90,12 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not mpath.exists():
         raise ArtifactError(f"{path}: no {MANIFEST}; the artifact is missing or incomplete (run its stage first)")
     try:
-        return json.loads(mpath.read_text())
+        manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{mpath}:{exc.lineno}: corrupt manifest: {exc.msg}") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{mpath}: corrupt manifest: not a JSON object")
+    return manifest
 
 
 def manifest_fingerprint(path: str | Path) -> str:
@@ -133,9 +136,22 @@ def changed_files(path: str | Path, manifest: dict[str, Any] | None = None, cont
             changed.append(f"{name} (missing)")
         elif f.stat().st_size != record.get("bytes"):
             changed.append(f"{name} ({f.stat().st_size:,} bytes, written with {record.get('bytes'):,})")
-        elif content and file_sha256(f) != record.get("sha256"):
+        elif content and _checked_sha256(f) != record.get("sha256"):
             changed.append(f"{name} (content changed)")
     return changed
+
+
+#: SHA-256 of files checked in this process, by their identity, size and mtime: a stage's plan and its runner may
+#: check the same input artifact more than once, and hashing a large passages table again would cost seconds.
+_CHECKED: dict[tuple[str, int, int, int], str] = {}
+
+
+def _checked_sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.absolute()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = file_sha256(path)
+    return _CHECKED[key]
 
 
 def check_unchanged(path: str | Path, stage: str) -> None:
@@ -268,6 +284,8 @@ class ArtifactWriter(ArtifactSpec):
     def __enter__(self) -> "ArtifactWriter":
         ensure_writable(self.final.parent)
         self.check_replaceable()
+        if self.final.is_dir():  # replaced in place (a mount point): must take files; known before the work
+            ensure_writable(self.final)
         if self.resumable and self.path.exists():
             stamp = self.path / ".fingerprint"
             if not stamp.exists() or stamp.read_text() != self.fingerprint:
@@ -310,17 +328,21 @@ class ArtifactWriter(ArtifactSpec):
                                    for s in self.sources]
         (self.path / ".fingerprint").unlink(missing_ok=True)
         manifest["checksums"] = file_checksums(self.path)
-        write_json_atomic(self.path / MANIFEST, manifest)
         try:
+            write_json_atomic(self.path / MANIFEST, manifest)
             self.check_replaceable()  # again: something may have appeared there while the stage ran
-        except ArtifactError:
+            if self.final.is_dir():
+                self._replace_in_place()
+            else:
+                os.replace(self.path, self.final)
+        except (ArtifactError, OSError) as error:  # one line, and no finished work left beside the target (#37)
             if not self.resumable:
                 shutil.rmtree(self.path, ignore_errors=True)
-            raise
-        if self.final.is_dir():
-            self._replace_in_place()
-        else:
-            os.replace(self.path, self.final)
+            if isinstance(error, ArtifactError):
+                raise
+            left = f"its parts are kept in {self.path}" if self.resumable else "its temporary directory was removed"
+            raise ArtifactError(f"{self.final}: cannot write the {self.kind} artifact there ({error.strerror or error}"
+                                f"; {left}); make it writable or choose another directory") from None
 
     def _replace_in_place(self) -> None:
         """Move the finished artifact into the existing directory ``final`` (an earlier artifact of this kind, or an

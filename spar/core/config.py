@@ -186,11 +186,42 @@ def _all_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     return keys
 
 
-def _explain(error: ValidationError, source: str) -> str:
+def _yaml_line(text: str | None, loc: tuple) -> int | None:
+    """The line of the YAML ``text`` where the key at ``loc`` is written with no value (None when it is not)."""
+    if not text:
+        return None
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key in loc:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(key)), None)
+        if found is None:
+            return None
+        line, node = found[0].start_mark.line + 1, found[1]
+    is_null = isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null")
+    return line if is_null else None
+
+
+def _explain(error: ValidationError, source: str, text: str | None = None) -> str:
     valid = _all_keys(SparConfig)
     lines = []
     for item in error.errors():
         dotted = ".".join(str(p) for p in item["loc"])
+        if item["input"] is None and item["type"] in ("model_type", "dict_type"):
+            # A section whose keys were all deleted: YAML reads "lexical:" as null, and pydantic's "Input should be
+            # a valid dictionary" did not say so (#37).
+            line = _yaml_line(text, item["loc"])
+            example = next((k for k in valid if k.startswith(dotted + ".")), None)
+            leaf = dotted.rsplit(".", 1)[-1]
+            fix = (f"give it a key (e.g. {example}) or delete the line '{leaf}:' (its defaults then apply)" if example
+                   else f"give it its keys or delete the line '{leaf}:'")
+            lines.append(f"'{dotted}' is empty{f' ({source}:{line})' if line else ''}: a section with no keys left; "
+                         f"{fix}")
+            continue
         if item["type"] == "extra_forbidden":
             close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.6)
             if not close:
@@ -217,8 +248,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     cfg_path = Path(path) if path is not None else default_config_path()
     if not cfg_path.exists():
         raise ConfigError(f"config file not found: {cfg_path}")
+    text = cfg_path.read_text(encoding="utf-8")
     try:
-        tree = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+        tree = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{cfg_path}:{mark.line + 1}" if mark else str(cfg_path)
@@ -231,7 +263,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         cfg = SparConfig.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, str(cfg_path))) from None
+        raise ConfigError(_explain(exc, str(cfg_path), text)) from None
     cfg.source = str(cfg_path)
     return cfg
 

@@ -76,6 +76,8 @@ T = TypeVar("T")
 CONTRACT = "README, 'Data stages at scale: Ray'"
 #: How long Ray may take to start a stage's workers (their processes, not what they load) before spar gives up.
 STARTUP_SECONDS = 300
+#: How long ``executor.address`` may take to answer before spar gives up (Ray itself would retry for minutes).
+CONNECT_SECONDS = 10.0
 
 
 @dataclass
@@ -96,6 +98,11 @@ class WorkerSpec:
     local: Any = field(default=None, repr=False)
     needs: Mapping[str, str | Path] = field(default_factory=dict)
     gpus: bool = False
+    #: What a task is, for messages (``shard 3``); default: ``task <repr>``.
+    describe_task: Callable[[Any], str] | None = field(default=None, repr=False)
+
+    def task_name(self, task: Any) -> str:
+        return self.describe_task(task) if self.describe_task is not None else f"task {task!r}"
 
 
 def check_visible(needs: Mapping[str, str | Path]) -> None:
@@ -218,8 +225,11 @@ class RayExecutor(Executor):
         self._pool_key: str | None = None
         self._actors: list[Any] = []
         self.workers = 0
-        #: Worker restarts seen (a result from a new process), each worker's process id, the last result's.
+        #: Worker restarts seen (a result from a new process) in all and in the last ``map`` (what a stage's
+        #: statistics record: encode runs one map per split on the same workers), each worker's process id, the last
+        #: result's.
         self.restarts = 0
+        self.map_restarts = 0
         self.pids: list[int] = []
         self.last_pid: int | None = None
 
@@ -232,6 +242,8 @@ class RayExecutor(Executor):
         if not verbose:  # Ray's notice that a local cluster it starts uses its default token authentication
             logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
                 lambda record: not record.getMessage().startswith("Token authentication is enabled for this"))
+        check_address(section.address)
+        _quiet_raylet_notices(not verbose)
         from spar.core.java import jvm_signal_handlers_kept
 
         try:
@@ -306,6 +318,7 @@ class RayExecutor(Executor):
                 actor = idle.popleft()
                 pending[actor.run.remote(task)] = (seq, task, actor)
 
+        self.map_restarts = 0
         submit()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -314,6 +327,7 @@ class RayExecutor(Executor):
             index = actors.index(actor)
             if self.pids[index] != pid:  # the worker's process died; Ray restarted it and retried its shard
                 self.restarts += 1
+                self.map_restarts += 1
                 self.pids[index] = pid
             self.last_pid = pid
             idle.append(actor)
@@ -336,16 +350,20 @@ class RayExecutor(Executor):
             raise
         except exceptions.RayActorError as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise SparError(f"{spec.name}: the Ray worker running {task!r} died and was restarted "
-                            f"{self.section.max_retries} times (executor.max_retries): {first}") from None
+            retries = self.section.max_retries
+            what = spec.task_name(task) if task is not _STARTUP else "starting its worker"
+            died, restarted = ("time" if n == 1 else "times" for n in (retries + 1, retries))
+            raise SparError(f"{spec.name}: {what} failed: its Ray worker died {retries + 1} {died} (restarted "
+                            f"{retries} {restarted}, executor.max_retries={retries}): {first}") from None
 
     def start(self, spec: WorkerSpec) -> None:
         actors = self._pool(spec)
         for ref in [actor.build.remote() for actor in actors]:
-            self._result(ref, spec, "start-up")
+            self._result(ref, spec, _STARTUP)
 
     def describe(self) -> dict[str, Any]:
-        return {"executor": "ray", "workers": self.workers, "worker_restarts": self.restarts}
+        """Where the last ``map`` ran: its workers and how many of them Ray restarted during it."""
+        return {"executor": "ray", "workers": self.workers, "worker_restarts": self.map_restarts}
 
     def _kill_actors(self) -> None:
         for actor in self._actors:
@@ -360,6 +378,85 @@ class RayExecutor(Executor):
             with jvm_signal_handlers_kept():  # Ray's shutdown resets the fault handlers, the JVM's among them
                 self.ray.shutdown()
             self.started = False
+
+
+_STARTUP = object()
+
+
+def check_address(address: str | None, seconds: float = CONNECT_SECONDS) -> None:
+    """Refuse, within ``seconds`` and in one line, an ``executor.address`` that cannot be a Ray cluster: a host that
+    does not resolve (Ray retried it for many minutes), a port where nothing answers (Ray: 20 s of its own warnings),
+    or one that does not speak gRPC (the protocol of Ray's GCS and of its client server). ``None`` and ``auto`` (Ray
+    reads or starts its local cluster) are left to Ray; so is a cluster with TLS (``RAY_USE_TLS``)."""
+    if address is None or address in ("auto", "local"):
+        return
+    client = address.startswith("ray://")
+    where = address[len("ray://"):] if client else address
+    host, _, port = where.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"executor.address={address!r}: not 'auto', 'host:port' or 'ray://host:port'")
+    if client:
+        import importlib.util
+
+        if importlib.util.find_spec("grpc") is None:
+            raise ConfigError(f"executor.address={address!r} is a Ray Client address, which needs ray[client]: "
+                              "pip install 'spar[ray]' (or pip install 'ray[client]'), or give the cluster's "
+                              "host:port (the GCS port of `ray start --head`, 6379 by default)")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"executor.address={address!r}: cannot resolve host {host!r} "
+                          f"({getattr(exc, 'strerror', None) or exc})") from None
+    fix = ("start the cluster there (`ray start --head`) or correct executor.address (`auto`: the cluster `ray "
+           "start` runs on this node)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=seconds) as conn:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            conn.settimeout(seconds)
+            # HTTP/2's client preface and an empty SETTINGS frame: a gRPC server answers with its SETTINGS frame.
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            head = b""
+            while len(head) < 9:
+                chunk = conn.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
+        raise ConfigError(f"executor.address={address!r}: no Ray cluster answers at {host}:{port} within "
+                          f"{seconds:g} s ({reason}); {fix}") from None
+    if len(head) < 9 or head[3] != 0x04:
+        raise ConfigError(f"executor.address={address!r}: {host}:{port} answers, but not as a Ray cluster (no gRPC "
+                          f"handshake); {fix}")
+
+
+def _quiet_raylet_notices(quiet: bool) -> None:
+    """Without ``-v``, the notices Ray's driver prints from the cluster (``(raylet) A worker died or was killed
+    ...``, even with ``log_to_driver=False``) go to spar's log at debug level instead of the terminal: spar reports a
+    restarted worker in the stage's statistics, and its own error when a shard cannot be finished."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover - another Ray layout: its notices are printed as Ray prints them
+        return
+    printing = getattr(ray_worker, "print_to_stdstream", None)
+    if printing is None:  # pragma: no cover
+        return
+    original = getattr(printing, "spar_original", printing)
+    if not quiet:
+        ray_worker.print_to_stdstream = original
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            for line in data.get("lines", ()):
+                log.debug("(raylet) %s", line)
+            return
+        original(data, ignore_prefix)
+
+    to_log.spar_original = original  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_log
 
 
 def make_executor(section: Any = None) -> Executor:

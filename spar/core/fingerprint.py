@@ -6,7 +6,8 @@ Every fingerprint is a hex prefix of a SHA-256 (16 characters unless said otherw
 - :func:`file_fingerprint`: an input file, cheaply (size, first and last MiB); :func:`file_sha256`: all its bytes
   (manifest checksums, exported ONNX files);
 - :func:`directory_fingerprint`: the weight, config and vocabulary files of a model or Λ directory (a retrained Λ
-  keeps its manifest's fingerprint but not its weights);
+  keeps its manifest's fingerprint but not its weights); :func:`files_fingerprint`: the same, of its content only
+  for an artifact that asks for it (a Λ trained or a model published since #37: not when or how fast it was made);
 - :func:`records_fingerprint`: records held in memory (passages or queries given as Python objects);
 - :func:`digest`: the primitive under all of them, over a stream of byte chunks (tensor samples, exported weights).
 
@@ -93,6 +94,42 @@ def directory_fingerprint(directory: str | Path, full: bool = True, suffixes: tu
                     if not full:
                         yield fh.read(1 << 16)
                         continue
+                    while block := fh.read(1 << 22):
+                        yield block
+
+    return digest(chunks())
+
+
+#: The mark (in a manifest's ``stats``) of an artifact identified by its content: :func:`files_fingerprint`.
+CONTENT_IDENTITY = {"identity": "content"}
+#: What is not the content of such an artifact: its manifest (timings, peak memory, where it was logged; its settings
+#: fingerprint is hashed instead) and a Λ's training state (``checkpoints/``: ``exported.json``, ``last.ckpt``).
+NOT_CONTENT = ("manifest.json", "checkpoints")
+
+
+def files_fingerprint(directory: str | Path) -> str:
+    """What identifies the files of a Λ or model directory read as a source: :func:`directory_fingerprint`, or, for an
+    artifact whose manifest carries :data:`CONTENT_IDENTITY`, its content only: its settings fingerprint (config and
+    inputs) and the same files but those of :data:`NOT_CONTENT`. Two identical trainings then get one fingerprint
+    (the manifest records when and how fast each ran, #37); an artifact made before keeps the fingerprint it had, so
+    the runs made from it stay up to date."""
+    d = Path(directory)
+    try:
+        manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    stats = manifest.get("stats") if isinstance(manifest, dict) else None
+    if not isinstance(stats, dict) or any(stats.get(k) != v for k, v in CONTENT_IDENTITY.items()):
+        return directory_fingerprint(d)
+
+    def chunks():
+        yield b"content:" + str(manifest.get("fingerprint")).encode()
+        for f in sorted(d.rglob("*")):
+            relative = f.relative_to(d)
+            if f.is_file() and f.suffix in MODEL_FILES and relative.parts[0] not in NOT_CONTENT:
+                yield str(relative).encode()
+                yield str(f.stat().st_size).encode()
+                with f.open("rb") as fh:
                     while block := fh.read(1 << 22):
                         yield block
 

@@ -4,7 +4,7 @@
 here and upstream, for every consumer (not only for the stage that would rebuild it). A stage's plan names what its
 artifact reads (:func:`source`): another artifact (its manifest fingerprint), an input file
 (:func:`spar.core.fingerprint.file_fingerprint`), a Λ's or a model's files
-(:func:`spar.core.fingerprint.directory_fingerprint`, :func:`spar.model.resolve.model_fingerprint`). The writer records
+(:func:`spar.core.fingerprint.files_fingerprint`, :func:`spar.model.resolve.model_fingerprint`). The writer records
 them in the manifest (``sources``, paths relative to the artifact). :func:`check_current` recomputes each and follows
 artifacts upstream, deepest first, so its one-line refusal names the earliest stage to re-run. The runner
 (:func:`spar.core.stage.run_unit`) applies it to every artifact a unit reads before it decides anything, and counts an
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
 from spar.core.artifacts import MANIFEST, manifest_fingerprint, read_manifest
-from spar.core.fingerprint import directory_fingerprint, file_fingerprint, model_files_fingerprint
+from spar.core.fingerprint import file_fingerprint, files_fingerprint, model_files_fingerprint
 from spar.core.errors import ArtifactError
 
 Of = Literal["artifact", "file", "files", "model"]
@@ -72,7 +72,7 @@ def fingerprint_of(path: str | Path, of: Of) -> str:
     key, signature = (str(Path(path).absolute()), of), _stat_signature(Path(path))
     cached = _HASHED.get(key)
     if cached is None or cached[0] != signature:
-        fingerprint = directory_fingerprint(path) if of == "files" else model_files_fingerprint(path)
+        fingerprint = files_fingerprint(path) if of == "files" else model_files_fingerprint(path)
         cached = _HASHED[key] = (signature, fingerprint)
     return cached[1]
 

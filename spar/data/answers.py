@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import unicodedata
+import warnings
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from spar.core.errors import BadRecordError
 
@@ -57,6 +60,24 @@ def has_answer(answers: Iterable[str], text: str, match: Literal["string", "rege
     return False
 
 
+def answer_problem(answer: str, match: str = "string") -> str | None:
+    """Why ``answer`` could never be matched in ``match`` mode, or None: in ``regex`` mode, a pattern that does not
+    compile as :func:`has_answer` compiles it (NFD, case-insensitive), which would silently never match (#37).
+
+    >>> answer_problem("(unclosed", "regex")
+    "invalid regex answer: '(unclosed' (missing ), unterminated subpattern at position 0)"
+    """
+    if match != "regex":
+        return None
+    try:
+        with warnings.catch_warnings():  # e.g. "Possible nested set": a valid pattern, not the reader's business
+            warnings.simplefilter("ignore")
+            re.compile(unicodedata.normalize("NFD", answer), flags=re.IGNORECASE | re.UNICODE | re.MULTILINE)
+    except Exception as exc:  # re.error, and OverflowError/RecursionError for absurd patterns
+        return f"invalid regex answer: {answer!r} ({exc})"
+    return None
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _dpr_words(text: str) -> tuple[tuple[str, ...], frozenset[str]]:
     """DPR's lower-cased tokens of ``text`` after NFD normalisation (what Pyserini's ``has_answers`` compares), and
@@ -74,12 +95,25 @@ def _dpr_tokenizer():
     return SimpleTokenizer()
 
 
-def read_answers(path: str | Path) -> dict[str, list[str]]:
+def read_answers(path: str | Path, match: str = "string", on_bad_record: str = "fail",
+                 stats: Any = None) -> dict[str, list[str]]:
     """QA answers by query id: JSONL (``{"id"|"_id"|"qid": ..., "answers": [...]}``) or TSV (``qid<TAB>answers``,
-    the answers a JSON list or one string)."""
+    the answers a JSON list or one string).
+
+    A malformed record, an empty answer or (``match="regex"``) a pattern that does not compile is a
+    :class:`~spar.core.errors.BadRecordError` naming the file and line, or, with ``on_bad_record="skip"``, a record
+    left out and counted in ``stats`` (a :class:`spar.data.readers.ReadStats`).
+    """
     p = Path(path)
     if not p.exists():
         raise BadRecordError(str(p), None, "file not found")
+
+    def bad(error: BadRecordError) -> None:
+        if on_bad_record != "skip":
+            raise error
+        if stats is not None:
+            stats.skip(error)
+
     out: dict[str, list[str]] = {}
     with p.open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
@@ -90,23 +124,37 @@ def read_answers(path: str | Path) -> dict[str, list[str]]:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise BadRecordError(str(p), number, f"malformed JSON: {exc.msg}") from None
+                    bad(BadRecordError(str(p), number, f"malformed JSON: {exc.msg}"))
+                    continue
+                if not isinstance(obj, dict):
+                    bad(BadRecordError(str(p), number, "malformed JSON: not an object"))
+                    continue
                 qid = obj.get("_id", obj.get("id", obj.get("qid")))
                 gold = obj.get("answers", obj.get("answer"))
             else:
                 parts = line.split("\t")
                 if len(parts) != 2:
-                    raise BadRecordError(str(p), number, f"wrong column count: expected 2, found {len(parts)}")
+                    bad(BadRecordError(str(p), number, f"wrong column count: expected 2, found {len(parts)}"))
+                    continue
                 qid, raw = parts
                 try:
                     gold = json.loads(raw) if raw.lstrip().startswith("[") else raw
                 except json.JSONDecodeError as exc:
-                    raise BadRecordError(str(p), number, f"malformed JSON answer list: {exc.msg}") from None
+                    bad(BadRecordError(str(p), number, f"malformed JSON answer list: {exc.msg}"))
+                    continue
             if qid is None or gold is None:
-                raise BadRecordError(str(p), number, "missing query id or answers")
+                bad(BadRecordError(str(p), number, "missing query id or answers"))
+                continue
             gold = [str(a) for a in (gold if isinstance(gold, list) else [gold])]
             if not gold or not all(a.strip() for a in gold):
                 # DPR's matching finds an empty answer in every passage: it would count as a hit.
-                raise BadRecordError(str(p), number, "empty answer")
+                bad(BadRecordError(str(p), number, "empty answer"))
+                continue
+            problem = next(filter(None, (answer_problem(a, match) for a in gold)), None)
+            if problem:
+                bad(BadRecordError(str(p), number, f"{problem}, query {qid!r}"))
+                continue
+            if stats is not None:
+                stats.read += 1
             out[str(qid)] = gold
     return out

@@ -125,7 +125,7 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
     path = getattr(qs, split)
     if path is None:
         raise ConfigError(f"data.question_sets.{name}.{split} is not set")
-    questions = list(read_questions(path, on_bad))
+    questions = list(read_questions(path, on_bad, answer_match=qs.answer_match))
     if not questions:
         raise BadRecordError(path, None, f"no question in the {split} split of set {name!r}")
     texts = {q.id: q.text for q in questions}
@@ -134,28 +134,43 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
     if qrels_path:
         qrels = read_qrels(qrels_path, set(texts), _known_passages(cfg), on_bad)
         texts = {q: texts[q] for q in texts if q in qrels}  # a judged split is its judged questions
-    answers = _split_answers(qs, path, questions, set(texts))
+    answers = split_answers(qs, path, questions, set(texts), on_bad)
     if not qrels and answers is None:
         raise ConfigError(f"data.question_sets.{name}: the {split} questions ({path}) carry no answers and no "
                           f"qrels_{split} is set: nothing to judge them by")
+    if answers is not None and not qs.answers:
+        texts = {q: texts[q] for q in texts if q in answers}  # skipped for carrying none (on_bad_record=skip)
+        qrels = {q: r for q, r in qrels.items() if q in texts}
     texts = {q: texts[q] for q in sorted(texts)}
     return SplitQueries(embeddings_key(name, split), qrels, texts, answers, qs.answer_match, name)
 
 
-def _split_answers(qs, path: str, questions, wanted: set[str]) -> dict[str, list[str]] | None:
+def split_answers(qs, path: str | Path, questions, wanted: set[str], on_bad: str = "fail",
+                  stats: Any = None) -> dict[str, list[str]] | None:
+    """The answers of the ``wanted`` questions of a set's question file ``path``: from the set's answers file, or
+    carried by the questions; None when neither holds any. Preflight and the stages judge alike: a question without
+    answers in a file whose other questions carry them, or a regex answer that does not compile, is a bad record
+    (file and line), skipped and counted in ``stats`` (a :class:`~spar.data.readers.ReadStats`) with
+    ``on_bad="skip"``."""
     if qs.answers:
         from spar.data.answers import read_answers
 
-        answers = {q: a for q, a in read_answers(qs.answers).items() if q in wanted}
+        answers = {q: a for q, a in read_answers(qs.answers, qs.answer_match, on_bad, stats).items() if q in wanted}
         if not answers:
             raise BadRecordError(qs.answers, None, f"no answers for any question of {path}")
         return answers
     carried = {q.id: q.answers for q in questions if q.id in wanted and q.answers is not None}
     if not carried:
         return None
-    missing = sorted(wanted - set(carried))
-    if missing:
-        raise BadRecordError(path, None, f"{len(missing)} questions carry no answers, e.g. {missing[:3]}")
+    for question in questions:
+        if question.id in wanted and question.answers is None:
+            error = BadRecordError(str(path), question.line, f"no answers: question {question.id!r} carries none, "
+                                   "other questions of this file do (give it answers, or remove it)")
+            if on_bad != "skip":
+                raise error
+            if stats is not None:
+                stats.skip(error)
+                stats.read -= 1
     return carried
 
 
@@ -182,7 +197,8 @@ def _unnamed_split(cfg, split: str) -> SplitQueries:
     if split == "test" and cfg.evaluate.answers:
         from spar.data.answers import read_answers
 
-        answers = {q: a for q, a in read_answers(cfg.evaluate.answers).items() if q in texts}
+        answers = {q: a for q, a in read_answers(cfg.evaluate.answers, cfg.evaluate.answer_match, on_bad).items()
+                   if q in texts}
         if not answers:
             raise BadRecordError(cfg.evaluate.answers, None, "no answers for any test query")
     return SplitQueries(split, qrels, {q: texts[q] for q in sorted(texts)}, answers, cfg.evaluate.answer_match)

@@ -69,6 +69,8 @@ class Question:
     id: str
     text: str
     answers: list[str] | None = None
+    #: The line it was read from (for messages about it found later).
+    line: int | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -357,14 +359,17 @@ def _is_qas_tsv(path: Path) -> bool:
 
 
 def read_questions(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadStats | None = None, *,
-                   with_answers: bool = True) -> Iterator[Question]:
+                   with_answers: bool = True, answer_match: str = "string") -> Iterator[Question]:
     """Stream evaluation questions, with their answers where the file carries them.
 
     Formats (any of them gzip-compressed): JSONL with an id (``_id``/``id``/``qid``), a text (``text``/``query``/
     ``question``) and optionally ``answers`` (the open-domain QA layout, ``{"_id", "question", "answers"}``); an
     ``id<TAB>text`` TSV (BEIR/MS MARCO queries, no answers); DPR's ``question<TAB>["answer", ...]`` files (no id
-    column: a question's id is its 0-based position in the file, as Pyserini's DPR topics number them).
+    column: a question's id is its 0-based position in the file, as Pyserini's DPR topics number them). With
+    ``answer_match="regex"`` every answer must compile as a regular expression (a bad record otherwise).
     """
+    from spar.data.answers import answer_problem
+
     p = Path(path)
     stats = stats if stats is not None else ReadStats()
     _require_file(p)
@@ -408,9 +413,13 @@ def read_questions(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadS
             if gold is None:
                 _bad(BadRecordError(str(p), number, f"empty answer: question {qid!r}"), on_bad_record, stats)
                 continue
+            problem = next(filter(None, (answer_problem(a, answer_match) for a in gold)), None)
+            if problem:
+                _bad(BadRecordError(str(p), number, f"{problem}, question {qid!r}"), on_bad_record, stats)
+                continue
         seen.add(str(qid))
         stats.read += 1
-        yield Question(str(qid), str(text), gold)
+        yield Question(str(qid), str(text), gold, number)
 
 
 def read_qrels(

@@ -69,13 +69,14 @@ class LambdaSource:
 
     def fingerprint(self) -> str:
         """The source's identity: a hash of its files (weights, vocabulary, statistics, configs and manifest: a
-        retrained Λ keeps its manifest fingerprint when its config is unchanged, not its weights), plus the target
-        corpus's with ``statistics: target``."""
+        retrained Λ keeps its manifest fingerprint when its config is unchanged, not its weights; of a Λ trained
+        since #37 its content only: :func:`spar.core.fingerprint.files_fingerprint`), plus the target corpus's with
+        ``statistics: target``."""
         if self._fingerprint is None:
-            from spar.core.fingerprint import directory_fingerprint, fingerprint_dict
+            from spar.core.fingerprint import files_fingerprint, fingerprint_dict
             from spar.data.readers import corpus_fingerprint
 
-            self._fingerprint = directory_fingerprint(self.location)
+            self._fingerprint = files_fingerprint(self.location)
             if self.statistics == "target":
                 target = corpus_fingerprint(self.target) if self.target else None
                 self._fingerprint = fingerprint_dict({"lambda": self._fingerprint, "statistics_from": target})
@@ -84,12 +85,12 @@ class LambdaSource:
     def sources(self) -> list[dict[str, str]]:
         """What a Λ read from here depends on, as manifests record it (:mod:`spar.core.lineage`): its files, and the
         target corpus with ``statistics: target``."""
-        from spar.core.fingerprint import directory_fingerprint
+        from spar.core.fingerprint import files_fingerprint
         from spar.core.lineage import source
 
         found = [{"path": str(self.location.absolute()), "of": "files",
                   "fingerprint": self.fingerprint() if self.statistics != "target"
-                  else directory_fingerprint(self.location)}]
+                  else files_fingerprint(self.location)}]
         if self.statistics == "target" and self.target is not None:
             from spar.data.readers import corpus_files
 

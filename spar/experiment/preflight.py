@@ -58,33 +58,46 @@ def qrels_files(data) -> dict[str, Path]:
 
 
 def _check_question_sets(data, on_bad, found: set[str], report: dict[str, Any]) -> None:
-    """Each named set's question files (every question, its answers), answers file and qrels (against the
-    questions and the corpus)."""
-    from spar.data.answers import read_answers
+    """Each named set's question files (every question, its answers: present where the file's other questions carry
+    them, compiled in regex mode), answers file and qrels (against the questions and the corpus)."""
+    from spar.data.question_sets import split_answers
     from spar.data.readers import read_questions
 
     for name, qs in data.question_sets.items():
+        answers_path = _readable(qs.answers, f"data.question_sets.{name}.answers")
+        answers_stats, answers_counted = ReadStats(), False
         for split in ("dev", "test"):
             key = f"data.question_sets.{name}.{split}"
             path = _readable(getattr(qs, split), key)
             if path is None:
                 continue
             stats = ReadStats()
-            ids = {q.id for q in read_questions(path, on_bad, stats)}
+            questions = list(read_questions(path, on_bad, stats, answer_match=qs.answer_match))
+            ids = {q.id for q in questions}
             if not ids:
                 raise BadRecordError(str(path), None, f"no question ({key}; {stats.summary()})")
-            report[key] = {"questions": len(ids), **stats.as_dict()}
+            wanted = ids
             qrels_path = _readable(getattr(qs, f"qrels_{split}"), f"data.question_sets.{name}.qrels_{split}")
             if qrels_path is not None:
                 qrels_stats = ReadStats()
-                if not read_qrels(qrels_path, known_queries=ids, known_passages=found, on_bad_record=on_bad,
-                                  stats=qrels_stats):
+                kept = read_qrels(qrels_path, known_queries=ids, known_passages=found, on_bad_record=on_bad,
+                                  stats=qrels_stats)
+                if not kept:
                     raise BadRecordError(str(qrels_path), None, f"no judgment left ({qrels_stats.summary()})")
                 report[f"data.question_sets.{name}.qrels_{split}"] = {"judgments": qrels_stats.read,
                                                                         **qrels_stats.as_dict()}
-        answers = _readable(qs.answers, f"data.question_sets.{name}.answers")
-        if answers is not None:
-            report[f"data.question_sets.{name}.answers"] = {"answers": len(read_answers(answers))}
+                wanted = set(kept)
+            # Skips of the answers file are counted once (it is read for each split); a question that carries no
+            # answers when others do is counted as a skip of its own file.
+            counted = (answers_stats if not answers_counted else ReadStats()) if qs.answers else stats
+            answers_counted = answers_counted or bool(qs.answers)
+            answers = split_answers(qs, path, questions, wanted, on_bad, counted)
+            if answers is None and qrels_path is None:
+                raise ConfigError(f"data.question_sets.{name}: the {split} questions ({path}) carry no answers and "
+                                  f"no qrels_{split} is set: nothing to judge them by")
+            report[key] = {"questions": stats.read, **stats.as_dict()}
+        if answers_path is not None:
+            report[f"data.question_sets.{name}.answers"] = {"answers": answers_stats.read, **answers_stats.as_dict()}
 
 
 def check_models(cfg) -> None:
@@ -155,7 +168,11 @@ def check_inputs(cfg) -> dict[str, Any]:
                 raise BadRecordError(str(path), None, f"no judgment left ({key}; {stats.summary()})")
             report[key] = {"judgments": stats.read, **stats.as_dict()}
     if answers is not None:
-        report["evaluate.answers"] = str(answers)
+        from spar.data.answers import read_answers
+
+        answer_stats = ReadStats()
+        read_answers(answers, cfg.evaluate.answer_match, on_bad, answer_stats)
+        report["evaluate.answers"] = {"answers": answer_stats.read, **answer_stats.as_dict()}
     _check_question_sets(data, on_bad, found, report)
     skipped = skipped_records(report)
     if skipped:

@@ -340,7 +340,32 @@ def check_model_dir(path: str | Path) -> dict[str, Any]:
             if missing_tokenizer(folder):
                 raise ArtifactError(f"{missing_tokenizer(folder)} (the model directory is incomplete; "
                                     "re-run `spar publish`)")
+    check_model_files(d)
     return config
+
+
+def check_model_files(path: str | Path) -> None:
+    """Every file a model directory's ``manifest.json`` records (written by ``spar publish``; it travels with the
+    model to and from the hub), but its card ``README.md``, has its recorded size and SHA-256: a weight file damaged
+    in transfer or on disk (same size, other bytes) would load and give other vectors. A directory without
+    ``manifest.json`` (:meth:`SparEncoder.save_pretrained` alone, or a model published before manifests) is not
+    checked.
+
+    Costs one read of every file at load, hashed once per process and file version (0.28 s of a 0.63 s load for a
+    275 MB model: MiniLM base and a transformer Λ, warm page cache)."""
+    from spar.core.artifacts import MANIFEST, changed_files, read_manifest
+
+    d = Path(path)
+    if not (d / MANIFEST).is_file():
+        return
+    recorded = read_manifest(d).get("checksums") or {}
+    # The model card is documentation (often edited on the hub): the vectors do not depend on it.
+    changed = changed_files(d, {"checksums": {k: v for k, v in recorded.items() if k != "README.md"}}, content=True)
+    if changed:
+        name, why = changed[0].split(" (", 1)
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise ArtifactError(f"{d / name}: {why[:-1]} since `spar publish` wrote it (its {MANIFEST} records another "
+                            f"size or SHA-256){more}: the model directory is damaged; publish or download it again")
 
 
 def is_model_dir(path: str | Path) -> bool:

@@ -288,7 +288,8 @@ def label_queries(
         local=ShardLabeller(teacher, queries_dir, out_dir, settings, passage_rows, bar.update) if local and todo
         else None,
         needs={"queries directory": queries_dir, "passages table": queries_dir / PASSAGES_FILE,
-               "labels' partial directory": out_dir, **(needs or {})})
+               "labels' partial directory": out_dir, **(needs or {})},
+        describe_task=lambda s: f"shard {s} ({shard_name(s)})")
     try:
         for s, counts in executor.map(spec, todo):
             stats["labelled"] += counts["labelled"]

@@ -304,6 +304,28 @@ class LastCheckpoint(Checkpoint):
         if self.every_n_steps and step and step % self.every_n_steps == 0:
             self._save(trainer)
 
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        between_batches(checkpoint)
+
+
+def between_batches(checkpoint: dict[str, Any]) -> None:
+    """Record a checkpoint written as a batch starts as the state after the previous step, which it is.
+
+    Lightning has counted the starting batch as fetched ("ready") by then, and restores its total count as is (only
+    the epoch's count is reset to the completed batches): a resumed run's batch index ran one ahead, so an integer
+    ``val_check_interval`` validated one step early (at 39 instead of 40: another best model, another export, #37).
+    The starting batch is redrawn on resume (its data order comes from the sampler, not from this state).
+    """
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+    if not progress:
+        return
+    for part in ("total", "current"):
+        counts = progress[part]
+        if counts["ready"] == counts["completed"] + 1 and counts["started"] == counts["completed"]:
+            counts["ready"] = counts["completed"]
+            progress["is_last_batch"] = False
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Driver
