@@ -54,8 +54,47 @@ def parse_config(text: str) -> dict:
         key, _, value = part.partition("=")
         if key not in KEYS:
             raise SystemExit(f"--configs {text!r}: unknown option {key!r} ({', '.join(KEYS)})")
-        out[key] = value if key in ("fold", "quantizer") else int(value)
+        if key in ("fold", "quantizer"):
+            out[key] = value
+        elif key in SWEPT and "/" in value:
+            out[key] = [int(v) for v in value.split("/")]
+        else:
+            out[key] = int(value)
     return out
+
+
+#: Search-time options a config may list several values of (``nprobe=16/64/256``): one build, one row per value.
+SWEPT = ("nprobe", "ef", "refine")
+
+
+def search_settings(c: dict) -> list[dict]:
+    """Every combination of the config's search-time values (lists), as concrete configs."""
+    import itertools
+
+    keys = [k for k in SWEPT if isinstance(c.get(k), list)]
+    if not keys:
+        return [c]
+    out = []
+    for values in itertools.product(*(c[k] for k in keys)):
+        one = {**c, **dict(zip(keys, values))}
+        one["text"] = c["text"].split(":")[0] + ":" + c["storage"] + "".join(
+            f":{k}={one[k]}" for k in KEYS if k in one and k not in ("fold",) or (k == "fold" and one[k] != "mu"))
+        out.append(one)
+    return out
+
+
+def apply_search(index, c: dict) -> None:
+    import faiss
+
+    if "nprobe" in c:
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            ivf.nprobe = int(c["nprobe"])
+            quantizer = faiss.downcast_index(ivf.quantizer)
+            if hasattr(quantizer, "hnsw"):
+                quantizer.hnsw.efSearch = max(2 * int(c["nprobe"]), 64)
+    if "ef" in c and hasattr(index, "hnsw"):
+        index.hnsw.efSearch = int(c["ef"])
 
 
 class Rows:
@@ -120,9 +159,7 @@ def make_index(c: dict, dim: int, n: int, seed: int, threads: int):
     from spar.index.spar_index import IndexOptions, make_faiss_index
 
     options = IndexOptions(storage=c["storage"], seed=seed, threads=threads,
-                           **({"nprobe": c["nprobe"]} if "nprobe" in c else {}),
                            **({"ivf_nlist": c["nlist"]} if "nlist" in c else {}),
-                           **({"hnsw_ef_search": c["ef"]} if "ef" in c else {}),
                            **({"hnsw_m": c["m"]} if "m" in c else {}))
     if c["type"] == "ivf" and c.get("quantizer") == "hnsw":
         from spar.index.storage import factory_component
@@ -130,8 +167,6 @@ def make_index(c: dict, dim: int, n: int, seed: int, threads: int):
         nlist = c["nlist"]
         index = faiss.index_factory(dim, f"IVF{nlist}_HNSW32,{factory_component(c['storage'], dim=dim)}",
                                     faiss.METRIC_INNER_PRODUCT)
-        index.nprobe = c.get("nprobe", 32)
-        faiss.downcast_index(faiss.extract_index_ivf(index).quantizer).hnsw.efSearch = max(2 * index.nprobe, 64)
         return index, options
     return make_faiss_index(dim, n, c["type"], options), options
 
@@ -148,7 +183,7 @@ def build(c: dict, data, seed: int, threads: int):
         size = min(n, max(256 * 64, 64 * nlist) if nlist else 65536)
         sample = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
         train = data[sample]
-        if c["storage"] in FAST_SCAN and c["type"] == "flat":
+        if c["storage"] in FAST_SCAN:  # thousands of tiny k-means: a second OpenMP thread only waits
             with faiss_threads(1):
                 index.train(train)
         else:
@@ -302,66 +337,71 @@ def main(argv: list[str] | None = None) -> dict:
 
     rows_out = []
     for text in args.configs:
-        c = parse_config(text)
-        fold = mu0 if c["fold"] == "mu" and c["type"] != "flat" else 1.0
+        parsed = parse_config(text)
+        fold = mu0 if parsed["fold"] == "mu" and parsed["type"] != "flat" else 1.0
         start = time.perf_counter()
-        index = build(c, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
+        index = build(parsed, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
         built = time.perf_counter() - start
         size = index_bytes(index)
-        row = {"config": text, "fold": fold, "refine": c["refine"], "build_s": round(built, 1),
-               "bytes_per_passage": round(size / n, 1), "sets": {}}
-        for name, s in sets.items():
-            scale = s["mu"] / fold
-            q = spar_query_vectors(s["base_q"], s["lambda_q"], scale, "concat")
-            start = time.perf_counter()
-            scores, found = search(index, q, args.k, c["refine"], passage_rows, s["base_q"], s["lambda_q"], s["mu"],
-                                   subset)
-            batched = time.perf_counter() - start
-            measured = judge(found, scores, s["dev"], doc_ids, texts_of, ks)
-            overlap = float(np.mean([len(exact[name]["top20"][i] & set(found[i, :20].tolist())) / 20
-                                     for i in range(len(found))]))
-            entry = {**measured, "overlap@20": round(overlap, 4),
-                     "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0) - exact[name]["spar"]["Acc@20"]), 2),
-                     "ms_batched": round(1000 * batched / len(found), 3)}
-            row["sets"][name] = entry
-            print(text, name, entry, file=sys.stderr, flush=True)
-        s = next(iter(sets.values()))
-        q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
-
-        def one(i: int, index=index, q=q, s=s, c=c) -> None:
-            search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
-                   s["lambda_q"][i:i + 1], s["mu"], subset)
-
-        single = min(args.single, len(q))
-        row["ms_1_thread"], row["ms_2_threads"] = timed_single(one, single, 1), timed_single(one, single, 2)
-        del one
-        if peer.get("ms_1_thread"):
-            row["vs_hybrid_1_thread"] = round(row["ms_1_thread"] / peer["ms_1_thread"], 3)
-        row["worst_Acc@20_loss_points"] = min(e["Acc@20_loss_points"] for e in row["sets"].values())
-        del index
+        bindex = None
         if not args.no_base:  # the base alone through the same index type
             start = time.perf_counter()
-            bindex = build({**c, "refine": 0}, base_p, cfg.experiment.seed, args.threads)
-            row["base"] = {"build_s": round(time.perf_counter() - start, 1), "sets": {}}
+            bindex = build({**parsed, "refine": 0}, base_p, cfg.experiment.seed, args.threads)
+            base_built = time.perf_counter() - start
+        for c in search_settings(parsed):
+            apply_search(index, c)
+            row = {"config": c["text"], "fold": fold, "refine": c["refine"], "build_s": round(built, 1),
+                   "bytes_per_passage": round(size / n, 1), "sets": {}}
             for name, s in sets.items():
-                scores, found = bindex.search(np.ascontiguousarray(s["base_q"], dtype=np.float32),
-                                              args.k * max(1, c["refine"]))
-                if c["refine"]:  # exact base scores of the candidates
-                    glob = np.where(found >= 0, subset[np.maximum(found, 0)] if subset is not None else found, -1)
-                    exact_base = np.stack([passage_rows.part(0, np.maximum(r, 0)) @ s["base_q"][i]
-                                           for i, r in enumerate(glob)])
-                    exact_base[found < 0] = -np.inf
-                    order = np.argsort(-exact_base, axis=1, kind="stable")[:, :args.k]
-                    scores, found = np.take_along_axis(exact_base, order, 1), np.take_along_axis(found, order, 1)
+                q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
+                start = time.perf_counter()
+                scores, found = search(index, q, args.k, c["refine"], passage_rows, s["base_q"], s["lambda_q"],
+                                       s["mu"], subset)
+                batched = time.perf_counter() - start
                 measured = judge(found, scores, s["dev"], doc_ids, texts_of, ks)
-                row["base"]["sets"][name] = {
-                    **measured, "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0)
-                                                                   - exact[name]["base"]["Acc@20"]), 2)}
-            row["base"]["worst_Acc@20_loss_points"] = min(e["Acc@20_loss_points"]
-                                                          for e in row["base"]["sets"].values())
-            print(text, "base", row["base"], file=sys.stderr, flush=True)
-            del bindex
-        rows_out.append(row)
+                overlap = float(np.mean([len(exact[name]["top20"][i] & set(found[i, :20].tolist())) / 20
+                                         for i in range(len(found))]))
+                entry = {**measured, "overlap@20": round(overlap, 4),
+                         "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0)
+                                                            - exact[name]["spar"]["Acc@20"]), 2),
+                         "ms_batched": round(1000 * batched / len(found), 3)}
+                row["sets"][name] = entry
+                print(c["text"], name, entry, file=sys.stderr, flush=True)
+            s = next(iter(sets.values()))
+            q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
+
+            def one(i: int, index=index, q=q, s=s, c=c) -> None:
+                search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
+                       s["lambda_q"][i:i + 1], s["mu"], subset)
+
+            single = min(args.single, len(q))
+            row["ms_1_thread"], row["ms_2_threads"] = timed_single(one, single, 1), timed_single(one, single, 2)
+            del one
+            if peer.get("ms_1_thread"):
+                row["vs_hybrid_1_thread"] = round(row["ms_1_thread"] / peer["ms_1_thread"], 3)
+            row["worst_Acc@20_loss_points"] = min(e["Acc@20_loss_points"] for e in row["sets"].values())
+            if bindex is not None:
+                apply_search(bindex, c)
+                row["base"] = {"build_s": round(base_built, 1), "sets": {}}
+                for name, s in sets.items():
+                    scores, found = bindex.search(np.ascontiguousarray(s["base_q"], dtype=np.float32),
+                                                  args.k * max(1, c["refine"]))
+                    if c["refine"]:  # exact base scores of the candidates
+                        glob = np.where(found >= 0, subset[np.maximum(found, 0)] if subset is not None else found, -1)
+                        exact_base = np.stack([passage_rows.part(0, np.maximum(r, 0)) @ s["base_q"][i]
+                                               for i, r in enumerate(glob)])
+                        exact_base[found < 0] = -np.inf
+                        order = np.argsort(-exact_base, axis=1, kind="stable")[:, :args.k]
+                        scores, found = np.take_along_axis(exact_base, order, 1), np.take_along_axis(found, order, 1)
+                    measured = judge(found, scores, s["dev"], doc_ids, texts_of, ks)
+                    row["base"]["sets"][name] = {
+                        **measured, "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0)
+                                                                       - exact[name]["base"]["Acc@20"]), 2)}
+                row["base"]["worst_Acc@20_loss_points"] = min(e["Acc@20_loss_points"]
+                                                              for e in row["base"]["sets"].values())
+                print(c["text"], "base", row["base"], file=sys.stderr, flush=True)
+            rows_out.append(row)
+        del index, bindex
 
     result = {"benchmark": "approximate SPAR indexes against the exact scan (issue #35 item 2)", "config": args.config,
               "passages": n, "subset": args.subset, "dim": dim, "mu0": mu0, "questions_per_set": args.questions,

@@ -15,7 +15,7 @@ from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
 from spar.evaluate.published import Published
 from spar.experiment.costs import costs_markdown, stage_costs
-from spar.experiment.inputs import ExperimentInputs
+from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.files import index_info, search_settings
 from spar.index.spar_index import check_serves
 from spar.core.lineage import source
@@ -126,5 +126,6 @@ def on_skip(cfg, manifest: dict) -> dict:
 
 STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
               summary="evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, "
-              "evaluation/", plan=plan, work=work, on_skip=on_skip)
+              "evaluation/", plan=plan, work=work, on_skip=on_skip,
+              prepare=resolved_index)
 run = STAGE.run

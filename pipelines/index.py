@@ -18,7 +18,7 @@ from spar.core.executor import make_executor
 from spar.core.lineage import source
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, settings
-from spar.experiment.inputs import ExperimentInputs
+from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.files import SEARCH_TIME, index_file_bytes, index_schema, refresh_search_params
 from spar.index.spar_index import IndexOptions, SparIndex
 from spar.model.embeddings import load_embeddings
@@ -87,5 +87,6 @@ def on_skip(cfg, manifest: dict) -> dict:
 
 STAGE = Stage(name="index", sections=("experiment", "data", "label", "encode", "index", "executor"), plan=plan,
               work=work, on_skip=on_skip,
-              summary="build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/")
+              summary="build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/",
+              prepare=resolved_index)
 run = STAGE.run

@@ -19,7 +19,7 @@ from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, settings
 from spar.core.run_context import RunContext, published_model_dir
 from spar.evaluate.tuning import read_tuned
-from spar.experiment.inputs import ExperimentInputs
+from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.files import index_fingerprint, require_index
 from spar.index.files import index_info as index_info_of
 
@@ -197,5 +197,6 @@ def _push(cfg, out: Path) -> dict:
 STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "index",
                                         "publish"),
               summary="export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> "
-              "model/", plan=plan, work=work, finish=finish)
+              "model/", plan=plan, work=work, finish=finish,
+              prepare=resolved_index)
 run = STAGE.run

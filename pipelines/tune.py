@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from spar.core.artifacts import ArtifactWriter, write_json_atomic
 from spar.core.fingerprint import file_fingerprint
-from spar.experiment.inputs import ExperimentInputs
+from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.spar_index import IndexOptions
 from spar.core.lineage import source
 from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
@@ -99,5 +99,6 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
 
 STAGE = Stage(name="tune", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
               summary="tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/",
-              plan=plan, work=work)
+              plan=plan, work=work,
+              prepare=resolved_index)
 run = STAGE.run

@@ -284,3 +284,31 @@ def test_stage_folds_the_tuned_mu_into_an_approximate_index_and_serves_it(encode
     assert SparIndex.load(out / "index").info["fold"] == 0.5
     flat = stage.run(load_config(None, [f"experiment.output_dir={out}", "index.storage=sq8"]))
     assert "folded" not in flat and "fold" not in SparIndex.load(out / "index").info
+
+
+def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximate_index_above(encoded, tmp_path):
+    """index.type=auto: a flat scan for a corpus under index.auto_flat_below, the approximate preset of
+    spar.index.approximate (its type, storage, search settings, folded μ₀, exact re-ranking) above it; the stages
+    see the concrete type (what index.json and tune record)."""
+    import pipelines.index as stage
+    from spar.core.config import load_config
+    from spar.core.stage import Unit, run_unit
+    from spar.experiment.inputs import resolved_index
+    from spar.index.approximate import AUTO_APPROXIMATE
+
+    out = tmp_path / "run"
+    for name in ("base", "lambda"):
+        shutil.copytree(encoded / name / "passages", out / "embeddings" / name / "passages")
+    run_unit(Unit(out / "tune", kind="tune", config={}, inputs={}),
+             lambda w: (w.path / "tune.json").write_text(json.dumps({"variant": "concat", "mu": 0.3})) and {})
+    small = load_config(None, [f"experiment.output_dir={out}", "index.type=auto"])
+    assert resolved_index(small).index.type == "flat"  # 48 passages < 300,000
+    large = load_config(None, [f"experiment.output_dir={out}", "index.type=auto", "index.auto_flat_below=10"])
+    concrete = resolved_index(large).index
+    assert {k: getattr(concrete, k) for k in AUTO_APPROXIMATE} == AUTO_APPROXIMATE
+    stats = stage.run(large)
+    info = SparIndex.load(out / "index").info
+    assert info["type"] == AUTO_APPROXIMATE["type"] and info["fold"] == 0.3 and stats["type"] == info["type"]
+    assert info["options"]["refine"] == AUTO_APPROXIMATE["refine"]
+    unencoded = load_config(None, [f"experiment.output_dir={tmp_path / 'none'}", "index.type=auto"])
+    assert resolved_index(unencoded).index.type == "auto"  # nothing to count yet: left for the stage to refuse

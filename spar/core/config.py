@@ -39,9 +39,9 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from spar.core.config_fields import resolve_paths, section_type
 from spar.core.config_sections import (  # noqa: F401  (re-exported: every section is spar.core.config's)
-    DataSection, EncodeSection, EncoderSection, EvaluateSection, ExecutorSection, ExperimentSection, IndexSection,
-    IndexType, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection, Projection,
-    PublishSection, QuestionSetSection, SampleSection, Section, Storage, TrainSection, TuneSection, Variant)
+    DataSection, EncodeSection, EncoderSection, EvaluateSection, ExecutorSection, ExperimentSection, IndexChoice,
+    IndexSection, IndexType, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection,
+    Projection, PublishSection, QuestionSetSection, SampleSection, Section, Storage, TrainSection, TuneSection, Variant)
 from spar.core.errors import ConfigError
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.

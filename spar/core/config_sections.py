@@ -27,6 +27,8 @@ LambdaKind = Literal["transformer", "projection", "static"]
 Storage = Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"]
 #: FAISS index types (:func:`spar.index.spar_index.make_faiss_index`).
 IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
+#: What ``index.type`` takes: a type, or ``auto`` (:func:`spar.index.approximate.resolve_index_section`).
+IndexChoice = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
 #: How the SPAR vectors combine: ``[P, PΛ]`` (scores ``sim + μ·simΛ``) or ``P + PΛ`` (equal dimensions).
 Variant = Literal["concat", "sum"]
 #: Random tables of the projection Λ (:mod:`spar.lexical.random_tables`).
@@ -481,9 +483,14 @@ class IndexSection(Section):
         "concat", description="The SPAR combination, of the index and of the μ tuned for it: 'concat': [P, PΛ] "
         "(score = sim + mu*simΛ exactly); 'sum': P + PΛ (equal dims). (Before spar 0.2 also tune.variant.)"
     )
-    type: IndexType = Field(
-        "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + PQ)."
+    type: IndexChoice = Field(
+        "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + "
+        "PQ), or auto: a flat scan below index.auto_flat_below passages, above it the approximate index chosen by "
+        "measurement (spar.index.approximate.AUTO_APPROXIMATE: type, storage, search settings, exact re-ranking)."
     )
+    auto_flat_below: int = Field(
+        300_000, ge=0, json_schema_extra=ADDED_LATER,
+        description="index.type=auto: corpora smaller than this are served by a flat scan.")
     storage: Storage = Field(
         "sq4", description="How passage vectors [P, PΛ] are stored: float32, float16, 8/6/4-bit scalar "
         "quantizers, fast-scan PQ with a 4-bit code per 1 (fs4) or 2 (fs2) dimensions, or PQ (pq_m codes of pq_nbits "

@@ -118,9 +118,13 @@ class Stage:
     on_skip: Callable[[Any, dict], dict] | None = None
     guard: Callable[[Any, Unit], None] | None = None
     finish: Callable[[Any, dict, Any], dict] | None = None
+    #: ``prepare(cfg) -> cfg``: settings that depend on earlier stages' outputs, made concrete before the plan
+    #: (``index.type: auto`` becomes a type once the number of passages is known).
+    prepare: Callable[[Any], Any] | None = None
 
     def run(self, cfg: Any, force: bool = False) -> dict:
         """Run the stage on ``cfg`` (see :func:`run_unit`); returns its printable statistics."""
+        cfg = self.prepare(cfg) if self.prepare is not None else cfg
         plan = self.plan(cfg, force)
         if isinstance(plan, Unit):
             stats = self._run(cfg, plan, force)
@@ -134,6 +138,7 @@ class Stage:
     def status(self, cfg: Any) -> dict[str, bool]:
         """``{output: up to date}`` of every artifact the stage would write now, writing none of them (a plan still
         makes what it depends on: label's teacher index). Refuses what running the stage would refuse."""
+        cfg = self.prepare(cfg) if self.prepare is not None else cfg
         plan = self.plan(cfg, False)
         return {str(unit.output): is_current(unit) for unit in ([plan] if isinstance(plan, Unit) else plan)}
 

@@ -49,6 +49,21 @@ ENCODERS = ("base", "lambda")
 STREAM_BYTES = 256 << 20
 
 
+def resolved_index(cfg):
+    """``cfg`` with ``index.type: auto`` made concrete for the run's corpus (its base passage embeddings' count):
+    the stages that build, tune for or serve the index prepare their config with this
+    (:attr:`spar.core.stage.Stage.prepare`). Unchanged before the passages are encoded, or for a concrete type."""
+    from spar.index.approximate import resolve_index_section
+
+    if cfg.index.type != "auto":
+        return cfg
+    d = RunContext(cfg).embeddings("base")
+    if not is_complete(d):
+        return cfg
+    count = int(read_manifest(d)["stats"]["count"])
+    return cfg.model_copy(update={"index": resolve_index_section(cfg.index, count)})
+
+
 class ExperimentInputs:
     """Lazy access to an experiment's artifacts for tuning and evaluation (each loaded at most once)."""
 

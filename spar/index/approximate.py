@@ -39,6 +39,20 @@ import numpy as np
 #: Index types that are searched approximately (and folded): every type but the exhaustive flat scan.
 APPROXIMATE_TYPES = ("hnsw", "ivf", "ivfpq")
 
+#: ``index.type: auto`` above ``index.auto_flat_below`` passages: the approximate index chosen by measurement on the
+#: Wikipedia experiment's real vectors (``bench/odqa_index.py``; docs/experiments.md, "Serving SPAR at 663k").
+AUTO_APPROXIMATE: dict[str, Any] = {"type": "hnsw", "storage": "sq4", "hnsw_m": 16, "hnsw_ef_search": 128, "refine": 4}
+
+
+def resolve_index_section(section: Any, passages: int | None) -> Any:
+    """The ``index`` section with ``type: auto`` made concrete for a corpus of ``passages`` (unknown: unchanged):
+    ``flat`` below ``auto_flat_below``, :data:`AUTO_APPROXIMATE` above (its type, storage and search settings)."""
+    if section.type != "auto" or passages is None:
+        return section
+    if passages < section.auto_flat_below:
+        return section.model_copy(update={"type": "flat"})
+    return section.model_copy(update=AUTO_APPROXIMATE)
+
 
 def fold_factor(index_type: str, fold: str, tuned_mu: float | None) -> float:
     """μ₀, the factor Λ's half of the passage vectors is stored with: the tuned μ for an approximate index when

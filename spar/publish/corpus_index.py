@@ -228,24 +228,35 @@ def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
     from spar.core.schemas import PASSAGES
     from spar.index.storage import describe
 
+    from spar.index.approximate import fold_factor, resolve_index_section
+
     read = _write_passages(job, w.path)
     base_dir, lambda_dir = _encode(job, w.path, "base"), _encode(job, w.path, "lambda")
-    options = IndexOptions.from_section(job.section, seed=job.defaults.seed)
-    index = SparIndex.build(load_embeddings(base_dir), load_embeddings(lambda_dir), variant=job.config["variant"],
-                            index_type=job.section.type, options=options)
+    base, lam = load_embeddings(base_dir), load_embeddings(lambda_dir)
+    section = resolve_index_section(job.section, len(base))  # index.type auto: by this corpus's size
+    options = IndexOptions.from_section(section, seed=job.defaults.seed)
+    # An approximate index folds the model's μ into its passages (spar.index.approximate).
+    fold = fold_factor(section.type, section.fold, float(job.config["mu"]))
+    index = SparIndex.build(base, lam, variant=job.config["variant"], index_type=section.type, options=options,
+                            fold=fold)
     index.info["model"] = job.record
     index.save(w.path)
-    shutil.rmtree(w.path / "embeddings")  # the index holds the vectors now
+    if not index.refine:  # the index holds the vectors now; exact re-ranking reads them from embeddings/
+        shutil.rmtree(w.path / "embeddings")
+        index.info.pop("embeddings", None)
+        index.save(w.path)
     (w.path / _READ_STATS).unlink()
     size = index_file_bytes(w.path)
     tuned = ((job.config.get("provenance") or {}).get("tuning") or {}).get("storage")
-    w.schema = index_schema(job.section.type, index.storage, {PASSAGES_FILE: PASSAGES.names},
+    w.schema = index_schema(section.type, index.storage, {PASSAGES_FILE: PASSAGES.names,
+                                                          **({"embeddings/": "float32 passage vectors read by exact "
+                                                              "re-ranking"} if index.refine else {})},
                             "model (fingerprint, location, mu)")
     w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / len(index), 1),
                "corpus": job.corpus.name, "read": {k: v for k, v in read.items() if k != "summary"}}
     stats = {"model": str(job.model_dir), "corpus": str(job.corpus), "passages": len(index),
-             "records": read["summary"], "type": job.section.type,
-             "storage": describe(index.storage, index.info["dim"], job.section.pq_m, job.section.pq_nbits),
+             "records": read["summary"], "type": section.type,
+             "storage": describe(index.storage, index.info["dim"], section.pq_m, section.pq_nbits),
              "size": f"{size / 2**20:,.1f} MiB ({size / len(index):,.0f} B/passage)",
              "mu": f"{job.config['mu']:g} (the model's" + (f", tuned against {tuned}" if tuned else "") + ")",
              "output": str(w.final), "search": f'spar search {w.final} "your query"'}
