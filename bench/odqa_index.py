@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 
 from _common import command_line, machine, write_result  # noqa: E402
 
-KEYS = ("nlist", "nprobe", "ef", "m", "refine", "fold", "quantizer")
+KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer")
 
 
 def parse_config(text: str) -> dict:
@@ -160,7 +160,8 @@ def make_index(c: dict, dim: int, n: int, seed: int, threads: int):
 
     options = IndexOptions(storage=c["storage"], seed=seed, threads=threads,
                            **({"ivf_nlist": c["nlist"]} if "nlist" in c else {}),
-                           **({"hnsw_m": c["m"]} if "m" in c else {}))
+                           **({"hnsw_m": c["m"]} if "m" in c else {}),
+                           **({"hnsw_ef_construction": c["efc"]} if "efc" in c else {}))
     if c["type"] == "ivf" and c.get("quantizer") == "hnsw":
         from spar.index.storage import factory_component
 

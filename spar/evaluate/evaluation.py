@@ -170,10 +170,88 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     reports = {}
     for test in test_splits(cfg):
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
-        reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress)
+        reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,
+                                             keep_runs)
         if not keep_runs:
             reports[test.name].runs = {}
     return reports
+
+
+#: Questions evaluated at a time (:func:`_evaluate_split`): what evaluate holds does not grow with a set's size.
+EVAL_CHUNK = 2048
+
+
+class WeightedMeans:
+    """Per system, means of measures over chunks of queries, each chunk's mean weighted by the queries it averages
+    over: the mean over all queries, exactly."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, dict[str, float]] = {}
+        self.weights: dict[str, dict[str, float]] = {}
+
+    def add(self, system: str, values: dict[str, float], weight: int) -> None:
+        sums, weights = self.sums.setdefault(system, {}), self.weights.setdefault(system, {})
+        for measure, value in values.items():
+            sums[measure] = sums.get(measure, 0.0) + float(value) * weight
+            weights[measure] = weights.get(measure, 0.0) + weight
+
+    def __contains__(self, system: str) -> bool:
+        return system in self.sums
+
+    def result(self, system: str) -> dict[str, float]:
+        return {m: self.sums[system][m] / w for m, w in self.weights[system].items() if w}
+
+
+def question_subset(queries: SplitQueries, ids: Sequence[str]) -> SplitQueries:
+    """The questions ``ids`` of ``queries`` (qrels, texts and answers restricted to them), in that order."""
+    return SplitQueries(queries.split, {q: queries.qrels[q] for q in ids if q in queries.qrels},
+                        {q: queries.texts[q] for q in ids},
+                        None if queries.answers is None else {q: queries.answers[q] for q in ids
+                                                              if q in queries.answers},
+                        queries.answer_match, queries.name, queries.stored)
+
+
+def _score_runs(runs: dict, part: SplitQueries, metrics: Sequence[str], accuracy_at: Sequence[int], inputs,
+                means: WeightedMeans, answers: dict | None = None) -> None:
+    """Add the runs' measures over the questions ``part`` to ``means`` (qrels measures weighted by the judged
+    questions, Acc@k by the questions with answers)."""
+    answers = part.answers if answers is None else answers
+    judged = [q for q in part.ids if part.qrels.get(q)]
+    if metrics and judged:
+        for name, run in runs.items():
+            means.add(name, evaluate_run(part.qrels, run, metrics), len(judged))
+    if accuracy_at and answers:
+        from spar.evaluate.metrics import answer_accuracy
+
+        texts = passage_texts(inputs, {d for run in runs.values() for hits in run.values() for d, _ in hits})
+        for name, run in runs.items():
+            means.add(name, answer_accuracy(run, answers, texts, accuracy_at, part.answer_match), len(answers))
+    elif metrics and not judged:
+        for name in runs:
+            means.add(name, {}, 0)
+
+
+class TrecWriters:
+    """One TREC run file per system in ``runs_dir`` (none without), written chunk by chunk."""
+
+    def __init__(self, runs_dir: Path | None):
+        self.runs_dir, self.files = runs_dir, {}
+
+    def write(self, runs: dict) -> None:
+        if self.runs_dir is None:
+            return
+        for name, run in runs.items():
+            if name not in self.files:
+                path = Path(self.runs_dir) / f"{name}.trec"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.files[name] = path.open("w", encoding="utf-8")
+            for qid, hits in run.items():
+                for rank, (doc, score) in enumerate(hits, start=1):
+                    self.files[name].write(f"{qid} Q0 {doc} {rank} {float(score):.6f} spar-{name}\n")
+
+    def close(self) -> None:
+        for fh in self.files.values():
+            fh.close()
 
 
 @dataclass
@@ -188,7 +266,7 @@ class SharedInputs:
 
 
 def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
-                    progress: Callable[[str], None]) -> EvaluationReport:
+                    progress: Callable[[str], None], keep_runs: bool = True) -> EvaluationReport:
     from spar.index.spar_index import spar_query_vectors
 
     ev = cfg.evaluate
@@ -241,49 +319,50 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
 
     where = f"{len(test.ids)} test queries" + (f" of {test.name}" if test.name else "")
     progress(f"running {len(SYSTEMS)} systems on {where}")
-    runs = run_systems(test, SYSTEMS)
-    systems: dict[str, dict[str, float]] = {name: evaluate_run(test.qrels, runs[name], metrics) if metrics else {}
-                                            for name in SYSTEMS if name in runs}
-
     accuracy_at = [a for a in ev.accuracy_at if a <= k]
-    if test.answers is not None:
-        from spar.evaluate.metrics import answer_accuracy
-
-        texts = passage_texts(inputs, {d for run in runs.values() for hits in run.values() for d, _ in hits})
-        for name, run in runs.items():
-            systems[name].update(answer_accuracy(run, test.answers, texts, accuracy_at, test.answer_match))
     primary = metrics[0] if metrics else f"Acc@{accuracy_at[0]}"
-
-    rbo = {name: mean_rbo(runs[name], runs["bm25"], ev.rbo_p, depth=k, queries=test.ids)
-           for name in DENSE_SYSTEMS if name in runs}
-
+    shuffled_test = shuffled_queries(test, cfg.experiment.seed) if ev.shuffled else None
+    means, rbo_means, shuffled_means = WeightedMeans(), WeightedMeans(), WeightedMeans()
+    kept: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    writers = TrecWriters(runs_dir)
+    # Question by chunk: the rankings, passage texts and answer judgments of one chunk in memory at a time (a set
+    # of 22,075 questions, five systems at depth 100-200, was gigabytes); every mean is exact (chunk means
+    # weighted by the queries each one averages over).
+    for start in range(0, len(test.ids), EVAL_CHUNK):
+        part = question_subset(test, test.ids[start:start + EVAL_CHUNK])
+        runs = run_systems(part, SYSTEMS)
+        _score_runs(runs, part, metrics, accuracy_at, inputs, means)
+        for name in DENSE_SYSTEMS:
+            if name in runs:
+                rbo_means.add(name, {"rbo": mean_rbo(runs[name], runs["bm25"], ev.rbo_p, depth=k,
+                                                     queries=part.ids)}, len(part.ids))
+        if shuffled_test is not None:
+            if start == 0:
+                progress(f"re-running bm25, base, lambda and spar on token-shuffled {where}")
+            shuffled_part = question_subset(shuffled_test, part.ids)
+            shuffled_runs = run_systems(shuffled_part, ("bm25", "base", "lambda", "spar"))
+            _score_runs(shuffled_runs, shuffled_part, [primary] if metrics else [],
+                        [] if metrics else accuracy_at[:1], inputs, shuffled_means, answers=part.answers)
+            del shuffled_runs
+        writers.write(runs)
+        if keep_runs or runs_dir is None:
+            for name, run in runs.items():
+                kept.setdefault(name, {}).update(run)
+        del runs
+    writers.close()
+    runs = kept
+    systems: dict[str, dict[str, float]] = {name: means.result(name) for name in SYSTEMS if name in means}
+    rbo = {name: rbo_means.result(name)["rbo"] for name in DENSE_SYSTEMS if name in rbo_means}
     shuffled: dict[str, dict[str, float]] = {}
-    if ev.shuffled:
-        progress(f"re-running bm25, base, lambda and spar on token-shuffled {where}")
-        shuffled_test = shuffled_queries(test, cfg.experiment.seed)
-        shuffled_runs = run_systems(shuffled_test, ("bm25", "base", "lambda", "spar"))
-        if test.answers is not None and not metrics:
-            from spar.evaluate.metrics import answer_accuracy
-
-            texts = passage_texts(inputs, {d for run in shuffled_runs.values() for hits in run.values()
-                                           for d, _ in hits})
-        for name, run in shuffled_runs.items():
-            if metrics:
-                value = evaluate_run(test.qrels, run, [primary])[primary]
-            else:
-                value = answer_accuracy(run, test.answers or {}, texts, [accuracy_at[0]],
-                                        test.answer_match)[primary]
-            shuffled[name] = {primary: value, "delta": value - systems[name][primary]}
+    if shuffled_test is not None:
+        for name in ("bm25", "base", "lambda", "spar"):
+            if name in shuffled_means:
+                value = shuffled_means.result(name)[primary]
+                shuffled[name] = {primary: value, "delta": value - systems[name][primary]}
         changed = sum(1 for q in test.ids if shuffled_test.texts[q] != test.texts[q])
         shuffled_info = {"queries_changed": changed, "seed": cfg.experiment.seed}
     else:
         shuffled_info = {}
-
-    if runs_dir is not None:
-        from spar.evaluate.metrics import write_trec_run
-
-        for name, run in runs.items():
-            write_trec_run(Path(runs_dir) / f"{name}.trec", run, tag=f"spar-{name}")
 
     details = {
         "split": "test", "queries": len(test.ids), "metrics": metrics, "k": k, "variant": spar_variant,
