@@ -70,7 +70,8 @@ RUNTIME = {"label": {"threads", "java_heap", "num_shards", "shard_index", "impac
            "train": {"num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
                      "keep_checkpoint", "checkpoint_every_n_steps"},
            "encode": {"batch_size", "accelerator", "devices", "engine", "strategy"},
-           "index": {"hnsw_ef_search", "nprobe", "refine"}, "evaluate": {"wandb_mode"}, "publish": {"push_to_hub", "private"}}
+           "index": {"hnsw_ef_search", "nprobe", "refine"}, "evaluate": {"wandb_mode"},
+           "publish": {"push_to_hub", "private"}}
 
 
 def test_runtime_only_options_are_marked_on_their_field_and_left_out_of_settings():
