@@ -15,7 +15,6 @@ import importlib
 from pathlib import Path
 from typing import Sequence
 
-from spar._compat import lazy_exports
 from spar.core.errors import ConfigError
 import torch
 
@@ -23,10 +22,6 @@ from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
 __all__ = ["KINDS", "LexicalModel", "build_lambda", "computed_kinds", "lambda_class", "load_lambda",
            "read_lambda_config"]
-
-#: Names that lived here before spar 0.2, kept for one release (:mod:`spar._compat`).
-_EXPORTS = {"corpus_texts": "spar.data.passages", "experiment_corpus_passages": "spar.experiment.lambda_source"}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
