@@ -101,7 +101,9 @@ def test_no_fingerprint_moves_with_a_runtime_option(tmp_path: Path):
                "label.engine=memory"]
     plain, changed = load_config(None, ["train.kind=static"]), load_config(None, ["train.kind=static", *runtime])
     assert pipelines.train.fingerprint_config(plain) == pipelines.train.fingerprint_config(changed)
-    assert pipelines.label._job_config(plain.label) == pipelines.label._job_config(changed.label)
+    from spar.teacher.registry import teacher_for
+
+    assert teacher_for(plain.label).label_settings() == teacher_for(changed.label).label_settings()
     base = tmp_path / "embeddings" / "base" / "passages"
     base.mkdir(parents=True)
     (base / "manifest.json").write_text('{"fingerprint": "b"}')

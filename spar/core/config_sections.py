@@ -31,6 +31,10 @@ IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
 Variant = Literal["concat", "sum"]
 #: Random tables of the projection Λ (:mod:`spar.lexical.random_tables`).
 Projection = Literal["gaussian", "countsketch", "sparse"]
+#: Sparse teachers (``label.teacher``) and the engines each runs on (``label.engine``), its default first: each pair
+#: is a class of ``spar/teacher/`` in :data:`spar.teacher.registry.REGISTRY`; a teacher registered from outside
+#: spar (:func:`spar.teacher.registry.register`: a plug-in, a test) adds its names here.
+TEACHERS: dict[str, tuple[str, ...]] = {"bm25": ("lucene", "memory"), "impact": ("lucene",)}
 
 
 class Section(BaseModel):
@@ -195,10 +199,11 @@ class SampleSection(Section):
 
 
 class LabelSection(Section):
-    teacher: Literal["bm25", "impact"] = Field("bm25", description="Sparse teacher: Lucene BM25 or an impact index.")
-    engine: Literal["lucene", "memory", "auto"] = Field("auto", json_schema_extra=RUNTIME, description="BM25 on "
-        "Pyserini or in memory (spar/teacher/bm25_memory.py: same labels, faster); auto: memory where it pays and "
-        "fits.")
+    teacher: str = Field("bm25", description="Sparse teacher: 'bm25' (Lucene BM25) or 'impact' (an impact index "
+                         "of label.impact_model); spar/teacher/registry.py lists them.")
+    engine: str = Field("auto", json_schema_extra=RUNTIME, description="What searches the teacher: 'lucene' "
+        "(Pyserini) or, for bm25, 'memory' (spar/teacher/bm25_memory.py: same labels, faster); auto: memory where "
+        "it pays and fits.")
     k: int = Field(50, ge=2, description="Teacher hits retrieved per query (K).")
     n_positives: int = Field(10, ge=1, description="Top n_p hits are positives (dev queries keep only the top 1).")
     n_negatives: int = Field(5, ge=0, description="Hard negatives taken from the bottom of the kept rank window.")
@@ -240,9 +245,11 @@ class LabelSection(Section):
         if self.n_positives + self.n_negatives > self.k:
             raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) "
                              f"exceeds k={self.k}")
-        if self.engine == "memory" and self.teacher != "bm25":
-            raise ValueError(f"label.engine=memory runs the BM25 teacher only: use label.engine=lucene or auto with "
-                             f"label.teacher={self.teacher}")
+        if self.teacher not in TEACHERS:
+            raise ValueError(f"label.teacher={self.teacher!r}: use one of {', '.join(TEACHERS)}")
+        if self.engine != "auto" and self.engine not in TEACHERS[self.teacher]:
+            raise ValueError(f"label.engine={self.engine!r} does not run the {self.teacher} teacher: use "
+                             f"{' or '.join(TEACHERS[self.teacher])}, or auto")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
         if self.negative_window is not None:

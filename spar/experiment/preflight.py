@@ -93,8 +93,9 @@ def check_models(cfg) -> None:
 
     models = {"encode.base.model": cfg.encode.base.model, "train.encoder.model": cfg.train.encoder.model,
               "encode.base.passage_model": getattr(cfg.encode.base, "passage_model", None)}
-    if cfg.label.teacher == "impact":
-        models["label.impact_model"] = cfg.label.impact_model
+    from spar.teacher.registry import teacher_for
+
+    models.update(teacher_for(cfg.label).models())  # e.g. the impact teacher's label.impact_model
     for key, name in models.items():
         if name:
             try:

@@ -51,6 +51,7 @@ def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1
                  fields: Sequence[str] = ("title", "text"), seed: int = 42) -> LexicalModel:
     """The Λ of ``train.kind`` before training: a transformer from ``train.encoder``; a projection fitted on the
     corpus (BM25 statistics over ``fields``, ``train.lexical`` dim/projection/seed); a static Λ initialised from
-    that projection."""
+    that projection. ``teacher``: the teacher's term weighting (``"bm25"`` for the BM25 teachers,
+    :attr:`spar.teacher.registry.SparseTeacher.term_weighting`), else its name: a term-based Λ densifies BM25's."""
     return lambda_class(train.kind).build(train, passages_arrow, teacher=teacher, k1=k1, b=b, fields=tuple(fields),
                                           seed=seed)

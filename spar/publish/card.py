@@ -229,7 +229,7 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
                       lambda_source: dict[str, Any] | None = None) -> ModelCardFacts:
     """Collect the model card's facts from the config, the tuning record and the input manifests."""
     from spar.core.config import dump_config
-    from spar.lexical.card import teacher_description
+    from spar.teacher.registry import teacher_for
 
     base = cfg.encode.base
     kind = encoder.lambda_.kind  # the published Λ's, not the config's
@@ -237,7 +237,7 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
     label = cfg.label
-    teacher = teacher_description(label)
+    teacher = teacher_for(label).describe()
     if cfg.data.qrels_dev:
         split = f"dev qrels `{Path(cfg.data.qrels_dev).name}`"
     elif cfg.data.dev_holdout_fraction:
