@@ -35,6 +35,17 @@ Projection = Literal["gaussian", "countsketch", "sparse"]
 #: is a class of ``spar/teacher/`` in :data:`spar.teacher.registry.REGISTRY`; a teacher registered from outside
 #: spar (:func:`spar.teacher.registry.register`: a plug-in, a test) adds its names here.
 TEACHERS: dict[str, tuple[str, ...]] = {"bm25": ("lucene", "memory"), "impact": ("lucene",)}
+#: The question set of an experiment that names none (BEIR-style: one set, judged by qrels): ``data.question_sets``'
+#: reserved key, which ``data.queries`` / ``qrels_dev`` / ``qrels_test`` / ``dev_holdout_fraction`` and
+#: ``evaluate.answers`` / ``answer_match`` fold into at load (:data:`spar.core.config.FOLDED_KEYS`).
+DEFAULT_SET = "default"
+
+
+def stored_set_name(name: str) -> str:
+    """The name a question set's outputs carry (embeddings ``queries-test-<name>``, ``evaluation/runs/<name>/``,
+    ``tune.json``'s ``sets``): its own, but none (``""``) for the default set, whose outputs have always been
+    unsuffixed."""
+    return "" if name == DEFAULT_SET else name
 
 
 class Section(BaseModel):
@@ -99,9 +110,20 @@ class QuestionSetSection(Section):
     results: str | None = Field(
         None, description="Name of the results file this set's table goes to (results/<results>.json and .md; "
         "default: the experiment's name).")
+    dev_holdout_fraction: float | None = Field(
+        None, gt=0, lt=1, description="For collections with one qrels file (Cranfield): a seeded fraction of "
+        "qrels_test's questions is held out for tuning (the dev split, from the test questions unless 'dev' names "
+        "another file) and removed from the reported set. Leave qrels_dev empty when set.")
 
     @model_validator(mode="after")
     def _has_questions(self) -> "QuestionSetSection":
+        if self.dev_holdout_fraction is not None:
+            if self.qrels_dev:
+                raise ValueError("set either qrels_dev or dev_holdout_fraction, not both")
+            if not self.qrels_test:
+                raise ValueError("dev_holdout_fraction holds out a share of qrels_test's questions: set qrels_test")
+            if self.dev is None:
+                self.dev = self.test
         if self.dev is None and self.test is None:
             raise ValueError("a question set needs 'dev' and/or 'test' questions")
         if self.own_mu and self.dev is None:
@@ -119,22 +141,13 @@ class DataSection(Section):
     corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
         "auto", description="Corpus format; 'auto' infers it from the file name and first line."
     )
-    queries: str | None = Field(
-        None, json_schema_extra=PATH, description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
-    qrels_dev: str | None = Field(
-        None, json_schema_extra=PATH, description="Qrels used to tune mu and alpha (never the test split).")
-    qrels_test: str | None = Field(None, json_schema_extra=PATH, description="Qrels reported in the results table.")
     title_field: bool = Field(True, description="Passages are encoded as 'title [SEP] text' when a title exists.")
-    dev_holdout_fraction: float | None = Field(
-        None, gt=0, lt=1,
-        description="For collections with one qrels file (Cranfield): a seeded fraction of qrels_test's queries is "
-        "held out for tuning and removed from the reported set. Leave qrels_dev empty when set.",
-    )
     question_sets: dict[str, QuestionSetSection] = Field(
         default_factory=dict, json_schema_extra=ADDED_LATER,
-        description="Several evaluation question sets by name (open-domain QA: nq, trivia, ...), instead of "
-        "queries/qrels_dev/qrels_test: each with dev and/or test questions judged by qrels and/or answers; tune "
-        "pools the dev splits of tune.sets, evaluate reports every test split.")
+        description="The evaluation question sets: 'default' (one BEIR-style set: dev and test questions, often one "
+        "queries file split by qrels_dev and qrels_test; before spar 0.2 data.queries/qrels_dev/qrels_test), or "
+        "several by name (open-domain QA: nq, trivia, ...); each with dev and/or test questions judged by qrels "
+        "and/or answers; tune pools the dev splits of tune.sets, evaluate reports every test split.")
 
     @field_validator("question_sets")
     @classmethod
@@ -146,13 +159,9 @@ class DataSection(Section):
 
     @model_validator(mode="after")
     def _dev_is_not_test(self) -> "DataSection":
-        if self.qrels_dev and self.qrels_test and Path(self.qrels_dev).resolve() == Path(self.qrels_test).resolve():
-            raise ValueError("data.qrels_dev and data.qrels_test are the same file: never tune on the test split")
-        if self.dev_holdout_fraction is not None and self.qrels_dev:
-            raise ValueError("set either data.qrels_dev or data.dev_holdout_fraction, not both")
-        if self.question_sets and (self.queries or self.qrels_dev or self.qrels_test):
-            raise ValueError("set either data.queries/qrels_dev/qrels_test (one question set) or "
-                             "data.question_sets (several), not both")
+        if DEFAULT_SET in self.question_sets and len(self.question_sets) > 1:
+            raise ValueError(f"data.question_sets: the {DEFAULT_SET!r} set is an experiment's one question set; with "
+                             f"several, name each ({', '.join(n for n in self.question_sets if n != DEFAULT_SET)})")
         for name, qs in self.question_sets.items():
             for split in ("dev", "test"):
                 judged = getattr(qs, f"qrels_{split}")
@@ -162,7 +171,8 @@ class DataSection(Section):
             same_questions = qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve()
             same_qrels = qs.qrels_dev and qs.qrels_test and \
                 Path(qs.qrels_dev).resolve() == Path(qs.qrels_test).resolve()
-            if (same_questions and not (qs.qrels_dev and qs.qrels_test)) or same_qrels:
+            held_out = qs.dev_holdout_fraction is not None  # its dev questions are drawn from the test qrels
+            if (same_questions and not (qs.qrels_dev and qs.qrels_test) and not held_out) or same_qrels:
                 raise ValueError(f"data.question_sets.{name}: dev and test are the same questions: never tune on "
                                  "the test split")
         return self
@@ -513,10 +523,6 @@ class EvaluateSection(Section):
     metrics: list[str] = Field(["nDCG@10", "MRR@10", "R@20", "R@100"], description="ir_measures names.")
     rbo_p: float = Field(0.9, gt=0, lt=1)
     shuffled: bool = Field(True, description="Also evaluate token-shuffled queries.")
-    answers: str | None = Field(None, json_schema_extra=PATH, description="QA answers file for Acc@k (DPR has_answer).")
-    answer_match: Literal["string", "regex"] = Field(
-        "string", description="Acc@k matching: DPR token-subsequence 'string' or 'regex' (CuratedTREC)."
-    )
     accuracy_at: list[int] = Field([20, 100], description="k of Acc@k when answers are given.")
     published: str | None = Field(None, json_schema_extra={**PATH, **ADDED_LATER}, description="Published figures "
                                   "shown beside the results, never mixed in (spar.evaluate.published: JSON).")

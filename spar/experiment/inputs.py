@@ -238,7 +238,7 @@ class ExperimentInputs:
             return None
         if queries.answers is None:
             raise ConfigError(f"{metric} needs answers, but the {queries.split} questions have none (set the question "
-                              "set's answers, or evaluate.answers)")
+                              "set's answers, data.question_sets.<set>.answers)")
         table = PassagesTable.open(self.passages_arrow)
         judge = answer_judge(queries, table)
         if table.ids != self.doc_ids:  # embeddings in another order than the table: judge by id
