@@ -223,6 +223,7 @@ def test_target_statistics_are_refused_for_a_transformer(tmp_path: Path):
 # -- spar run with a Λ from elsewhere --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three `spar run`s of the embedded default: ~9 min on 2 busy cores
 def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp_path: Path):
     """Run 1 trains (fits) Λ only; run 2 uses run 1's directory (sample/label/train skipped) through publish;
     run 3 points the same experiment at run 2's published model: only Λ is re-encoded, and its vectors are the

@@ -43,6 +43,9 @@ from spar.core.java import jvm_signal_handlers_kept
 from spar.teacher.labelling import label_queries
 from spar.teacher.registry import configured_teacher
 
+#: A local Ray cluster of several worker processes, each stage run on it and locally: ~6 min on 2 busy cores.
+pytestmark = pytest.mark.slow
+
 #: Each node: 1 CPU and a small object store (the tests ship shard indices and statistics, not data).
 NODE = {"num_cpus": 1, "object_store_memory": 96 << 20}
 #: The embedded sample (5,258 queries, 600 passages) in 6 label shards and 4 passage shards; small JVM heaps.
