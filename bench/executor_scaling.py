@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.model.encoders import BiEncoder
     from spar.core.java import jvm_signal_handlers_kept
     from spar.teacher.labelling import ShardLabeller
-    from spar.teacher.teachers import configured_teacher
+    from spar.teacher.registry import configured_teacher
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="spar-scaling-bench-"))
     cfg = load_config(REPO / "configs" / "experiments" / "scifact.yaml", [
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     section = cfg.label
     n_queries = schemas.read_shards(queries_dir, "queries").num_rows
     label_shards = list(range(-(-n_queries // args.label_shard)))
-    teacher = functools.partial(configured_teacher, section, index_dir.resolve(), 1)
+    teacher = functools.partial(configured_teacher, section, index_dir.resolve(), threads=1)
 
     with jvm_signal_handlers_kept():  # the teacher index was built by this process's JVM (see spar.core.executor)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> dict:
     base_pv = np.asarray(base_p.vectors)
     result: dict = {"name": args.name, "lambda": str(lam), "grid": [GRID[0], GRID[-1], len(GRID)]}
     splits = {}
-    for split, qrels_path in (("dev", cfg.data.qrels_dev), ("test", cfg.data.qrels_test)):
+    default = cfg.data.question_sets["default"]
+    for split, qrels_path in (("dev", default.qrels_dev), ("test", default.qrels_test)):
         bq = load_embeddings(run.embeddings("base", f"queries-{split}"))
         lq = _aligned(bq, load_embeddings(lam / f"queries-{split}"), f"queries-{split}")
         splits[split] = (bq.ids, np.asarray(bq.vectors) @ base_pv.T, lq @ lam_p.T, read_qrels(qrels_path))

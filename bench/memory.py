@@ -144,7 +144,7 @@ def child(kind: str, a: dict) -> dict:
     from spar.core.config import load_config
 
     out_dir = Path(a["dir"])
-    overrides = [f"experiment.output_dir={out_dir}", "data.queries=null", "encode.accelerator=cpu"]
+    overrides = [f"experiment.output_dir={out_dir}", "data.question_sets={}", "encode.accelerator=cpu"]
     if kind == "encode":
         import pipelines.encode
 

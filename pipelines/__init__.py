@@ -17,11 +17,11 @@ def skipped_by_config(cfg, stage: str) -> str | None:
     """Why ``spar run`` leaves ``stage`` out for this experiment, or None when it runs.
 
     - ``encode.lambda`` is set: Λ was trained elsewhere, so sample, label and train have nothing to do.
-    - no ``data.queries`` nor ``data.question_sets``: a Λ-training experiment (e.g. wiki-vital): nothing to encode,
+    - no ``data.question_sets``: a Λ-training experiment (e.g. wiki-vital): nothing to encode,
       tune or evaluate.
     """
     if stage in LAMBDA_STAGES and cfg.encode.lambda_ is not None:
         return f"Λ comes from encode.lambda: {cfg.encode.lambda_.path}"
-    if stage not in LAMBDA_STAGES and not cfg.data.queries and not cfg.data.question_sets:
-        return "no data.queries: a Λ-only experiment"
+    if stage not in LAMBDA_STAGES and not cfg.data.question_sets:
+        return "no data.question_sets: a Λ-only experiment"
     return None

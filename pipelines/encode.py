@@ -46,13 +46,12 @@ def query_sets(cfg) -> dict[str, list[tuple[str, str]]]:
 
 
 def question_files(cfg, split: str) -> dict[str, str]:
-    """The fingerprint of the file a split's questions come from (``queries_file`` of the unnamed set)."""
-    from spar.data.question_sets import UNNAMED, configured_splits, embeddings_key
+    """The fingerprint of the file a split's questions come from (``queries_file``)."""
+    from spar.data.question_sets import configured_splits, embeddings_key
 
     for name, part in configured_splits(cfg):
         if split == f"queries-{embeddings_key(name, part)}":
-            path = cfg.data.queries if name == UNNAMED else getattr(cfg.data.question_sets[name], part)
-            return {"queries_file": file_fingerprint(path)}
+            return {"queries_file": file_fingerprint(getattr(cfg.data.question_sets[name], part))}
     return {}
 
 
@@ -103,18 +102,11 @@ def _query_files(cfg, split: str) -> list[dict[str, str]]:
     """The files an embeddings split's questions are read from: the questions, and the qrels (or answers) that
     choose them."""
     from spar.core.lineage import source
-    from spar.data.question_sets import UNNAMED, configured_splits, embeddings_key
+    from spar.data.question_sets import configured_splits, embeddings_key, split_files
 
-    d = cfg.data
     for name, part in configured_splits(cfg):
         if split == f"queries-{embeddings_key(name, part)}":
-            if name == UNNAMED:
-                holdout = d.dev_holdout_fraction is not None
-                files = [d.queries, d.qrels_test if part == "test" or holdout else d.qrels_dev]
-            else:
-                qs = d.question_sets[name]
-                files = [getattr(qs, part), getattr(qs, f"qrels_{part}"), qs.answers]
-            return [source(path, "file") for path in files if path]
+            return [source(path, "file") for path in split_files(cfg.data.question_sets[name], part).values()]
     return []
 
 
@@ -184,7 +176,7 @@ def summary(cfg, results: dict[str, dict], unit: None) -> dict:
     return result
 
 
-STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "evaluate", "executor"), plan=plan,
+STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "executor"), plan=plan,
               work=work, on_skip=on_skip, finish=summary,
               summary="encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/")
 run = STAGE.run

@@ -20,9 +20,10 @@ from spar.index.files import index_info, search_settings
 from spar.index.spar_index import check_serves
 from spar.core.lineage import source
 from spar.experiment.preflight import check_inputs, skipped_records
-from spar.data.question_sets import configured_splits, embeddings_key, set_files
+from spar.data.question_sets import (configured_splits, default_holdout, embeddings_key, evaluate_settings,
+                                     file_key, set_settings, split_files)
 from spar.core.run_context import RunContext
-from spar.core.stage import Stage, Unit, settings
+from spar.core.stage import Stage, Unit
 
 
 def _result_paths(cfg) -> list[Path]:
@@ -44,22 +45,21 @@ def plan(cfg, force: bool = False) -> Unit:
     info = index_info(index_dir, required=False)
     if info:  # an override the index cannot honour is refused, also when the results are up to date
         check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
-    d = cfg.data
-    for name, path in set_files(cfg).items():
-        if name not in ("qrels_dev",) and not name.endswith((".dev", ".qrels_dev")):
-            fingerprints[name] = file_fingerprint(path)
+    for name, qs in cfg.data.question_sets.items():  # every set's test files (and answers), by file_key
+        for option, path in split_files(qs, "test").items():
+            fingerprints[file_key(name, option)] = file_fingerprint(path)
             sources.append(source(path, "file"))
     if cfg.evaluate.published:  # the results print it: another file, other results
         fingerprints["published"] = file_fingerprint(cfg.evaluate.published)
         sources.append(source(cfg.evaluate.published, "file"))
     paths = _result_paths(cfg)
-    config = {"evaluate": settings(cfg.evaluate),
+    config = {"evaluate": evaluate_settings(cfg),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
-              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": d.dev_holdout_fraction,
+              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": default_holdout(cfg),
               "seed": cfg.experiment.seed, "results": str(paths[0])}
-    if d.question_sets:
-        config.update(results=[str(p) for p in paths], question_sets={
-            name: {"answer_match": qs.answer_match, "own_mu": qs.own_mu} for name, qs in d.question_sets.items()})
+    sets = set_settings(cfg, ("answer_match", "own_mu"))
+    if sets:
+        config.update(results=[str(p) for p in paths], **sets)
     if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
         config["search"] = search_settings(cfg.index)
     return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,

@@ -1,8 +1,8 @@
 """Stage ``label``: the sparse teacher ranks passages for every sampled query (SPAR §4.1).
 
 Writes ``<output_dir>/teacher_index/`` (Lucene BM25 or impact index of ``queries/passages.arrow``; reused while its
-manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The logic lives in :mod:`spar.teacher.teachers` and
-:mod:`spar.teacher.labelling`.
+manifest matches) and ``<output_dir>/labels/labels-NNNNN.arrow``. The teacher is the registered one ``label.teacher`` /
+``label.engine`` name (:mod:`spar.teacher.registry`); labelling is :mod:`spar.teacher.labelling`.
 
     spar label                                   # resumable: a killed run continues at the first missing shard
     spar label executor.kind=ray executor.address=auto  # shards on the workers of a Ray cluster (spar/core/executor.py)
@@ -25,55 +25,27 @@ from spar.core import schemas
 from spar.core.artifacts import (ArtifactWriter, check_unchanged, manifest_fingerprint, read_manifest,
                                  remove_stale_temporaries, require)
 from spar.core.fingerprint import file_fingerprint
-from spar.core.config import LabelSection, SparConfig
+from spar.core.config import SparConfig
 from spar.core.executor import make_executor
-from spar.core.java import start_jvm
 from spar.core.lineage import source
 from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
-from spar.model.resolve import model_fingerprint
 from spar.core.run_context import RunContext
-from spar.core.stage import Stage, Unit, run_unit, settings
-from spar.teacher.teachers import configured_teacher
-
-
-def _teacher_config(section: LabelSection) -> dict:
-    config = {"teacher": section.teacher, "fields": list(section.fields)}
-    if section.teacher == "impact":
-        config.update(model=model_fingerprint(section.impact_model), model_type=section.impact_model_type,
-                      quantization=section.impact_quantization, max_length=section.impact_max_length)
-    return config
-
-
-def _job_config(section: LabelSection) -> dict:
-    config = settings(section)  # runtime-only options (threads, heap, parts, device) never change the labels
-    if section.teacher == "bm25":
-        config = {k: v for k, v in config.items() if not k.startswith("impact_")}
-    else:
-        config = {k: v for k, v in config.items() if k not in ("k1", "b")}
-        config["impact_model"] = model_fingerprint(section.impact_model)
-    return config
+from spar.core.stage import Stage, Unit, run_unit
+from spar.teacher.registry import choose_engine, configured_teacher, teacher_for
 
 
 def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
     """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists."""
-    from spar.teacher.teachers import build_bm25_index, build_impact_index, impact_encoder
-
-    section = cfg.label
+    teacher = teacher_for(cfg.label)
     qdir = RunContext(cfg).artifact("queries")
     stats = require(qdir, "queries").get("stats", {})
     passages = RunContext(cfg).passages
     passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
     unit = Unit(RunContext(cfg).artifact("teacher_index"), kind="teacher_index",
-                config=_teacher_config(section), inputs={"passages": passages_fp}, sources=[source(passages, "file")])
+                config=teacher.index_settings(), inputs={"passages": passages_fp}, sources=[source(passages, "file")])
 
     def work(w: ArtifactWriter) -> dict:
-        if section.teacher == "bm25":
-            build_bm25_index(passages, w.path, section.threads, section.fields, heap=section.java_heap)
-        else:
-            build_impact_index(passages, w.path, impact_encoder(section), section.impact_quantization, section.threads,
-                               section.fields, section.impact_max_length, section.impact_batch_size,
-                               heap=section.java_heap)
-        w.stats.update(passages=stats.get("passages"), teacher=section.teacher)
+        w.stats.update(passages=stats.get("passages"), **teacher.build_index(passages, w.path))
         return {}
 
     run_unit(unit, work, force)
@@ -81,14 +53,12 @@ def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
 
 
 def _engine(cfg: SparConfig) -> tuple[str, str]:
-    """The engine ``label.teacher`` / ``label.engine`` ask for (``lucene`` or ``memory``), and why."""
-    from spar.teacher.bm25_memory import choose_engine
-
+    """The engine ``label.engine`` asks for, and why (:func:`spar.teacher.registry.choose_engine`)."""
     s = cfg.label
     qdir = RunContext(cfg).artifact("queries")
     total = read_manifest(qdir)["stats"].get("queries")
     queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
-    return choose_engine(s.engine, s.teacher, RunContext(cfg).passages, s.fields, queries)
+    return choose_engine(s, RunContext(cfg).passages, queries)
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
@@ -102,12 +72,12 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     check_unchanged(qdir, "sample")
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
         remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
-    start_jvm(s.java_heap)
+    teacher_for(s).start()  # (the Lucene teachers start the JVM)
     index_dir = build_teacher_index(cfg, force=force)
     inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
     labels_dir = RunContext(cfg).artifact("labels")
-    final = Unit(labels_dir, kind="labels", config=_job_config(s), inputs=inputs, resumable=s.num_shards == 1,
-                 sources=[source(qdir), source(index_dir)])
+    final = Unit(labels_dir, kind="labels", config=teacher_for(s).label_settings(), inputs=inputs,
+                 resumable=s.num_shards == 1, sources=[source(qdir), source(index_dir)])
     if s.num_shards == 1:
         return final
     # A part's payload is the final labels' unit: its fingerprint names the job the parts belong to.
@@ -131,7 +101,7 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
         stats = label_queries(teacher, RunContext(cfg).artifact("queries"), w.path, s, executor=executor,
                               needs={"teacher index": index_dir}, **sharding)
     started = stats.pop("teacher_start_seconds", None)
-    engine = f"{engine} ({why}" + (f"; postings built in {started} s)" if engine == "memory" and started else ")")
+    engine = f"{engine} ({why}" + (f"; postings built in {started} s)" if started else ")")
     w.stats.update(stats, teacher=s.teacher, engine=engine,
                    **({"job": unit.payload.writer().fingerprint, **sharding} if part else {}))
     w.schema = {"labels-*.arrow": schemas.LABELS.names}

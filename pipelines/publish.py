@@ -194,7 +194,7 @@ def _push(cfg, out: Path) -> dict:
     return {"hub": url}
 
 
-STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "index",
+STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "tune", "index",
                                         "publish"),
               summary="export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> "
               "model/", plan=plan, work=work, finish=finish,

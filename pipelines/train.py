@@ -22,6 +22,7 @@ from spar.core.run_context import RunContext
 from spar.lexical import build_lambda, lambda_class
 from spar.core.lineage import source
 from spar.core.stage import Stage, Unit, settings
+from spar.teacher.registry import teacher_for
 from spar.train.training import is_primary_process, summarize, train_lambda
 
 
@@ -56,7 +57,9 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     ldir = RunContext(cfg).artifact("labels")
     label = cfg.label
-    model = build_lambda(cfg.train, RunContext(cfg).passages, teacher=label.teacher, k1=label.k1, b=label.b,
+    # A term-based Λ densifies the teacher's term weighting (BM25's, for the BM25 teachers).
+    scores = teacher_for(label).term_weighting or label.teacher
+    model = build_lambda(cfg.train, RunContext(cfg).passages, teacher=scores, k1=label.k1, b=label.b,
                          fields=label.fields, seed=cfg.experiment.seed)
     if not model.trainable:
         return _fit_only(cfg, model, w)
@@ -116,7 +119,8 @@ def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: di
     from spar.lexical.card import lambda_card, lambda_card_facts
 
     queries = read_manifest(RunContext(cfg).artifact("queries")).get("stats", {})
-    facts = lambda_card_facts(cfg, queries, fingerprint, training, RunContext(cfg).command_line("train"))
+    facts = lambda_card_facts(cfg, queries, fingerprint, training, RunContext(cfg).command_line("train"),
+                              teacher=teacher_for(cfg.label).describe())
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 
 

@@ -12,23 +12,19 @@ from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.spar_index import IndexOptions
 from spar.core.lineage import source
-from spar.data.question_sets import embeddings_key, own_mu_sets, pooled_sets, set_files
+from spar.data.question_sets import (default_holdout, embeddings_key, file_key, own_mu_sets, pooled_sets,
+                                     set_settings, split_files)
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 from spar.evaluate.tuning import plot_curve, tune_experiment, tune_settings
 
 
 def _data_files(cfg) -> dict[str, str]:
-    """The question files tune reads: the unnamed set's queries and dev qrels (its test qrels with a dev hold-out),
-    or every file of the named sets it tunes on."""
-    d = cfg.data
-    if d.question_sets:
-        used = set(pooled_sets(cfg)) | set(own_mu_sets(cfg))
-        files = {k: v for k, v in set_files(cfg).items() if k.split(".")[0] in used and not k.endswith("test")}
-    else:
-        files = {"queries": d.queries, "qrels_dev": d.qrels_dev,
-                 "qrels_test": d.qrels_test if d.dev_holdout_fraction else None}
-    return {name: path for name, path in files.items() if path}
+    """The question files tune reads: every file of the dev splits of the sets it tunes on (the test qrels of a dev
+    hold-out), by :func:`spar.data.question_sets.file_key`."""
+    sets = cfg.data.question_sets
+    return {file_key(name, option): path for name in dict.fromkeys([*pooled_sets(cfg), *own_mu_sets(cfg)])
+            for option, path in split_files(sets[name], "dev").items()}
 
 
 def _data_inputs(cfg) -> dict[str, str]:
@@ -37,17 +33,7 @@ def _data_inputs(cfg) -> dict[str, str]:
 
 def dev_keys(cfg) -> list[str]:
     """The embeddings keys of the dev splits tune reads."""
-    if not cfg.data.question_sets:
-        return ["dev"]
     return [embeddings_key(name, "dev") for name in dict.fromkeys([*pooled_sets(cfg), *own_mu_sets(cfg)])]
-
-
-def _set_settings(cfg) -> dict:
-    """The question-set options that change what tune computes (none for the unnamed set: fingerprints unchanged)."""
-    if not cfg.data.question_sets:
-        return {}
-    return {"question_sets": {name: {"answer_match": qs.answer_match, "dev_sample": qs.dev_sample,
-                                     "own_mu": qs.own_mu} for name, qs in cfg.data.question_sets.items()}}
 
 
 def plan(cfg, force: bool = False) -> Unit:
@@ -59,8 +45,8 @@ def plan(cfg, force: bool = False) -> Unit:
         sources.append(source(RunContext(cfg).artifact("teacher_index")))
     codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).scored_codec(cfg.index.type)
     config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
-              "dev_holdout_fraction": cfg.data.dev_holdout_fraction, "seed": cfg.experiment.seed,
-              "served_passages": codec, **_set_settings(cfg)}
+              "dev_holdout_fraction": default_holdout(cfg), "seed": cfg.experiment.seed,
+              "served_passages": codec, **set_settings(cfg, ("answer_match", "dev_sample", "own_mu"))}
     return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,
                 payload=inputs, sources=sources)
 

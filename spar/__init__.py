@@ -4,8 +4,4 @@ Importing ``spar`` is cheap: it starts no JVM and imports no torch. Heavy module
 that need them.
 """
 
-__version__ = "0.1.0"
-
-from spar._compat import install as _install_old_paths
-
-_install_old_paths()  # the module paths before spar 0.2, kept for one release
+__version__ = "0.2.0"

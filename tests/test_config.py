@@ -12,7 +12,7 @@ from spar.core.errors import ConfigError
 
 def test_default_config_loads_and_resolves_data_paths():
     cfg = load_config()
-    assert Path(cfg.data.corpus).exists() and Path(cfg.data.qrels_test).exists()
+    assert Path(cfg.data.corpus).exists() and Path(cfg.data.question_sets["default"].qrels_test).exists()
     assert cfg.label.k == 50 and cfg.label.n_positives == 10 and cfg.label.n_negatives == 5
 
 
@@ -43,7 +43,8 @@ def test_tuning_on_test_is_refused(tmp_path: Path):
     qrels = tmp_path / "q.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\n")
     with pytest.raises(ConfigError, match="never tune on the test split"):
-        load_config(None, [f"data.qrels_dev={qrels}", f"data.qrels_test={qrels}"])
+        load_config(None, [f"data.question_sets.default.qrels_dev={qrels}",
+                           f"data.question_sets.default.qrels_test={qrels}"])
 
 
 def test_every_option_is_documented():
@@ -95,7 +96,8 @@ def test_every_path_in_a_config_is_relative_to_the_yaml(tmp_path: Path, monkeypa
     (project / "data" / "corpus.jsonl").write_text('{"_id": "1", "title": "", "text": "x"}\n')
     (project / "configs" / "mine.yaml").write_text(
         "experiment: {name: mine, output_dir: ../runs/mine, results_dir: ../results}\n"
-        "data: {corpus: ../data/corpus.jsonl, qrels_test: ../data/qrels.tsv}\n"
+        "data: {corpus: ../data/corpus.jsonl,\n"
+        "       question_sets: {default: {test: q.jsonl, qrels_test: ../data/qrels.tsv}}}\n"
         "encode: {lambda: ../runs/wiki/lambda, base: {model: all-MiniLM-L6-v2}}\n"
         "publish: {output: ../published}\n")
     elsewhere = tmp_path / "elsewhere"
@@ -104,7 +106,8 @@ def test_every_path_in_a_config_is_relative_to_the_yaml(tmp_path: Path, monkeypa
     cfg = load_config(project / "configs" / "mine.yaml")
     assert cfg.output_dir == project / "runs" / "mine" and cfg.results_dir == project / "results"
     assert Path(cfg.data.corpus) == project / "data" / "corpus.jsonl"
-    assert Path(cfg.data.qrels_test) == project / "data" / "qrels.tsv"  # not there yet: still beside the YAML
+    assert Path(cfg.data.question_sets["default"].qrels_test) == project / "data" / "qrels.tsv"  # not there yet
+    assert Path(cfg.data.question_sets["default"].test) == project / "configs" / "q.jsonl"  # beside the YAML
     assert Path(cfg.encode.lambda_.path) == project / "runs" / "wiki" / "lambda"
     assert Path(cfg.publish.output) == project / "published"
     assert cfg.encode.base.model == "all-MiniLM-L6-v2"  # a model name stays a name
@@ -141,3 +144,85 @@ def test_an_empty_section_is_named_with_its_line_and_the_fix(tmp_path):
     with pytest.raises(ConfigError, match=r"'data\.question_sets\.nq' is empty \(.*x\.yaml:4\): .*delete the line "
                                           r"'nq:'"):
         load_config(cfg)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The one question set: data.queries & co. (spar < 0.2) fold into data.question_sets.default
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _old_form(tmp_path: Path, data: str, extra: str = "") -> Path:
+    (tmp_path / "configs").mkdir(exist_ok=True)
+    path = tmp_path / "configs" / "old.yaml"
+    path.write_text(f"experiment: {{name: old}}\ndata: {{corpus: ../d/corpus.jsonl, {data}}}\n{extra}")
+    return path
+
+
+def test_the_old_keys_fold_into_the_default_set_with_a_warning(tmp_path: Path):
+    path = _old_form(tmp_path, "queries: ../d/q.jsonl, qrels_dev: ../d/dev.tsv, qrels_test: ../d/test.tsv",
+                     "evaluate: {answers: ../d/answers.jsonl, answer_match: regex, k: 50}\n")
+    with pytest.warns(FutureWarning, match="data.question_sets.default now"):
+        cfg = load_config(path)
+    d = tmp_path / "d"
+    default = cfg.data.question_sets["default"]
+    assert list(cfg.data.question_sets) == ["default"]  # relative paths resolve against the YAML, as they did
+    assert (default.dev, default.test) == (str(d / "q.jsonl"), str(d / "q.jsonl"))
+    assert (default.qrels_dev, default.qrels_test) == (str(d / "dev.tsv"), str(d / "test.tsv"))
+    assert (default.answers, default.answer_match, cfg.evaluate.k) == (str(d / "answers.jsonl"), "regex", 50)
+
+
+def test_a_hold_out_folds_into_a_dev_split_of_the_test_questions(tmp_path: Path):
+    path = _old_form(tmp_path, "queries: ../d/q.jsonl, qrels_test: ../d/test.tsv, dev_holdout_fraction: 0.5")
+    with pytest.warns(FutureWarning):
+        default = load_config(path).data.question_sets["default"]
+    assert default.dev == default.test and default.qrels_dev is None and default.dev_holdout_fraction == 0.5
+    only_test = _old_form(tmp_path, "queries: ../d/q.jsonl, qrels_test: ../d/test.tsv")
+    with pytest.warns(FutureWarning):
+        default = load_config(only_test).data.question_sets["default"]
+    assert default.dev is None and default.test is not None  # no dev qrels, no hold-out: no dev split
+
+
+def test_an_old_key_overrides_the_default_set_and_queries_null_removes_it():
+    with pytest.warns(FutureWarning, match="data.qrels_test"):
+        cfg = load_config(None, ["data.qrels_test=/elsewhere/test.tsv"])
+    default = cfg.data.question_sets["default"]
+    assert default.qrels_test == "/elsewhere/test.tsv" and default.qrels_dev.endswith("qrels/train.tsv")
+    with pytest.warns(FutureWarning):
+        assert load_config(None, ["data.queries=null"]).data.question_sets == {}
+    with pytest.warns(FutureWarning):
+        held = load_config(None, ["data.qrels_dev=null", "data.dev_holdout_fraction=0.3"]).data.question_sets
+    assert held["default"].dev == held["default"].test and held["default"].dev_holdout_fraction == 0.3
+
+
+def test_a_default_set_judged_by_nothing_or_beside_named_sets_is_refused(tmp_path: Path):
+    with pytest.raises(ConfigError, match="data.queries is not"):
+        load_config(_old_form(tmp_path, "qrels_test: ../d/test.tsv"))
+    with pytest.raises(ConfigError, match="no qrels judge it"):
+        load_config(_old_form(tmp_path, "queries: ../d/q.jsonl"))
+    with pytest.raises(ConfigError, match="name each"):
+        load_config(None, ["data.question_sets.nq.test=nq.jsonl"])
+
+
+def test_the_default_set_keeps_its_fingerprint_spelling(tmp_path: Path):
+    """Fingerprints spell the default set as the keys before spar 0.2 did (data.queries & co., evaluate.answers), so
+    runs made before stay up to date; the expected dicts are the old sections' fields."""
+    from pipelines.tune import _data_files
+    from spar.data.question_sets import data_settings, evaluate_settings, set_settings
+
+    cfg = load_config(None)
+    default = cfg.data.question_sets["default"]
+    assert data_settings(cfg.data) == {"corpus": cfg.data.corpus, "corpus_format": "auto", "title_field": True,
+                                       "queries": default.test, "qrels_dev": default.qrels_dev,
+                                       "qrels_test": default.qrels_test, "dev_holdout_fraction": None}
+    assert evaluate_settings(cfg) == {"k": 100, "metrics": ["nDCG@10", "MRR@10", "R@20", "R@100"], "rbo_p": 0.9,
+                                      "shuffled": True, "answers": None, "answer_match": "string",
+                                      "accuracy_at": [20, 100]}
+    assert set_settings(cfg, ("answer_match", "dev_sample", "own_mu")) == {}
+    assert _data_files(cfg) == {"queries": default.dev, "qrels_dev": default.qrels_dev}
+    with pytest.warns(FutureWarning):
+        held = load_config(None, ["data.qrels_dev=null", "data.dev_holdout_fraction=0.5"])
+    assert _data_files(held) == {"queries": default.dev, "qrels_test": default.qrels_test}
+    named = load_config(None, ["data.question_sets={nq: {dev: a.jsonl, test: b.jsonl, dev_sample: 5}}"])
+    assert _data_files(named) == {"nq.dev": "a.jsonl"}
+    assert set_settings(named, ("dev_sample",)) == {"question_sets": {"nq": {"dev_sample": 5}}}
+    assert "question_sets" not in data_settings(cfg.data) and data_settings(named.data)["queries"] is None

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: Lines third-party libraries printed on a first run before spar quieted them (issue #15).
@@ -25,6 +27,7 @@ def _spar(*args: str, cwd: Path) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.slow  # a whole `spar run` in a subprocess: ~1.5 min
 def test_spar_run_prints_no_library_chatter_and_one_summary(tmp_path: Path):
     out = tmp_path / "run"
     train = ["train.kind=static", "train.lexical.dim=32", "train.max_steps=2", "train.val_check_interval=1",

@@ -30,7 +30,7 @@ MODULES = _modules_with_examples()
 
 def test_modules_with_examples_are_found():
     assert {"spar.index.spar_index", "spar.evaluate.metrics", "spar.evaluate.tuning", "spar.train.training",
-            "spar.model.embeddings", "spar.data.answers", "spar.evaluate.exact", "spar._compat"} <= set(MODULES)
+            "spar.model.embeddings", "spar.data.answers", "spar.evaluate.exact"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -17,6 +17,9 @@ from spar.core.errors import ArtifactError
 from spar.data.readers import evaluation_qrels, read_corpus, read_queries
 from spar.core.schemas import PASSAGES, read_table, write_table
 
+#: The experiment's one question set (data.queries & co. before spar 0.2).
+QS = "data.question_sets.default"
+
 QUIET = EncodeOptions(batch_size=16, show_progress=False)
 
 
@@ -171,8 +174,9 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
     shutil.copytree(lambda_dir, out / "lambda")
     cfg = load_config(None, [
         f"experiment.output_dir={out}", f"data.corpus={sample_dir / 'corpus.jsonl'}",
-        f"data.queries={sample_dir / 'queries.jsonl'}", "data.qrels_dev=null", "data.dev_holdout_fraction=0.5",
-        f"data.qrels_test={sample_dir / 'qrels' / 'test.tsv'}", "encode.base.passage_max_length=64",
+        f"{QS}.dev={sample_dir / 'queries.jsonl'}", f"{QS}.test={sample_dir / 'queries.jsonl'}",
+        f"{QS}.qrels_dev=null", f"{QS}.dev_holdout_fraction=0.5",
+        f"{QS}.qrels_test={sample_dir / 'qrels' / 'test.tsv'}", "encode.base.passage_max_length=64",
         "encode.shard_size=5", "encode.batch_size=16", "experiment.seed=7",
     ])
     result = stage.run(cfg)
@@ -181,8 +185,9 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
     test_qids = list(split_queries(cfg, "test").qrels)  # what evaluate reads (stored in qrels-file order)
     dev_qids = list(split_queries(cfg, "dev").qrels)  # what tune reads
     assert test_qids and dev_qids and not set(test_qids) & set(dev_qids)
-    assert set(dev_qids) == set(evaluation_qrels(cfg.data, "dev", seed=7))
-    assert set(dev_qids) != set(evaluation_qrels(cfg.data, "dev", seed=42))  # the seed matters on this sample
+    default = cfg.data.question_sets["default"]
+    assert set(dev_qids) == set(evaluation_qrels(default, "dev", seed=7))
+    assert set(dev_qids) != set(evaluation_qrels(default, "dev", seed=42))  # the seed matters on this sample
     for name, pooling in (("base", "mean"), ("lambda", "cls")):
         p = load_embeddings(emb / name / "passages")
         assert p.ids == [x.id for x in rows] and p.manifest["stats"]["shards"] == -(-len(rows) // 5)

@@ -21,6 +21,9 @@ from spar.evaluate.metrics import answer_accuracy, evaluate_run, mean_rbo, rbo, 
 from spar.data.answers import has_answer, read_answers
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
+#: The experiment's one question set (data.queries & co. before spar 0.2).
+QS = "data.question_sets.default"
+
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "scifact-sample" / "corpus.jsonl"
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -221,9 +224,9 @@ def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
 
     scifact = datasets_dir / "scifact"
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}", f"data.corpus={scifact / 'corpus.jsonl'}",
-                             f"data.queries={scifact / 'queries.jsonl'}",
-                             f"data.qrels_dev={scifact / 'qrels/train.tsv'}",
-                             f"data.qrels_test={scifact / 'qrels/test.tsv'}"])
+                             f"{QS}.dev={scifact / 'queries.jsonl'}", f"{QS}.test={scifact / 'queries.jsonl'}",
+                             f"{QS}.qrels_dev={scifact / 'qrels/train.tsv'}",
+                             f"{QS}.qrels_test={scifact / 'qrels/test.tsv'}"])
     corpus = list(read_corpus(cfg.data.corpus))
     (tmp_path / "queries").mkdir()
     write_table(tmp_path / "queries" / "passages.arrow", pa.table({
@@ -377,7 +380,7 @@ def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_pa
     path = tmp_path / "answers.jsonl"
     path.write_text("".join(json.dumps({"id": q, "answers": a}) + "\n" for q, a in answers.items()))
     cfg = _experiment_with_index(sample_experiment, tmp_path / "qa", "base", "lambda", "flat",
-                                 f"evaluate.answers={path}", "evaluate.accuracy_at=[1,5,20]")
+                                 f"{QS}.answers={path}", "evaluate.accuracy_at=[1,5,20]")
     report = evaluate_experiment(cfg, runs_dir=tmp_path / "runs")
     tokenizer = SimpleTokenizer()
     for name, values in report.systems.items():
@@ -398,19 +401,19 @@ def test_skipped_input_records_reach_the_results(sample_experiment, tmp_path):  
 
     base_cfg = _experiment_with_index(sample_experiment, tmp_path / "run", "base", "lambda", "flat")
     qrels = tmp_path / "qrels-test.tsv"
-    shutil.copyfile(base_cfg.data.qrels_test, qrels)
+    shutil.copyfile(base_cfg.data.question_sets["default"].qrels_test, qrels)
     first_query = qrels.read_text().splitlines()[1].split("\t")[0]
     with qrels.open("a") as fh:
         fh.write(f"{first_query}\tno-such-passage\t1\n")
     cfg = experiment_config(tmp_path / "run", tmp_path / "run" / "results", "experiment.on_bad_record=skip",
-                            f"data.qrels_test={qrels}", "evaluate.shuffled=false")
+                            f"{QS}.qrels_test={qrels}", "evaluate.shuffled=false")
     evaluate_stage.run(cfg)
     results = json.loads((cfg.results_dir / f"{cfg.experiment.name}.json").read_text())
-    assert results["skipped_records"]["data.qrels_test"] == {"unknown passage": 1}
+    assert results["skipped_records"][f"{QS}.qrels_test"] == {"unknown passage": 1}
     # #31 item 9: the evaluation's manifest counts them too, as the README says.
     from spar.core.artifacts import read_manifest
 
-    assert read_manifest(tmp_path / "run" / "evaluation")["stats"]["skipped_records"] == {"data.qrels_test": 1}
+    assert read_manifest(tmp_path / "run" / "evaluation")["stats"]["skipped_records"] == {f"{QS}.qrels_test": 1}
     table = (cfg.results_dir / f"{cfg.experiment.name}.md").read_text()
     assert "Input records skipped (experiment.on_bad_record=skip): " in table
-    assert "data.qrels_test: 1 unknown passage" in table
+    assert f"{QS}.qrels_test: 1 unknown passage" in table

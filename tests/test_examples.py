@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+#: The experiment's one question set (data.queries & co. before spar 0.2).
+QS = "data.question_sets.default"
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "configs" / "examples"
 
@@ -28,12 +31,14 @@ def test_the_beir_example_reads_a_beir_directory(datasets_dir):
     from spar.experiment.preflight import check_inputs
 
     cfg = load_config(EXAMPLES / "beir.yaml")
-    assert Path(cfg.data.corpus).parent.name == "scifact" and cfg.data.qrels_dev != cfg.data.qrels_test
+    default = cfg.data.question_sets["default"]
+    assert Path(cfg.data.corpus).parent.name == "scifact" and default.qrels_dev != default.qrels_test
     scifact = datasets_dir / "scifact"
     cfg = load_config(EXAMPLES / "beir.yaml", [f"data.corpus={scifact / 'corpus.jsonl'}",
-                                               f"data.queries={scifact / 'queries.jsonl'}",
-                                               f"data.qrels_dev={scifact / 'qrels' / 'train.tsv'}",
-                                               f"data.qrels_test={scifact / 'qrels' / 'test.tsv'}"])
+                                               f"{QS}.dev={scifact / 'queries.jsonl'}",
+                                               f"{QS}.test={scifact / 'queries.jsonl'}",
+                                               f"{QS}.qrels_dev={scifact / 'qrels' / 'train.tsv'}",
+                                               f"{QS}.qrels_test={scifact / 'qrels' / 'test.tsv'}"])
     report = check_inputs(cfg)
     assert report["corpus"]["passages"] == 5183  # datasets/README.md: SciFact's 5,183 abstracts
 
@@ -58,7 +63,8 @@ def _tsv_copy(sample_dir: Path, out: Path, dpr: bool) -> dict[str, Path]:
         for line in (sample_dir / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]:
             qid, pid, rel = line.split("\t")
             fh.write(f"{qid} 0 {pid} {rel}\n")
-    return {"corpus": out / "passages.tsv", "queries": out / "queries.tsv", "qrels_test": out / "qrels.txt"}
+    return {"data.corpus": out / "passages.tsv", f"{QS}.dev": out / "queries.tsv", f"{QS}.test": out / "queries.tsv",
+            f"{QS}.qrels_test": out / "qrels.txt"}
 
 
 @pytest.mark.parametrize("fmt", ["dpr", "msmarco"])
@@ -68,7 +74,7 @@ def test_the_tsv_example_reads_dpr_and_msmarco_files(sample_dir, tmp_path, fmt):
     from spar.experiment.preflight import check_inputs
 
     files = _tsv_copy(sample_dir, tmp_path / "my-data", dpr=fmt == "dpr")
-    cfg = load_config(EXAMPLES / "dpr-tsv.yaml", [f"data.{key}={path}" for key, path in files.items()]
+    cfg = load_config(EXAMPLES / "dpr-tsv.yaml", [f"{key}={path}" for key, path in files.items()]
                       + [f"data.corpus_format={fmt}", f"experiment.output_dir={tmp_path / 'run'}"])
     report = check_inputs(cfg)
     assert report["corpus"]["passages"] == 600 and not report["corpus"]["skipped"]

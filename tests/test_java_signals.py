@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = """
@@ -61,6 +63,7 @@ def _handlers(mode: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if line.startswith(("jvm ", "after "))]
 
 
+@pytest.mark.slow  # two processes that start the JVM and train with Lightning: ~2 min
 def test_lightning_resets_the_jvm_handler_and_spar_keeps_it():
     assert _handlers("plain") == ["jvm libjvm.so", "after default"]  # Lightning's teardown, unguarded
     assert _handlers("kept") == ["jvm libjvm.so", "after libjvm.so"]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,6 +24,7 @@ def _spar(*args: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow  # two `spar run`s of the embedded default through publish and search: ~14 min on 2 busy cores
 def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path: Path):
     from spar.core.artifacts import read_manifest
     from spar.lexical import load_lambda

@@ -155,22 +155,30 @@ def test_bad_engine_values_fail_in_one_line():
     with pytest.raises(ConfigError, match="label.engine") as info:
         load_config(None, ["label.engine=fast"])
     assert "lucene" in str(info.value)
-    with pytest.raises(ConfigError, match="label.engine=memory runs the BM25 teacher only"):
+    with pytest.raises(ConfigError, match="label.engine='memory' does not run the impact teacher: use lucene"):
         load_config(None, ["label.engine=memory", "label.teacher=impact"])
+    with pytest.raises(ConfigError, match="label.teacher='bm52': use one of bm25, impact"):
+        load_config(None, ["label.teacher=bm52"])
     load_config(None, ["label.engine=auto", "label.teacher=impact"])  # auto: Lucene for the impact teacher
 
 
 def test_auto_picks_memory_for_small_corpora_and_lucene_beyond_its_limits(tricky, monkeypatch):
     import spar.teacher.bm25_memory as engine
+    from spar.teacher.registry import choose_engine
 
     passages = tricky[3] / "passages.arrow"
-    assert engine.choose_engine("auto", "bm25", passages)[0] == "memory"
-    assert engine.choose_engine("auto", "impact", passages)[0] == "lucene"
-    assert engine.choose_engine("lucene", "bm25", passages)[0] == "lucene"
-    assert engine.choose_engine("auto", "bm25", passages, queries=2000)[0] == "memory"
-    assert engine.choose_engine("auto", "bm25", passages, queries=500)[0] == "lucene"  # start-up would not pay
+
+    def choose(engine: str, teacher: str, queries: int | None = None) -> tuple[str, str]:
+        section = load_config(None, [f"label.engine={engine}", f"label.teacher={teacher}"]).label
+        return choose_engine(section, passages, queries)
+
+    assert choose("auto", "bm25")[0] == "memory"
+    assert choose("auto", "impact") == ("lucene", "the impact teacher runs on lucene only")
+    assert choose("lucene", "bm25") == ("lucene", "label.engine=lucene")
+    assert choose("auto", "bm25", queries=2000)[0] == "memory"
+    assert choose("auto", "bm25", queries=500)[0] == "lucene"  # start-up would not pay
     monkeypatch.setattr(engine, "AUTO_MAX_PASSAGES", 100)
-    assert engine.choose_engine("auto", "bm25", passages) == ("lucene", "auto: 418 passages > 100")
+    assert choose("auto", "bm25") == ("lucene", "auto: 418 passages > 100")
     monkeypatch.setattr(engine, "AUTO_MAX_PASSAGES", 10**6)
     monkeypatch.setattr(engine, "AUTO_MAX_BYTES", 1000)
-    assert engine.choose_engine("auto", "bm25", passages)[0] == "lucene"
+    assert choose("auto", "bm25")[0] == "lucene"

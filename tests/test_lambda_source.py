@@ -223,6 +223,7 @@ def test_target_statistics_are_refused_for_a_transformer(tmp_path: Path):
 # -- spar run with a Λ from elsewhere --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three `spar run`s of the embedded default: ~9 min on 2 busy cores
 def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp_path: Path):
     """Run 1 trains (fits) Λ only; run 2 uses run 1's directory (sample/label/train skipped) through publish;
     run 3 points the same experiment at run 2's published model: only Λ is re-encoded, and its vectors are the
@@ -290,11 +291,13 @@ def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_
 def test_the_lambda_card_names_the_teacher_the_labels_came_from():
     from spar.core.config import load_config
     from spar.lexical.card import lambda_card, lambda_card_facts
+    from spar.teacher.registry import teacher_for
 
     stats = {"passages": 600, "queries_train": 1500}
     for overrides, teacher in (([], "Pyserini Lucene BM25, k1=0.9, b=0.4, fields title+text, top 50"),
                                (["label.teacher=impact", "train.kind=transformer"], "impact index of splade-tiny")):
         cfg = load_config(None, overrides)
-        card = lambda_card({"kind": cfg.train.kind, "dim": 384}, lambda_card_facts(cfg, stats, "f00d", {}, None))
+        card = lambda_card({"kind": cfg.train.kind, "dim": 384}, lambda_card_facts(cfg, stats, "f00d", {}, None,
+                                                                                 teacher_for(cfg.label).describe()))
         assert f"| teacher | {teacher}" in card, card
         assert "| training queries | 1,500 |" in card and "| manifest fingerprint | `f00d` |" in card

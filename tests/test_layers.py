@@ -3,8 +3,9 @@
 
 - Packages: every module of ``spar/`` belongs to one package of :data:`LAYERS`; a package imports only packages of
   lower layers (siblings in one layer never import each other), so the package graph has no cycle.
-- Static: every import in ``spar/`` (module level and inside functions, and the names a package exports lazily) is
-  parsed; no library module imports ``pipelines`` or the CLI, and the library's module graph has no cycle.
+- Static: every import in ``spar/`` (module level and inside functions) is parsed; no library module imports
+  ``pipelines`` or the CLI, the library's module graph has no cycle, and every first-party import anywhere (library,
+  stages, tests, benchmarks) names a module that exists.
 - Dynamic: every library module imports on its own (no hidden dependence on another module being imported first)
   and importing it loads nothing from ``pipelines``.
 """
@@ -32,16 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("experiment",),            # which Λ, an experiment's assembled inputs, preflight
     ("evaluate",),              # exact search, metrics, tuning μ/α, the evaluation table, latency, frontier
 ]
-#: Modules of ``spar/`` outside every package: the package root (its version) and the old-path aliases, which
-#: import nothing of spar.
-ROOT_MODULES = {"spar", "spar._compat"}
-#: Names a package exports from a higher one, for one release only (the old module paths): (package, higher
-#: package). Each must still exist (a stale entry fails, so the list only shrinks). Lazy: never imported at import
-#: time, so they take no part in the cycle checks.
-COMPAT_UPWARD: set[tuple[str, str]] = {
-    ("experiment", "evaluate"),  # spar.experiment.top_k / dense_search / STREAM_BLOCK (now spar.evaluate.exact)
-    ("lexical", "experiment"),  # spar.lexical.experiment_corpus_passages (now spar.experiment.lambda_source)
-}
+#: Modules of ``spar/`` outside every package: the package root (its version), which imports nothing of spar.
+ROOT_MODULES = {"spar"}
 #: Upward imports that still exist and are being removed elsewhere; each must still be present (a stale entry
 #: fails, so the list only shrinks). Empty since the CLI moved to pipelines/cli.py.
 KNOWN_UPWARD: set[tuple[str, str]] = set()
@@ -65,22 +58,10 @@ def _is_module(dotted: str) -> bool:
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
 
 
-def _lazy_exports(tree: ast.Module) -> set[str]:
-    """The modules a package's ``_EXPORTS = {name: module}`` table (``spar._compat.lazy_exports``) reads."""
-    found = set()
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets) \
-                and isinstance(node.value, ast.Dict):
-            found.update(v.value for v in node.value.values if isinstance(v, ast.Constant))
-    return found
-
-
-def _imports(path: Path, lazy: bool = False) -> set[str]:
-    """Every module ``path`` imports (``from spar import schemas`` names spar.core.schemas when that is a module);
-    ``lazy``: the modules its lazily exported names come from instead."""
+def _imports(path: Path, relative: bool = True) -> set[str]:
+    """Every module ``path`` imports (``from spar.core import schemas`` names spar.core.schemas, a module);
+    ``relative=False``: its absolute imports only."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    if lazy:
-        return _lazy_exports(tree)
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -88,6 +69,8 @@ def _imports(path: Path, lazy: bool = False) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
+            if node.level and not relative:
+                continue
             if node.level:  # relative import
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
@@ -98,11 +81,11 @@ def _imports(path: Path, lazy: bool = False) -> set[str]:
     return found
 
 
-def import_graph(lazy: bool = False) -> dict[str, set[str]]:
-    """Library module -> the first-party modules (spar, pipelines) it imports (``lazy``: exports lazily)."""
+def import_graph() -> dict[str, set[str]]:
+    """Library module -> the first-party modules (spar, pipelines) it imports."""
     graph = {}
     for path in library_files():
-        first_party = {m for m in _imports(path, lazy) if m.split(".")[0] in ("spar", "pipelines")}
+        first_party = {m for m in _imports(path) if m.split(".")[0] in ("spar", "pipelines")}
         graph[_module_name(path)] = first_party - {_module_name(path)}
     return graph
 
@@ -161,8 +144,7 @@ def test_the_graph_sees_function_level_imports():
     assert "spar.index.spar_index" in graph["spar.evaluate.evaluation"]
     assert "spar.core.schemas" in graph["spar.teacher.labelling"]  # `from spar.core import schemas`
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert "spar.index.spar_index" in import_graph(lazy=True)["spar.index"]  # the package's lazy exports
-    assert package_edges({"spar.data.x": {"spar.core.y", "spar.data.z", "spar._compat"}}) == \
+    assert package_edges({"spar.data.x": {"spar.core.y", "spar.data.z", "spar"}}) == \
         {("data", "core"): ["spar.data.x -> spar.core.y"]}
 
 
@@ -173,7 +155,7 @@ def test_every_library_module_belongs_to_a_declared_package():
     stray = sorted(m for m in modules if m not in ROOT_MODULES and package_of(m) not in declared)
     assert not stray, f"modules outside every declared package (add the package to LAYERS): {stray}"
     assert declared <= {package_of(m) for m in modules}, "a declared package has no module"
-    # the root modules import nothing of spar's packages (spar/__init__.py installs the old paths only)
+    # the root module imports nothing of spar's packages
     for module in ROOT_MODULES:
         assert {m for m in import_graph()[module] if package_of(m)} == set(), module
 
@@ -182,13 +164,6 @@ def test_packages_import_only_downward():
     edges = package_edges(import_graph())
     wrong = {f"{a} -> {b}": imports for (a, b), imports in sorted(edges.items()) if layer_of(b) >= layer_of(a)}
     assert not wrong, f"imports that do not go down the layers {LAYERS}: {wrong}"
-
-
-def test_only_the_declared_compat_exports_point_up():
-    edges = package_edges(import_graph(lazy=True))
-    upward = {(a, b) for (a, b) in edges if layer_of(b) >= layer_of(a)}
-    assert upward - COMPAT_UPWARD == set(), {e: edges[e] for e in upward - COMPAT_UPWARD}
-    assert COMPAT_UPWARD - upward == set(), "stale COMPAT_UPWARD entries: remove them"
 
 
 def test_package_graph_has_no_cycle():
@@ -209,19 +184,20 @@ def test_library_has_no_import_cycle():
     assert find_cycle(import_graph()) is None
 
 
-def test_nothing_imports_an_old_path():
-    """The old module paths (spar._compat.ALIASES) are for users' code only: spar, the stages, the tests (but
-    tests/test_compat.py and the pre-move fixture maker) and the benchmarks import the new ones."""
-    from spar._compat import ALIASES
-
+def test_every_first_party_import_names_a_module():
+    """spar 0.2 dropped the flat module paths of spar 0.1 (``spar.config``, ``spar.tuning``, ...): every ``spar.*``
+    and ``pipelines.*`` import of the library, the stages, the tests and the benchmarks names a module (or a name a
+    module defines) that exists. The pre-move fixture maker is run with spar 0.1's code and is left out, and so are
+    relative imports (those of the modules a published model ships, which name its own files)."""
     files = [*SPAR.rglob("*.py"), *(ROOT / "pipelines").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
-             *(p for p in (ROOT / "tests").rglob("*.py") if p.name != "test_compat.py" and "fixtures" not in p.parts)]
-    old = {}
+             *(p for p in (ROOT / "tests").rglob("*.py") if "fixtures" not in p.parts)]
+    missing = {}
     for path in sorted(files):
-        found = sorted(m for m in _imports(path) if m in ALIASES)
-        if found:
-            old[str(path.relative_to(ROOT))] = found
-    assert not old, old
+        gone = sorted(m for m in _imports(path, relative=False)
+                      if m.split(".")[0] in ("spar", "pipelines") and not _is_module(m))
+        if gone:
+            missing[str(path.relative_to(ROOT))] = gone
+    assert not missing, missing
 
 
 def test_every_library_module_imports_alone():

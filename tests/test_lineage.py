@@ -24,6 +24,9 @@ import pytest
 from spar.core.config import load_config
 from spar.core.errors import SparError
 
+#: The experiment's one question set (data.queries & co. before spar 0.2).
+QS = "data.question_sets.default"
+
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
 ENV.pop("SPAR_OUTPUT_LOCK", None)
@@ -111,9 +114,9 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def _data(files: dict[str, Path], work: Path) -> list[str]:
-    return [f"data.corpus={files['corpus']}", f"data.queries={files['queries']}", f"data.qrels_dev={files['dev']}",
-            f"data.qrels_test={files['test']}", f"experiment.output_dir={work / 'run'}",
-            f"experiment.results_dir={work / 'results'}"]
+    return [f"data.corpus={files['corpus']}", f"{QS}.dev={files['queries']}", f"{QS}.test={files['queries']}",
+            f"{QS}.qrels_dev={files['dev']}", f"{QS}.qrels_test={files['test']}",
+            f"experiment.output_dir={work / 'run'}", f"experiment.results_dir={work / 'results'}"]
 
 
 def _fresh(root: Path) -> tuple[Path, dict[str, Path]]:

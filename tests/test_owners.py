@@ -1,5 +1,6 @@
-"""One owner per concept (README, Layout; issue #29): each concept below is handled in one place, checked by
-scanning the code, and the moved code computes what the code before the move computed.
+"""One owner per concept (README, Layout; issue #29): each concept below is handled in one place, checked through the
+import graph (who imports the owner's names) or, for literal file names, by scanning the code; and the moved code
+computes what the code before the move computed.
 
 - hashing what identifies an output: ``spar/core/fingerprint.py``;
 - artifact paths: ``spar/core/run_context.py`` (``RunContext``) over ``spar/core/artifacts.py``'s layout;
@@ -48,6 +49,30 @@ def _users(pattern: str, roots: tuple[str, ...] = ("spar", "pipelines")) -> set[
     return {str(p.relative_to(ROOT)) for p in _code_files(*roots) if rx.search(_without_docstrings(p))}
 
 
+def _imported(path: Path) -> set[str]:
+    """What a module imports, at module level or inside functions: ``module`` for ``import module`` and
+    ``module:name`` for ``from module import name``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.update(f"{node.module}:{alias.name}" for alias in node.names)
+    return found
+
+
+def _importers(*names: str, roots: tuple[str, ...] = ("spar", "pipelines")) -> set[str]:
+    """The files of ``roots`` that import one of ``names`` (a module, or ``module:name``; ``*:name`` from any
+    module)."""
+    def imports(found: set[str], name: str) -> bool:
+        if name.startswith("*:"):
+            return any(item.endswith(name[1:]) for item in found)
+        return name in found
+
+    return {str(p.relative_to(ROOT)) for p in _code_files(*roots)
+            if any(imports(_imported(p), name) for name in names)}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Hashing
 # ----------------------------------------------------------------------------------------------------------------
@@ -59,7 +84,7 @@ SEEDED_DRAWS = {"spar/data/sampling.py", "spar/data/readers.py", "spar/data/ques
 
 
 def test_hashing_has_one_owner():
-    assert _users(r"\bhashlib\b") == {"spar/core/fingerprint.py", *SEEDED_DRAWS}
+    assert _importers("hashlib") == {"spar/core/fingerprint.py", *SEEDED_DRAWS}
 
 
 def test_the_fingerprints_are_those_computed_before_the_move(tmp_path):
@@ -149,8 +174,7 @@ def test_parameters_fingerprint_is_the_one_before_the_move():
 
 def test_run_paths_have_one_owner():
     """Artifact paths come from RunContext (over core/artifacts.py's LAYOUT), not from paths joined by hand."""
-    assert _users(r"\bartifact_dir\(", ("spar", "pipelines", "bench")) == {"spar/core/artifacts.py",
-                                                                           "spar/core/run_context.py"}
+    assert _importers("*:artifact_dir", roots=("spar", "pipelines", "bench")) == {"spar/core/run_context.py"}
     assert _users(r"[\"']passages\.arrow[\"']", ("spar", "pipelines")) == {"spar/core/artifacts.py"}
     # Folders named like artifacts that are not a run's: a model directory's own index/ (publish.copy_index), the
     # bundled models' package folders, a temporary BM25 index.
@@ -184,9 +208,8 @@ def test_the_index_files_are_named_by_the_index_package_only():
     embeddings' own ids.arrow is theirs."""
     assert _users(r"[\"']index\.(?:faiss|json)[\"']") == {"spar/index/files.py"}
     assert _users(r"[\"']ids\.arrow[\"']") == {"spar/index/files.py", "spar/model/embeddings.py"}
-    assert _users(r"\b(?:INDEX_FILE|INDEX_MANIFEST|IDS_FILE)\b") <= {
-        "spar/index/__init__.py", "spar/index/files.py", "spar/index/spar_index.py", "spar/model/embeddings.py",
-        "spar/publish/search.py"}
+    assert _importers("*:INDEX_FILE", "*:INDEX_MANIFEST", "*:IDS_FILE") <= {
+        "spar/index/spar_index.py", "spar/model/embeddings.py", "spar/publish/search.py"}
 
 
 def test_refreshing_search_options_keeps_the_index_up_to_date(tmp_path):
@@ -293,18 +316,18 @@ def test_the_tune_fingerprint_settings_are_those_recorded_before_the_move():
 def test_a_lambda_is_opened_by_the_one_resolver():
     """Outside the Λ package, only the resolver opens a Λ directory or reads its config: encode, evaluate's fresh
     queries, publish and the frontier (the run's own Λ) all go through spar/experiment/lambda_source.py."""
-    users = _users(r"\b(?:load_lambda|read_lambda_config)\(", ("spar", "pipelines"))
+    users = _importers("*:load_lambda", "*:read_lambda_config")
     assert {u for u in users if not u.startswith("spar/lexical/")} == {"spar/experiment/lambda_source.py"}
-    assert _users(r"\bexperiment_lambda\(|\brun_lambda\(", ("spar", "pipelines")) >= {
-        "pipelines/encode.py", "pipelines/publish.py", "spar/experiment/inputs.py", "spar/evaluate/frontier.py",
-        "pipelines/frontier.py"}
+    assert _importers("spar.experiment.lambda_source:experiment_lambda", "spar.experiment.lambda_source:run_lambda",
+                      "spar.experiment.lambda_source:resolve_lambda") >= {
+        "pipelines/publish.py", "spar/experiment/inputs.py", "spar/evaluate/frontier.py", "pipelines/frontier.py"}
 
 
 def test_mu_is_chosen_in_one_place():
     """μ is chosen by spar.evaluate.tuning.choose_mu (tune's settings): spar tune and every frontier point."""
-    assert _users(r"\btune_mu\(", ("spar", "pipelines")) == {"spar/evaluate/tuning.py"}
+    assert _importers("*:tune_mu") == set()  # defined and called in spar/evaluate/tuning.py only
     text = _without_docstrings(SPAR / "evaluate" / "tuning.py")
     callers = [node.name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)
                and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "tune_mu" for c in ast.walk(node))]
     assert callers == ["choose_mu"]
-    assert _users(r"\bchoose_mu\(", ("spar", "pipelines")) == {"spar/evaluate/tuning.py", "spar/evaluate/frontier.py"}
+    assert _importers("*:choose_mu") == {"spar/evaluate/frontier.py"}

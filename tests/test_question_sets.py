@@ -22,7 +22,7 @@ from spar.evaluate.metrics import read_trec_run  # noqa: E402
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "scifact-sample" / "corpus.jsonl"
-NO_UNNAMED_SET = ("data.queries=null", "data.qrels_dev=null", "data.qrels_test=null")
+NO_DEFAULT_SET = ("data.question_sets={}",)
 
 
 def _answers(corpus: dict[str, str], qrels: dict[str, dict[str, int]], ids) -> dict[str, list[str]]:
@@ -62,7 +62,7 @@ def _copy_of(sample_experiment: Path, root: Path) -> None:  # noqa: F811
 
 def _config(root: Path, files, *extra: str):
     return experiment_config(
-        root, root / "results", *NO_UNNAMED_SET,
+        root, root / "results", *NO_DEFAULT_SET,
         f"data.question_sets={{claims: {{dev: {files['dev']}, test: {files['test']}}}, "
         f"dpr: {{test: {files['dpr']}, results: dpr-results}}}}",
         "tune.metric=Acc@20", "tune.sets=[claims]", "evaluate.accuracy_at=[1,5,20]", "evaluate.shuffled=false",
@@ -176,16 +176,16 @@ def _first_doc() -> str:
     (("data.question_sets={a: {dev: x.jsonl, test: x.jsonl, qrels_dev: q.tsv, qrels_test: q.tsv}}",),
      "never tune on the test split"),
     (("data.question_sets={'a b': {test: x.jsonl}}",), "question set name"),
-    (("data.question_sets={a: {test: x.jsonl}}", "data.queries=q.jsonl"), "not both"),
+    (("data.question_sets.a.test=x.jsonl",), "name each"),  # beside the default set
+    (("data.question_sets={a: {dev: x.jsonl, test: x.jsonl, qrels_test: q.tsv, dev_holdout_fraction: 0.5, "
+      "qrels_dev: d.tsv}}",), "not both"),
+    (("data.question_sets={a: {test: x.jsonl, dev_holdout_fraction: 0.5}}",), "set qrels_test"),
 ])
 def test_question_set_config_errors(overrides, message, tmp_path):
     from spar.core.config import load_config
 
-    extra = ["data.queries=null", "data.qrels_dev=null", "data.qrels_test=null"]
-    if any(o.startswith("data.queries=") and o != "data.queries=null" for o in overrides):
-        extra = ["data.qrels_dev=null", "data.qrels_test=null"]
     with pytest.raises(ConfigError, match=message):
-        load_config(None, [*extra, *overrides])
+        load_config(None, list(overrides))
 
 
 def _claims_test_qrels(sample_experiment: Path, qa_files, tmp_path: Path) -> tuple[Path, int]:  # noqa: F811
@@ -200,18 +200,17 @@ def _claims_test_qrels(sample_experiment: Path, qa_files, tmp_path: Path) -> tup
     return qrels, len(lines)
 
 
-def test_a_set_with_qrels_needs_no_unnamed_queries(sample_experiment, qa_files, tmp_path):  # noqa: F811
+def test_a_set_with_qrels_needs_no_default_queries(sample_experiment, qa_files, tmp_path):  # noqa: F811
     """A named set's qrels go with its own questions (SQuAD-open: BEIR questions + qrels + answers): the inputs check
-    passed the unnamed set's rule to them and refused every such experiment before its evaluate stage."""
+    passed the one set's rule (data.queries) to them and refused every such experiment before its evaluate stage."""
     from spar.experiment.preflight import check_inputs
 
     qrels, judgments = _claims_test_qrels(sample_experiment, qa_files, tmp_path)
     cfg = _config(tmp_path / "run", qa_files, f"data.question_sets.claims.qrels_test={qrels}")
     report = check_inputs(cfg)
     assert report["data.question_sets.claims.qrels_test"]["judgments"] == judgments
-    with pytest.raises(ConfigError, match="data.queries is not set, but qrels are"):
-        check_inputs(experiment_config(tmp_path / "run", tmp_path / "results", "data.queries=null",
-                                       "data.qrels_dev=null", f"data.qrels_test={qrels}"))
+    with pytest.raises(ConfigError, match="data.queries is not"):  # the old keys: qrels without their questions
+        experiment_config(tmp_path / "run", tmp_path / "results", "data.question_sets={}", f"data.qrels_test={qrels}")
 
 
 def test_sets_with_different_measures_log_one_wandb_table(sample_experiment, qa_files, tmp_path):  # noqa: F811

@@ -44,7 +44,10 @@ from spar.core.executor import RayExecutor, WorkerSpec
 from spar.index.spar_index import IndexOptions, SparIndex
 from spar.core.java import jvm_signal_handlers_kept
 from spar.teacher.labelling import label_queries
-from spar.teacher.teachers import configured_teacher
+from spar.teacher.registry import configured_teacher
+
+#: A local Ray cluster of several worker processes, each stage run on it and locally: ~6 min on 2 busy cores.
+pytestmark = pytest.mark.slow
 
 #: Each node: 1 CPU and a small object store (the tests ship shard indices and statistics, not data).
 NODE = {"num_cpus": 1, "object_store_memory": 96 << 20}
@@ -156,7 +159,7 @@ def test_worker_killed_mid_labelling_is_retried_and_nothing_is_lost(ray_cluster,
                 os.kill(busy[0], signal.SIGKILL)
                 killed.append(busy[0])
 
-        teacher = functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), 1)
+        teacher = functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), threads=1)
         stats = label_queries(teacher, tmp_path / "queries", out, cfg.label, executor=executor, progress=False,
                               on_shard=kill_the_busy_worker)
         # #37 item 10: the next split of the same workers (encode's) counted this split's restart again.

@@ -102,10 +102,11 @@ def test_trec_qrels_format(tmp_path: Path):
 
 
 def test_holdout_split_is_disjoint_and_stable(datasets_dir: Path):
-    from spar.core.config import DataSection
+    from spar.core.config import QuestionSetSection
 
-    data = DataSection(corpus=str(datasets_dir / "cranfield" / "corpus.jsonl"),
-                       qrels_test=str(datasets_dir / "cranfield" / "qrels" / "test.tsv"), dev_holdout_fraction=0.5)
+    cranfield = datasets_dir / "cranfield"
+    data = QuestionSetSection(test=str(cranfield / "queries.jsonl"), qrels_test=str(cranfield / "qrels" / "test.tsv"),
+                              dev_holdout_fraction=0.5)
     dev, test = evaluation_qrels(data, "dev"), evaluation_qrels(data, "test")
     assert dev and test and not set(dev) & set(test)
     assert len(dev) + len(test) == len(read_qrels(data.qrels_test))

@@ -20,6 +20,9 @@ from spar.core.config import load_config
 from spar.core.errors import ArtifactError, BadRecordError, SparError
 from re import escape as re_escape
 
+#: The experiment's one question set (data.queries & co. before spar 0.2).
+QS = "data.question_sets.default"
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "scifact-sample"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
@@ -43,9 +46,12 @@ def _small_inputs(root: Path, n_docs: int = 30) -> dict[str, Path]:
 
 
 def _config(files: dict[str, Path], out: Path, *extra: str):
-    return load_config(None, [f"data.corpus={files['corpus']}", f"data.queries={files['queries']}",
-                              f"data.qrels_dev={files['dev']}", f"data.qrels_test={files['test']}",
-                              f"experiment.output_dir={out}", *extra])
+    return load_config(None, [*_data(files), f"experiment.output_dir={out}", *extra])
+
+
+def _data(files: dict[str, Path]) -> list[str]:
+    return [f"data.corpus={files['corpus']}", f"{QS}.dev={files['queries']}", f"{QS}.test={files['queries']}",
+            f"{QS}.qrels_dev={files['dev']}", f"{QS}.qrels_test={files['test']}"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -58,7 +64,7 @@ def test_preflight_names_the_qrels_line_of_an_unknown_passage(tmp_path):
 
     files = _small_inputs(tmp_path / "in")
     report = check_inputs(_config(files, tmp_path / "run"))
-    assert report["corpus"]["passages"] == 30 and report["data.qrels_test"]["skipped"] == {}
+    assert report["corpus"]["passages"] == 30 and report[f"{QS}.qrels_test"]["skipped"] == {}
 
     known_query = files["test"].read_text().splitlines()[1].split("\t")[0]
     with files["test"].open("a") as fh:
@@ -69,7 +75,7 @@ def test_preflight_names_the_qrels_line_of_an_unknown_passage(tmp_path):
         check_inputs(_config(files, tmp_path / "run"))
     # on_bad_record=skip: counted, and reported by file and reason.
     skipped = check_inputs(_config(files, tmp_path / "run", "experiment.on_bad_record=skip"))
-    assert skipped["data.qrels_test"]["skipped"] == {"unknown passage": 1}
+    assert skipped[f"{QS}.qrels_test"]["skipped"] == {"unknown passage": 1}
 
 
 def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
@@ -77,7 +83,7 @@ def test_preflight_refuses_missing_files_and_an_empty_corpus(tmp_path):
 
     files = _small_inputs(tmp_path / "in")
     files["queries"].unlink()
-    with pytest.raises(BadRecordError, match=r"queries\.jsonl: file not found \(data\.queries\)$"):
+    with pytest.raises(BadRecordError, match=r"queries\.jsonl: file not found \(data\.question_sets\.default\.dev\)$"):
         check_inputs(_config(files, tmp_path / "run"))
     files = _small_inputs(tmp_path / "in2")
     files["corpus"].write_text("")
@@ -131,9 +137,8 @@ def test_a_truncated_model_is_refused_in_one_line_before_any_stage(tmp_path):
     files = _small_inputs(tmp_path / "in")
     with pytest.raises(SparError, match=rf"^encode\.base\.model: {weights}: truncated safetensors file "):
         check_inputs(_config(files, tmp_path / "run", f"encode.base.model={model}"))
-    done = subprocess.run([*SPAR, "run", f"data.corpus={files['corpus']}", f"data.queries={files['queries']}",
-                           f"data.qrels_dev={files['dev']}", f"data.qrels_test={files['test']}",
-                           f"experiment.output_dir={tmp_path / 'run'}", f"train.encoder.model={model}"],
+    done = subprocess.run([*SPAR, "run", *_data(files), f"experiment.output_dir={tmp_path / 'run'}",
+                           f"train.encoder.model={model}"],
                           cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"train.encoder.model: {weights}: truncated safetensors file" in done.stderr

@@ -86,8 +86,8 @@ def test_runtime_only_options_are_marked_on_their_field_and_left_out_of_settings
     added_later = {name for name, info in type(cfg.tune).model_fields.items() if is_omitted_at_default(info)}
     assert added_later == {"sets"}
     assert settings(cfg.tune) == {k: v for k, v in cfg.tune.model_dump(mode="json").items() if k not in added_later}
-    assert settings(load_config(None, ["tune.sets=[a]", "data.question_sets={a: {dev: x.jsonl}}", "data.queries=null",
-                                       "data.qrels_dev=null", "data.qrels_test=null"]).tune)["sets"] == ["a"]
+    named = load_config(None, ["tune.sets=[a]", "data.question_sets={a: {dev: x.jsonl}}"])
+    assert settings(named.tune)["sets"] == ["a"]
 
 
 def test_no_fingerprint_moves_with_a_runtime_option(tmp_path: Path):
@@ -102,7 +102,9 @@ def test_no_fingerprint_moves_with_a_runtime_option(tmp_path: Path):
                "label.engine=memory"]
     plain, changed = load_config(None, ["train.kind=static"]), load_config(None, ["train.kind=static", *runtime])
     assert pipelines.train.fingerprint_config(plain) == pipelines.train.fingerprint_config(changed)
-    assert pipelines.label._job_config(plain.label) == pipelines.label._job_config(changed.label)
+    from spar.teacher.registry import teacher_for
+
+    assert teacher_for(plain.label).label_settings() == teacher_for(changed.label).label_settings()
     base = tmp_path / "embeddings" / "base" / "passages"
     base.mkdir(parents=True)
     (base / "manifest.json").write_text('{"fingerprint": "b"}')

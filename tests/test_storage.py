@@ -112,7 +112,13 @@ def _copy_experiment(sample_experiment, root):  # noqa: F811
     return root
 
 
-@pytest.mark.parametrize("index_type,storage", [("flat", s) for s in STORAGES] + [("hnsw", "sq4"), ("ivf", "sq8")])
+#: The default run checks the default storage, exact float32 and one of each index type; every other storage end to
+#: end is slow (tune, index and evaluate each: ~4 min together on 2 busy cores).
+END_TO_END = [("flat", "sq4"), ("flat", "float32"), ("hnsw", "sq4"), ("ivf", "sq8")]
+
+
+@pytest.mark.parametrize("index_type,storage", END_TO_END + [
+    pytest.param("flat", s, marks=pytest.mark.slow) for s in STORAGES if ("flat", s) not in END_TO_END])
 def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storage):  # noqa: F811
     from pipelines import evaluate as evaluate_stage
     from pipelines import index as index_stage

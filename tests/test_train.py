@@ -299,6 +299,7 @@ def _stage_config(root: Path, datasets_dir: Path, **train):
     return cfg
 
 
+@pytest.mark.slow  # the train stage of a transformer Λ on SciFact labels: ~3 min on 2 busy cores
 def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, datasets_dir: Path):
     import pipelines.train as stage
     from spar.core.artifacts import read_manifest
@@ -345,6 +346,7 @@ def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, d
     assert stage.run(cfg) == {"skipped": True}
 
 
+@pytest.mark.slow  # three training processes, one killed: ~2 min
 def test_resume_after_a_kill_is_identical_to_an_uninterrupted_run(labelled: Path, tmp_path: Path):
     """Killed after a checkpoint, re-run: same global step, the remaining batches in the same order and the same
     random state (dropout), so the final weights equal an uninterrupted run's bit for bit."""

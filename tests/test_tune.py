@@ -25,6 +25,9 @@ from spar.evaluate.grid import default_grid, extend_grid, grid_search  # noqa: E
 from spar.evaluate.candidates import AffineCandidates, hybrid_candidates, hybrid_fuse, spar_candidates, tune_weight
 from spar.evaluate.tuning import tune_mu
 
+#: The experiment's one question set (data.queries & co. before spar 0.2).
+QS = "data.question_sets.default"
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # A small real experiment (shared with tests/test_evaluate.py; built once per session, idempotently)
@@ -292,7 +295,7 @@ def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_e
 
     root = sample_experiment
     # The test qrels path points nowhere: tuning must not even open it (and it is not part of tune's fingerprint).
-    cfg = experiment_config(root, tmp_path / "results", f"data.qrels_test={tmp_path / 'no-such-test-qrels.tsv'}")
+    cfg = experiment_config(root, tmp_path / "results", f"{QS}.qrels_test={tmp_path / 'no-such-test-qrels.tsv'}")
     splits = []
     real = spar.data.readers.evaluation_qrels
 

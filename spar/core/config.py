@@ -39,7 +39,8 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from spar.core.config_fields import resolve_paths, section_type
 from spar.core.config_sections import (  # noqa: F401  (re-exported: every section is spar.core.config's)
-    DataSection, EncodeSection, EncoderSection, EvaluateSection, ExecutorSection, ExperimentSection, IndexChoice,
+    DEFAULT_SET, DataSection, EncodeSection, EncoderSection, EvaluateSection, ExecutorSection, ExperimentSection,
+    IndexChoice,
     IndexSection, IndexType, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection,
     Projection, PublishSection, QuestionSetSection, SampleSection, Section, Storage, TrainSection, TuneSection, Variant)
 from spar.core.errors import ConfigError
@@ -48,6 +49,64 @@ from spar.core.errors import ConfigError
 DEFAULT_CONFIG_NAME = "default.yaml"
 #: Keys that became another key, accepted for one release with a warning: old dotted key -> its replacement.
 MOVED_KEYS = {"tune.variant": "index.variant"}  # spar 0.2: one setting names the SPAR combination
+
+#: The keys of an experiment's one question set before spar 0.2, and where they are now: its fields in
+#: ``data.question_sets.default`` (:data:`~spar.core.config_sections.DEFAULT_SET`). Read at load with a warning, for
+#: one release; ``data.queries`` is the set's ``dev`` and ``test`` questions (one file, split by the qrels).
+FOLDED_KEYS = {"data.queries": "dev, test", "data.qrels_dev": "qrels_dev", "data.qrels_test": "qrels_test",
+               "data.dev_holdout_fraction": "dev_holdout_fraction", "evaluate.answers": "answers",
+               "evaluate.answer_match": "answer_match"}
+
+
+def fold_default_set(tree: Any) -> Any:
+    """``tree`` (a config before validation) with the old keys of :data:`FOLDED_KEYS` folded into
+    ``data.question_sets.default`` (a warning names them). An old key given over a default set in the new form (a
+    command-line override of a copied config) replaces that field. ``data.queries`` set to null, with no qrels left,
+    removes the default set (an experiment without questions, or with named sets only)."""
+    if not isinstance(tree, dict):
+        return tree
+    given = {dotted: tree[dotted.split(".")[0]][dotted.split(".")[1]] for dotted in FOLDED_KEYS
+             if isinstance(tree.get(dotted.split(".")[0]), dict) and dotted.split(".")[1] in tree[dotted.split(".")[0]]}
+    if not given:
+        return tree
+    tree = dict(tree)
+    for section in ("data", "evaluate"):
+        if isinstance(tree.get(section), dict):
+            tree[section] = {k: v for k, v in tree[section].items() if f"{section}.{k}" not in FOLDED_KEYS}
+    data = tree.setdefault("data", {})
+    sets = dict(data.get("question_sets") or {})
+    current = dict(sets.pop(DEFAULT_SET, None) or {})
+    view = {"data.queries": current.get("test") or current.get("dev"), "data.qrels_dev": current.get("qrels_dev"),
+            "data.qrels_test": current.get("qrels_test"),
+            "data.dev_holdout_fraction": current.get("dev_holdout_fraction"),
+            "evaluate.answers": current.get("answers"), "evaluate.answer_match": current.get("answer_match")}
+    view.update(given)
+    queries, qrels_dev, qrels_test = view["data.queries"], view["data.qrels_dev"], view["data.qrels_test"]
+    holdout = view["data.dev_holdout_fraction"]
+    kept = {k: v for k, v in current.items() if k not in ("dev", "test", "qrels_dev", "qrels_test",
+                                                          "dev_holdout_fraction", "answers", "answer_match")}
+    if queries is None and (not (qrels_dev or qrels_test) or "data.queries" in given):
+        pass  # no default set (data.queries=null: an experiment without questions, or with named sets only)
+    elif queries is None:
+        raise ValueError("data.qrels_dev / data.qrels_test are set but data.queries is not: evaluation needs the "
+                         "query texts")
+    elif not (qrels_dev or qrels_test):
+        raise ValueError("data.queries is set but no qrels judge it: set data.qrels_test (and data.qrels_dev or "
+                         "data.dev_holdout_fraction)")
+    else:
+        folded = {"dev": queries if (qrels_dev or holdout is not None) else None,
+                  "test": queries if qrels_test else None, "qrels_dev": qrels_dev, "qrels_test": qrels_test,
+                  "dev_holdout_fraction": holdout, "answers": view["evaluate.answers"],
+                  "answer_match": view["evaluate.answer_match"], **kept}
+        sets = {DEFAULT_SET: {k: v for k, v in folded.items() if v is not None}, **sets}
+    data = dict(data)
+    data["question_sets"] = sets
+    tree["data"] = data
+    warnings.warn(f"config keys {', '.join(sorted(given))} are deprecated and go in the next release: an "
+                  f"experiment's one question set is data.question_sets.{DEFAULT_SET} now (spar 0.2: "
+                  + ", ".join(f"{old} -> {DEFAULT_SET}.{FOLDED_KEYS[old]}" for old in sorted(given)) + ")",
+                  FutureWarning, stacklevel=3)
+    return tree
 
 
 class SparConfig(Section):
@@ -74,6 +133,13 @@ class SparConfig(Section):
     def results_dir(self) -> Path:
         """``experiment.results_dir``, else ``<output_dir>/results``."""
         return Path(self.experiment.results_dir) if self.experiment.results_dir else self.output_dir / "results"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_question_set(cls, tree: Any) -> Any:
+        """The old keys of the one question set, folded into ``data.question_sets.default``
+        (:func:`fold_default_set`)."""
+        return fold_default_set(tree)
 
     @model_validator(mode="before")
     @classmethod
@@ -117,8 +183,6 @@ class SparConfig(Section):
                 raise ValueError(f"tune.sets names {name!r}, which is not in data.question_sets ({sorted(sets)})")
             if sets[name].dev is None:
                 raise ValueError(f"tune.sets names {name!r}, which has no dev questions")
-        if self.tune.sets is not None and not sets:
-            raise ValueError("tune.sets needs data.question_sets")
         return self
 
 
@@ -257,13 +321,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{cfg_path}: top level must be a mapping of sections")
+    try:
+        tree = fold_default_set(tree)  # before the paths: data.queries & co. resolve as their new keys
+    except ValueError as exc:
+        raise ConfigError(f"{cfg_path}: {exc}") from None
     resolve_paths(tree, SparConfig, cfg_path.parent)
     for key, value in parse_overrides(overrides or []):
         _set_dotted(tree, key, value)
     try:
+        tree = fold_default_set(tree)  # old keys given as overrides (relative paths: the current directory's)
         cfg = SparConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, str(cfg_path), text)) from None
+    except ValueError as exc:
+        raise ConfigError(f"{cfg_path} (or its command-line overrides): {exc}") from None
     cfg.source = str(cfg_path)
     return cfg
 

@@ -33,6 +33,21 @@ IndexChoice = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
 Variant = Literal["concat", "sum"]
 #: Random tables of the projection Λ (:mod:`spar.lexical.random_tables`).
 Projection = Literal["gaussian", "countsketch", "sparse"]
+#: Sparse teachers (``label.teacher``) and the engines each runs on (``label.engine``), its default first: each pair
+#: is a class of ``spar/teacher/`` in :data:`spar.teacher.registry.REGISTRY`; a teacher registered from outside
+#: spar (:func:`spar.teacher.registry.register`: a plug-in, a test) adds its names here.
+TEACHERS: dict[str, tuple[str, ...]] = {"bm25": ("lucene", "memory"), "impact": ("lucene",)}
+#: The question set of an experiment that names none (BEIR-style: one set, judged by qrels): ``data.question_sets``'
+#: reserved key, which ``data.queries`` / ``qrels_dev`` / ``qrels_test`` / ``dev_holdout_fraction`` and
+#: ``evaluate.answers`` / ``answer_match`` fold into at load (:data:`spar.core.config.FOLDED_KEYS`).
+DEFAULT_SET = "default"
+
+
+def stored_set_name(name: str) -> str:
+    """The name a question set's outputs carry (embeddings ``queries-test-<name>``, ``evaluation/runs/<name>/``,
+    ``tune.json``'s ``sets``): its own, but none (``""``) for the default set, whose outputs have always been
+    unsuffixed."""
+    return "" if name == DEFAULT_SET else name
 
 
 class Section(BaseModel):
@@ -97,9 +112,20 @@ class QuestionSetSection(Section):
     results: str | None = Field(
         None, description="Name of the results file this set's table goes to (results/<results>.json and .md; "
         "default: the experiment's name).")
+    dev_holdout_fraction: float | None = Field(
+        None, gt=0, lt=1, description="For collections with one qrels file (Cranfield): a seeded fraction of "
+        "qrels_test's questions is held out for tuning (the dev split, from the test questions unless 'dev' names "
+        "another file) and removed from the reported set. Leave qrels_dev empty when set.")
 
     @model_validator(mode="after")
     def _has_questions(self) -> "QuestionSetSection":
+        if self.dev_holdout_fraction is not None:
+            if self.qrels_dev:
+                raise ValueError("set either qrels_dev or dev_holdout_fraction, not both")
+            if not self.qrels_test:
+                raise ValueError("dev_holdout_fraction holds out a share of qrels_test's questions: set qrels_test")
+            if self.dev is None:
+                self.dev = self.test
         if self.dev is None and self.test is None:
             raise ValueError("a question set needs 'dev' and/or 'test' questions")
         if self.own_mu and self.dev is None:
@@ -117,22 +143,13 @@ class DataSection(Section):
     corpus_format: Literal["auto", "beir", "dpr", "msmarco", "jsonl"] = Field(
         "auto", description="Corpus format; 'auto' infers it from the file name and first line."
     )
-    queries: str | None = Field(
-        None, json_schema_extra=PATH, description="Evaluation queries (BEIR queries.jsonl or id<TAB>text TSV).")
-    qrels_dev: str | None = Field(
-        None, json_schema_extra=PATH, description="Qrels used to tune mu and alpha (never the test split).")
-    qrels_test: str | None = Field(None, json_schema_extra=PATH, description="Qrels reported in the results table.")
     title_field: bool = Field(True, description="Passages are encoded as 'title [SEP] text' when a title exists.")
-    dev_holdout_fraction: float | None = Field(
-        None, gt=0, lt=1,
-        description="For collections with one qrels file (Cranfield): a seeded fraction of qrels_test's queries is "
-        "held out for tuning and removed from the reported set. Leave qrels_dev empty when set.",
-    )
     question_sets: dict[str, QuestionSetSection] = Field(
         default_factory=dict, json_schema_extra=ADDED_LATER,
-        description="Several evaluation question sets by name (open-domain QA: nq, trivia, ...), instead of "
-        "queries/qrels_dev/qrels_test: each with dev and/or test questions judged by qrels and/or answers; tune "
-        "pools the dev splits of tune.sets, evaluate reports every test split.")
+        description="The evaluation question sets: 'default' (one BEIR-style set: dev and test questions, often one "
+        "queries file split by qrels_dev and qrels_test; before spar 0.2 data.queries/qrels_dev/qrels_test), or "
+        "several by name (open-domain QA: nq, trivia, ...); each with dev and/or test questions judged by qrels "
+        "and/or answers; tune pools the dev splits of tune.sets, evaluate reports every test split.")
 
     @field_validator("question_sets")
     @classmethod
@@ -144,13 +161,9 @@ class DataSection(Section):
 
     @model_validator(mode="after")
     def _dev_is_not_test(self) -> "DataSection":
-        if self.qrels_dev and self.qrels_test and Path(self.qrels_dev).resolve() == Path(self.qrels_test).resolve():
-            raise ValueError("data.qrels_dev and data.qrels_test are the same file: never tune on the test split")
-        if self.dev_holdout_fraction is not None and self.qrels_dev:
-            raise ValueError("set either data.qrels_dev or data.dev_holdout_fraction, not both")
-        if self.question_sets and (self.queries or self.qrels_dev or self.qrels_test):
-            raise ValueError("set either data.queries/qrels_dev/qrels_test (one question set) or "
-                             "data.question_sets (several), not both")
+        if DEFAULT_SET in self.question_sets and len(self.question_sets) > 1:
+            raise ValueError(f"data.question_sets: the {DEFAULT_SET!r} set is an experiment's one question set; with "
+                             f"several, name each ({', '.join(n for n in self.question_sets if n != DEFAULT_SET)})")
         for name, qs in self.question_sets.items():
             for split in ("dev", "test"):
                 judged = getattr(qs, f"qrels_{split}")
@@ -160,7 +173,8 @@ class DataSection(Section):
             same_questions = qs.dev and qs.test and Path(qs.dev).resolve() == Path(qs.test).resolve()
             same_qrels = qs.qrels_dev and qs.qrels_test and \
                 Path(qs.qrels_dev).resolve() == Path(qs.qrels_test).resolve()
-            if (same_questions and not (qs.qrels_dev and qs.qrels_test)) or same_qrels:
+            held_out = qs.dev_holdout_fraction is not None  # its dev questions are drawn from the test qrels
+            if (same_questions and not (qs.qrels_dev and qs.qrels_test) and not held_out) or same_qrels:
                 raise ValueError(f"data.question_sets.{name}: dev and test are the same questions: never tune on "
                                  "the test split")
         return self
@@ -197,10 +211,11 @@ class SampleSection(Section):
 
 
 class LabelSection(Section):
-    teacher: Literal["bm25", "impact"] = Field("bm25", description="Sparse teacher: Lucene BM25 or an impact index.")
-    engine: Literal["lucene", "memory", "auto"] = Field("auto", json_schema_extra=RUNTIME, description="BM25 on "
-        "Pyserini or in memory (spar/teacher/bm25_memory.py: same labels, faster); auto: memory where it pays and "
-        "fits.")
+    teacher: str = Field("bm25", description="Sparse teacher: 'bm25' (Lucene BM25) or 'impact' (an impact index "
+                         "of label.impact_model); spar/teacher/registry.py lists them.")
+    engine: str = Field("auto", json_schema_extra=RUNTIME, description="What searches the teacher: 'lucene' "
+        "(Pyserini) or, for bm25, 'memory' (spar/teacher/bm25_memory.py: same labels, faster); auto: memory where "
+        "it pays and fits.")
     k: int = Field(50, ge=2, description="Teacher hits retrieved per query (K).")
     n_positives: int = Field(10, ge=1, description="Top n_p hits are positives (dev queries keep only the top 1).")
     n_negatives: int = Field(5, ge=0, description="Hard negatives taken from the bottom of the kept rank window.")
@@ -242,9 +257,11 @@ class LabelSection(Section):
         if self.n_positives + self.n_negatives > self.k:
             raise ValueError(f"label: n_positives + n_negatives ({self.n_positives}+{self.n_negatives}) "
                              f"exceeds k={self.k}")
-        if self.engine == "memory" and self.teacher != "bm25":
-            raise ValueError(f"label.engine=memory runs the BM25 teacher only: use label.engine=lucene or auto with "
-                             f"label.teacher={self.teacher}")
+        if self.teacher not in TEACHERS:
+            raise ValueError(f"label.teacher={self.teacher!r}: use one of {', '.join(TEACHERS)}")
+        if self.engine != "auto" and self.engine not in TEACHERS[self.teacher]:
+            raise ValueError(f"label.engine={self.engine!r} does not run the {self.teacher} teacher: use "
+                             f"{' or '.join(TEACHERS[self.teacher])}, or auto")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"label.shard_index={self.shard_index} must be < label.num_shards={self.num_shards}")
         if self.negative_window is not None:
@@ -522,10 +539,6 @@ class EvaluateSection(Section):
     metrics: list[str] = Field(["nDCG@10", "MRR@10", "R@20", "R@100"], description="ir_measures names.")
     rbo_p: float = Field(0.9, gt=0, lt=1)
     shuffled: bool = Field(True, description="Also evaluate token-shuffled queries.")
-    answers: str | None = Field(None, json_schema_extra=PATH, description="QA answers file for Acc@k (DPR has_answer).")
-    answer_match: Literal["string", "regex"] = Field(
-        "string", description="Acc@k matching: DPR token-subsequence 'string' or 'regex' (CuratedTREC)."
-    )
     accuracy_at: list[int] = Field([20, 100], description="k of Acc@k when answers are given.")
     published: str | None = Field(None, json_schema_extra={**PATH, **ADDED_LATER}, description="Published figures "
                                   "shown beside the results, never mixed in (spar.evaluate.published: JSON).")

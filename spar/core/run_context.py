@@ -68,16 +68,15 @@ class RunContext:
 
     @property
     def results_groups(self) -> dict[str, list[str]]:
-        """Results file stem -> the question sets whose tables it holds (``data.question_sets.<set>.results``,
-        default the experiment's name; ``[""]``, the unnamed set, for a one-set experiment)."""
-        sets = self.cfg.data.question_sets
-        if not sets:
-            return {self.cfg.experiment.name: [""]}
+        """Results file stem -> the question sets whose tables it holds, by the names their outputs carry
+        (``data.question_sets.<set>.results``, default the experiment's name; ``[""]``: the default set)."""
+        from spar.core.config_sections import stored_set_name
+
         groups: dict[str, list[str]] = {}
-        for name, qs in sets.items():
+        for name, qs in self.cfg.data.question_sets.items():
             if qs.test is not None:
-                groups.setdefault(qs.results or self.cfg.experiment.name, []).append(name)
-        return groups
+                groups.setdefault(qs.results or self.cfg.experiment.name, []).append(stored_set_name(name))
+        return groups or {self.cfg.experiment.name: []}
 
     @property
     def dataset(self) -> str:

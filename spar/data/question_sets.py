@@ -1,12 +1,14 @@
 """Evaluation question sets: the questions ``tune`` and ``evaluate`` read, with their judgments and answers.
 
-An experiment has either one question set, from ``data.queries`` / ``data.qrels_dev`` / ``data.qrels_test`` (and
-``evaluate.answers``) — the *unnamed* set of BEIR-style experiments — or several named ones in
-``data.question_sets`` (the open-domain QA sets: NQ, TriviaQA, ...). A set's split is judged by qrels (nDCG, R@k),
-by reference answers (Acc@k, DPR's ``has_answer``), or both. This module is the one owner of
+An experiment's question sets are ``data.question_sets``: BEIR-style experiments have one, ``default`` (before spar
+0.2 written ``data.queries`` / ``data.qrels_dev`` / ``data.qrels_test`` / ``data.dev_holdout_fraction`` and
+``evaluate.answers``, which the config folds into it at load), the open-domain QA experiments several named ones
+(NQ, TriviaQA, ...). A set's split is judged by qrels (nDCG, R@k), by reference answers (Acc@k, DPR's
+``has_answer``), or both. This module is the one owner of
 
-- each set's dev and test **splits** (:class:`SplitQueries`, :func:`set_split`) and where their query vectors are
-  stored (``embeddings/<encoder>/queries-<split>[-<set>]``: the unnamed set keeps the names it always had);
+- each set's dev and test **splits** (:class:`SplitQueries`, :func:`set_split`), the **files** each reads
+  (:func:`split_files`) and where their query vectors are stored (``embeddings/<encoder>/queries-<split>[-<set>]``:
+  the default set's carry no suffix, as they always had);
 - the **dev pool** μ is tuned on (:func:`dev_pool`: the dev splits of ``tune.sets``, each capped by a seeded sample);
 - **answer judgments** (:class:`AnswerJudge`): whether a passage holds an answer, turned into qrels over exactly the
   passages a ranking can show, so Acc@k is ir_measures' ``Success@k`` and tuning treats it like any measure.
@@ -25,10 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from spar.core.config_sections import DEFAULT_SET, stored_set_name
 from spar.core.errors import BadRecordError, ConfigError
-
-#: The name of the one set an experiment configures through ``data.queries`` (no suffix on its embeddings).
-UNNAMED = ""
 
 
 @dataclass
@@ -36,8 +36,8 @@ class SplitQueries:
     """The questions of one split of one set, in a fixed order, with their qrels and/or answers.
 
     ``split``: the embeddings key (``dev``, ``test``, ``test-nq``...; vectors in ``queries-<split>``); ``name``: the
-    set (``""`` for the unnamed one); ``stored``: the keys whose stored vectors hold these questions (a dev pool
-    spans several sets).
+    set as its outputs name it (``""`` for the default set: :func:`spar.core.config_sections.stored_set_name`);
+    ``stored``: the keys whose stored vectors hold these questions (a dev pool spans several sets).
     """
 
     split: str
@@ -45,7 +45,7 @@ class SplitQueries:
     texts: dict[str, str]
     answers: dict[str, list[str]] | None = None
     answer_match: str = "string"
-    name: str = UNNAMED
+    name: str = ""
     stored: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -66,40 +66,100 @@ class SplitQueries:
 
 
 def embeddings_key(name: str, split: str) -> str:
-    """The embeddings split of a set's ``split`` (``dev``/``test``): ``test`` for the unnamed set, ``test-nq``."""
-    return split if name == UNNAMED else f"{split}-{name}"
+    """The embeddings split of a set's ``split`` (``dev``/``test``): ``test`` for the default set, ``test-nq``."""
+    stored = stored_set_name(name)
+    return f"{split}-{stored}" if stored else split
 
 
 def configured_splits(cfg) -> list[tuple[str, str]]:
-    """Every (set, split) the config defines questions for: the unnamed set's when ``data.queries`` is set, else each
-    named set's dev and test."""
-    data = cfg.data
-    if data.question_sets:
-        return [(name, split) for name, qs in data.question_sets.items() for split in ("dev", "test")
-                if getattr(qs, split) is not None]
-    if not data.queries:
-        return []
-    splits = []
-    if data.qrels_dev or data.dev_holdout_fraction is not None:
-        splits.append((UNNAMED, "dev"))
-    if data.qrels_test:
-        splits.append((UNNAMED, "test"))
-    return splits
-
-
-def set_files(cfg) -> dict[str, str]:
-    """Every question, qrels and answers file of the configured sets, by a config-like key (for fingerprints)."""
-    data = cfg.data
-    if not data.question_sets:
-        files = {"queries": data.queries, "qrels_dev": data.qrels_dev, "qrels_test": data.qrels_test,
-                 "answers": cfg.evaluate.answers}
-        return {k: v for k, v in files.items() if v}
-    return {f"{name}.{key}": value for name, qs in data.question_sets.items()
-            for key, value in qs.model_dump().items() if key in QUESTION_FILES and value}
+    """Every (set, split) the config defines questions for, in config order."""
+    return [(name, split) for name, qs in cfg.data.question_sets.items() for split in ("dev", "test")
+            if getattr(qs, split) is not None]
 
 
 #: The file options of a question set.
 QUESTION_FILES = ("dev", "test", "qrels_dev", "qrels_test", "answers")
+
+
+def split_files(qs, split: str) -> dict[str, str]:
+    """``{option: path}`` of every file a set's ``split`` reads: its questions, the qrels that judge them (a dev
+    hold-out's are the test qrels it is drawn from) and the answers file."""
+    if split not in ("dev", "test"):
+        raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
+    qrels = "qrels_test" if split == "dev" and qs.dev_holdout_fraction is not None else f"qrels_{split}"
+    return {option: getattr(qs, option) for option in (split, qrels, "answers") if getattr(qs, option)}
+
+
+def file_key(name: str, option: str) -> str:
+    """The key a set's file option has in fingerprints: ``<set>.<option>``; the default set's keep the names of
+    the options they were before spar 0.2 (``queries``, ``qrels_dev``, ``qrels_test``, ``answers``), so runs made
+    before stay up to date."""
+    if name == DEFAULT_SET:
+        return "queries" if option in ("dev", "test") else option
+    return f"{name}.{option}"
+
+
+def set_files(cfg) -> dict[str, str]:
+    """Every question, qrels and answers file of the configured sets, by :func:`file_key`."""
+    return {file_key(name, key): value for name, qs in cfg.data.question_sets.items()
+            for key, value in qs.model_dump().items() if key in QUESTION_FILES and value}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fingerprints: the default set spelled as before spar 0.2 (data.queries & co.), so runs made before stay up to date
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def data_settings(data) -> dict[str, Any]:
+    """The ``data`` section as fingerprints spell it (:func:`spar.core.stage.settings`): the default set's files
+    under the keys they had before spar 0.2 (``queries``, ``qrels_dev``, ``qrels_test``, ``dev_holdout_fraction``),
+    each named set as it was (its ``dev_holdout_fraction`` only when set)."""
+    from spar.core.stage import settings
+
+    values = settings(data)
+    sets = {name: {k: v for k, v in qs.items() if k != "dev_holdout_fraction" or v is not None}
+            for name, qs in values.pop("question_sets", {}).items() if name != DEFAULT_SET}
+    default = data.question_sets.get(DEFAULT_SET)
+    values.update(queries=default.test or default.dev if default else None,
+                  qrels_dev=default.qrels_dev if default else None, qrels_test=default.qrels_test if default else None,
+                  dev_holdout_fraction=default.dev_holdout_fraction if default else None)
+    if sets:
+        values["question_sets"] = sets
+    return values
+
+
+def evaluate_settings(cfg) -> dict[str, Any]:
+    """The ``evaluate`` section as fingerprints spell it: with the default set's answers options under the keys
+    they had there before spar 0.2 (``answers``, ``answer_match``)."""
+    from spar.core.stage import settings
+
+    default = cfg.data.question_sets.get(DEFAULT_SET)
+    return {**settings(cfg.evaluate), "answers": default.answers if default else None,
+            "answer_match": default.answer_match if default else "string"}
+
+
+def default_holdout(cfg) -> float | None:
+    """The default set's ``dev_holdout_fraction`` (``data.dev_holdout_fraction`` before spar 0.2, a key of the tune
+    and evaluate fingerprints), None without one."""
+    default = cfg.data.question_sets.get(DEFAULT_SET)
+    return default.dev_holdout_fraction if default else None
+
+
+def set_settings(cfg, options: Sequence[str]) -> dict[str, Any]:
+    """``{"question_sets": {set: {option: value}}}`` of the sets' ``options`` that change a stage's output (and a
+    named set's ``dev_holdout_fraction`` when it has one); ``{}`` when no set is left. The default set is left out
+    while its options are at their defaults (before spar 0.2 it had none of them; its hold-out is
+    :func:`default_holdout`)."""
+    sets = {}
+    for name, qs in cfg.data.question_sets.items():
+        values = {option: getattr(qs, option) for option in options}
+        if name == DEFAULT_SET:
+            if all(values[o] == type(qs).model_fields[o].default for o in options):
+                continue
+        elif qs.dev_holdout_fraction is not None:
+            values["dev_holdout_fraction"] = qs.dev_holdout_fraction
+        sets[name] = values
+    return {"question_sets": sets} if sets else {}
 
 
 def _known_passages(cfg) -> set[str] | None:
@@ -114,9 +174,7 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
     """The questions of set ``name``'s ``split`` ("dev" or "test"), with its qrels and/or answers."""
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
-    if name == UNNAMED:
-        return _unnamed_split(cfg, split)
-    from spar.data.readers import read_qrels, read_questions
+    from spar.data.readers import evaluation_qrels, read_questions
 
     sets = cfg.data.question_sets
     if name not in sets:
@@ -129,12 +187,16 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
     if not questions:
         raise BadRecordError(path, None, f"no question in the {split} split of set {name!r}")
     texts = {q.id: q.text for q in questions}
-    qrels_path = getattr(qs, f"qrels_{split}")
     qrels: dict[str, dict[str, int]] = {}
+    qrels_path = next((p for option, p in split_files(qs, split).items() if option.startswith("qrels_")), None)
     if qrels_path:
-        qrels = read_qrels(qrels_path, set(texts), _known_passages(cfg), on_bad)
+        # Judgments naming unknown questions or passages: file:line errors, or skipped with on_bad_record=skip.
+        qrels = evaluation_qrels(qs, split, seed=cfg.experiment.seed, known_queries=set(texts),
+                                 known_passages=_known_passages(cfg), on_bad_record=on_bad)
+        if not qrels:
+            raise BadRecordError(qrels_path, None, f"the {split} qrels of set {name!r} hold no question")
         texts = {q: texts[q] for q in texts if q in qrels}  # a judged split is its judged questions
-    answers = split_answers(qs, path, questions, set(texts), on_bad)
+    answers = split_answers(qs, path, questions, set(texts), on_bad, judged=bool(qrels))
     if not qrels and answers is None:
         raise ConfigError(f"data.question_sets.{name}: the {split} questions ({path}) carry no answers and no "
                           f"qrels_{split} is set: nothing to judge them by")
@@ -142,21 +204,24 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
         texts = {q: texts[q] for q in texts if q in answers}  # skipped for carrying none (on_bad_record=skip)
         qrels = {q: r for q, r in qrels.items() if q in texts}
     texts = {q: texts[q] for q in sorted(texts)}
-    return SplitQueries(embeddings_key(name, split), qrels, texts, answers, qs.answer_match, name)
+    return SplitQueries(embeddings_key(name, split), qrels, texts, answers, qs.answer_match, stored_set_name(name))
 
 
 def split_answers(qs, path: str | Path, questions, wanted: set[str], on_bad: str = "fail",
-                  stats: Any = None) -> dict[str, list[str]] | None:
+                  stats: Any = None, judged: bool = False) -> dict[str, list[str]] | None:
     """The answers of the ``wanted`` questions of a set's question file ``path``: from the set's answers file, or
     carried by the questions; None when neither holds any. Preflight and the stages judge alike: a question without
     answers in a file whose other questions carry them, or a regex answer that does not compile, is a bad record
     (file and line), skipped and counted in ``stats`` (a :class:`~spar.data.readers.ReadStats`) with
-    ``on_bad="skip"``."""
+    ``on_bad="skip"``. An answers file that names none of a split ``judged`` by qrels leaves it to them (a test
+    split's answers file, e.g., does not judge the dev split drawn from the same queries file)."""
     if qs.answers:
         from spar.data.answers import read_answers
 
         answers = {q: a for q, a in read_answers(qs.answers, qs.answer_match, on_bad, stats).items() if q in wanted}
         if not answers:
+            if judged:
+                return None
             raise BadRecordError(qs.answers, None, f"no answers for any question of {path}")
         return answers
     carried = {q.id: q.answers for q in questions if q.id in wanted and q.answers is not None}
@@ -174,36 +239,6 @@ def split_answers(qs, path: str | Path, questions, wanted: set[str], on_bad: str
     return carried
 
 
-def _unnamed_split(cfg, split: str) -> SplitQueries:
-    """The unnamed set's split: its qrels (via :func:`spar.data.readers.evaluation_qrels`) and their query texts; test
-    questions carry ``evaluate.answers`` when set."""
-    from spar.data.readers import evaluation_qrels, read_queries
-
-    if cfg.data.queries is None:
-        raise BadRecordError("<config>", None, "data.queries is not set (evaluation needs the query texts)")
-    on_bad = cfg.experiment.on_bad_record
-    # Judgments naming unknown queries or passages: file:line errors, or skipped with on_bad_record=skip.
-    known_queries = {q.id for q in read_queries(cfg.data.queries, on_bad)}
-    qrels = evaluation_qrels(cfg.data, split, seed=cfg.experiment.seed, known_queries=known_queries,
-                             known_passages=_known_passages(cfg), on_bad_record=on_bad)
-    if not qrels:
-        raise BadRecordError("<config>", None, f"the {split} qrels hold no query")
-    texts = {q.id: q.text for q in read_queries(cfg.data.queries, on_bad) if q.id in qrels}
-    missing = sorted(set(qrels) - set(texts))
-    if missing:
-        raise BadRecordError(cfg.data.queries, None, f"{len(missing)} judged {split} queries have no text, e.g. "
-                             f"{missing[:3]} (qrels and queries files do not match)")
-    answers = None
-    if split == "test" and cfg.evaluate.answers:
-        from spar.data.answers import read_answers
-
-        answers = {q: a for q, a in read_answers(cfg.evaluate.answers, cfg.evaluate.answer_match, on_bad).items()
-                   if q in texts}
-        if not answers:
-            raise BadRecordError(cfg.evaluate.answers, None, "no answers for any test query")
-    return SplitQueries(split, qrels, {q: texts[q] for q in sorted(texts)}, answers, cfg.evaluate.answer_match)
-
-
 def test_splits(cfg) -> list[SplitQueries]:
     """Every configured test split, in config order."""
     return [set_split(cfg, name, "test") for name, split in configured_splits(cfg) if split == "test"]
@@ -212,8 +247,6 @@ def test_splits(cfg) -> list[SplitQueries]:
 def pooled_sets(cfg) -> list[str]:
     """The sets whose dev splits make the experiment's μ: ``tune.sets``, else every set with a dev split that does
     not tune its own μ."""
-    if not cfg.data.question_sets:
-        return [UNNAMED]
     if cfg.tune.sets is not None:
         return list(cfg.tune.sets)
     return [name for name, qs in cfg.data.question_sets.items() if qs.dev is not None and not qs.own_mu]
@@ -242,7 +275,7 @@ def sampled(queries: SplitQueries, cap: int | None, seed: int) -> SplitQueries:
 def dev_split(cfg, name: str) -> SplitQueries:
     """Set ``name``'s dev split as tuning reads it (capped by its ``dev_sample``)."""
     queries = set_split(cfg, name, "dev")
-    cap = cfg.data.question_sets[name].dev_sample if name != UNNAMED else None
+    cap = cfg.data.question_sets[name].dev_sample
     return sampled(queries, cap, cfg.experiment.seed)
 
 
@@ -345,12 +378,10 @@ def judged_qrels(queries: SplitQueries, judge: AnswerJudge | None, row_of: Mappi
 
 def set_config_path(cfg, name: str) -> Path | None:
     """The file a set's dev questions come from (for messages)."""
-    if name == UNNAMED:
-        return Path(cfg.data.queries) if cfg.data.queries else None
     dev = cfg.data.question_sets[name].dev
     return Path(dev) if dev else None
 
 
 def split_queries(cfg, split: str) -> SplitQueries:
-    """The unnamed question set's ``split`` ("dev" or "test"): see :func:`spar.data.question_sets.set_split`."""
-    return set_split(cfg, UNNAMED, split)
+    """The default question set's ``split`` ("dev" or "test"): see :func:`spar.data.question_sets.set_split`."""
+    return set_split(cfg, DEFAULT_SET, split)

@@ -472,12 +472,13 @@ def read_qrels(
     return qrels
 
 
-def evaluation_qrels(data, split: str, seed: int = 42, *, known_queries: set[str] | None = None,
+def evaluation_qrels(qs, split: str, seed: int = 42, *, known_queries: set[str] | None = None,
                      known_passages: set[str] | None = None, on_bad_record: OnBad = "fail",
                      stats: ReadStats | None = None) -> dict[str, dict[str, int]]:
-    """The qrels of ``split`` ("dev" or "test") for a config's ``data`` section: the one place splits are made.
+    """The qrels of ``split`` ("dev" or "test") of a question set (a ``data.question_sets`` section): the one place
+    splits are made.
 
-    With ``data.dev_holdout_fraction`` the test qrels are divided by a seeded hash of the query id, so the dev
+    With the set's ``dev_holdout_fraction`` the test qrels are divided by a seeded hash of the query id, so the dev
     and test query sets are disjoint and stable across runs. Judgments naming queries or passages outside
     ``known_queries`` / ``known_passages`` are bad records (an error, or skipped and counted).
     """
@@ -488,17 +489,17 @@ def evaluation_qrels(data, split: str, seed: int = 42, *, known_queries: set[str
 
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
-    if data.dev_holdout_fraction is None:
-        path = data.qrels_dev if split == "dev" else data.qrels_test
+    if qs.dev_holdout_fraction is None:
+        path = qs.qrels_dev if split == "dev" else qs.qrels_test
         if path is None:
-            raise BadRecordError("<config>", None, f"data.qrels_{split} is not set")
+            raise BadRecordError("<config>", None, f"qrels_{split} is not set")
         return read(path)
-    if data.qrels_test is None:
-        raise BadRecordError("<config>", None, "data.dev_holdout_fraction needs data.qrels_test")
-    qrels = read(data.qrels_test)
+    if qs.qrels_test is None:
+        raise BadRecordError("<config>", None, "dev_holdout_fraction needs qrels_test")
+    qrels = read(qs.qrels_test)
 
     def is_dev(qid: str) -> bool:
         digest = hashlib.sha256(f"{seed}:{qid}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64 < data.dev_holdout_fraction
+        return int.from_bytes(digest[:8], "big") / 2**64 < qs.dev_holdout_fraction
 
     return {q: rels for q, rels in qrels.items() if is_dev(q) == (split == "dev")}

@@ -254,7 +254,7 @@ class ExperimentInputs:
             return None
         if queries.answers is None:
             raise ConfigError(f"{metric} needs answers, but the {queries.split} questions have none (set the question "
-                              "set's answers, or evaluate.answers)")
+                              "set's answers, data.question_sets.<set>.answers)")
         table = PassagesTable.open(self.passages_arrow)
         judge = answer_judge(queries, table)
         if table.ids != self.doc_ids:  # embeddings in another order than the table: judge by id
@@ -298,6 +298,11 @@ class ExperimentInputs:
 
 
 def _is_bm25_index(directory: Path) -> bool:
+    """Whether the teacher index is a Lucene BM25 index (its registered teacher's ``bm25_index``; an index that
+    records no teacher predates the impact teacher)."""
+    from spar.core.config_sections import TEACHERS
+    from spar.teacher.registry import teacher_class
+
     manifest = read_manifest(directory)
     teacher = manifest.get("stats", {}).get("teacher") or manifest.get("config", {}).get("teacher")
-    return teacher in (None, "bm25")
+    return teacher is None or (teacher in TEACHERS and teacher_class(teacher).bm25_index)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.core.errors import BadRecordError, ConfigError
-from spar.data.readers import ReadStats, corpus_files, input_file_problem, read_corpus, read_qrels, read_queries
+from spar.data.readers import ReadStats, corpus_files, input_file_problem, read_corpus, read_qrels
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,8 @@ def _readable(path: str | None, key: str) -> Path | None:
 
 
 def qrels_files(data) -> dict[str, Path]:
-    """The configured qrels files by config key (the unnamed set's, or each named set's)."""
+    """The configured qrels files of every question set, by config key."""
     files = {}
-    for key in ("qrels_dev", "qrels_test"):
-        path = _readable(getattr(data, key), f"data.{key}")
-        if path is not None:
-            files[f"data.{key}"] = path
     for name, qs in data.question_sets.items():
         for key in ("qrels_dev", "qrels_test"):
             path = _readable(getattr(qs, key), f"data.question_sets.{name}.{key}")
@@ -60,7 +56,7 @@ def qrels_files(data) -> dict[str, Path]:
 def _check_question_sets(data, on_bad, found: set[str], report: dict[str, Any]) -> None:
     """Each named set's question files (every question, its answers: present where the file's other questions carry
     them, compiled in regex mode), answers file and qrels (against the questions and the corpus)."""
-    from spar.data.question_sets import split_answers
+    from spar.data.question_sets import split_answers, split_files
     from spar.data.readers import read_questions
 
     for name, qs in data.question_sets.items():
@@ -77,21 +73,23 @@ def _check_question_sets(data, on_bad, found: set[str], report: dict[str, Any]) 
             if not ids:
                 raise BadRecordError(str(path), None, f"no question ({key}; {stats.summary()})")
             wanted = ids
-            qrels_path = _readable(getattr(qs, f"qrels_{split}"), f"data.question_sets.{name}.qrels_{split}")
+            # A dev hold-out is judged by the test qrels it is drawn from.
+            qrels_option = next((o for o in split_files(qs, split) if o.startswith("qrels_")), f"qrels_{split}")
+            qrels_path = _readable(getattr(qs, qrels_option), f"data.question_sets.{name}.{qrels_option}")
             if qrels_path is not None:
                 qrels_stats = ReadStats()
                 kept = read_qrels(qrels_path, known_queries=ids, known_passages=found, on_bad_record=on_bad,
                                   stats=qrels_stats)
                 if not kept:
                     raise BadRecordError(str(qrels_path), None, f"no judgment left ({qrels_stats.summary()})")
-                report[f"data.question_sets.{name}.qrels_{split}"] = {"judgments": qrels_stats.read,
+                report[f"data.question_sets.{name}.{qrels_option}"] = {"judgments": qrels_stats.read,
                                                                         **qrels_stats.as_dict()}
                 wanted = set(kept)
             # Skips of the answers file are counted once (it is read for each split); a question that carries no
             # answers when others do is counted as a skip of its own file.
             counted = (answers_stats if not answers_counted else ReadStats()) if qs.answers else stats
             answers_counted = answers_counted or bool(qs.answers)
-            answers = split_answers(qs, path, questions, wanted, on_bad, counted)
+            answers = split_answers(qs, path, questions, wanted, on_bad, counted, judged=qrels_path is not None)
             if answers is None and qrels_path is None:
                 raise ConfigError(f"data.question_sets.{name}: the {split} questions ({path}) carry no answers and "
                                   f"no qrels_{split} is set: nothing to judge them by")
@@ -106,8 +104,9 @@ def check_models(cfg) -> None:
 
     models = {"encode.base.model": cfg.encode.base.model, "train.encoder.model": cfg.train.encoder.model,
               "encode.base.passage_model": getattr(cfg.encode.base, "passage_model", None)}
-    if cfg.label.teacher == "impact":
-        models["label.impact_model"] = cfg.label.impact_model
+    from spar.teacher.registry import teacher_for
+
+    models.update(teacher_for(cfg.label).models())  # e.g. the impact teacher's label.impact_model
     for key, name in models.items():
         if name:
             try:
@@ -130,11 +129,10 @@ def check_inputs(cfg) -> dict[str, Any]:
     """
     data, on_bad = cfg.data, cfg.experiment.on_bad_record
     corpus = [p for p in (_readable(str(path), "data.corpus") for path in corpus_files(data.corpus)) if p]
-    queries = _readable(data.queries, "data.queries")
+    for name, qs in data.question_sets.items():  # every question set's files readable, before the corpus is read
+        for option in ("dev", "test", "answers"):
+            _readable(getattr(qs, option), f"data.question_sets.{name}.{option}")
     qrels = qrels_files(data)
-    if (data.qrels_dev or data.qrels_test) and queries is None:  # a question set's qrels go with its own questions
-        raise ConfigError("data.queries is not set, but qrels are: evaluation needs the query texts")
-    answers = _readable(getattr(cfg.evaluate, "answers", None), "evaluate.answers")
     check_models(cfg)
 
     # 1. Which passages the qrels name (format errors are reported here, with their line).
@@ -155,24 +153,8 @@ def check_inputs(cfg) -> dict[str, Any]:
         raise BadRecordError(", ".join(map(str, corpus)), None, "the corpus holds no passage" + (
             f" ({corpus_stats.summary()})" if corpus_stats.total_skipped else ""))
 
-    # 3. Queries, then the qrels again against the known ids (line numbers for unknown ones).
+    # 3. Each set's questions, then its qrels again against the known ids (line numbers for unknown ones).
     report: dict[str, Any] = {"corpus": {"passages": passages, **corpus_stats.as_dict()}}
-    if queries is not None:
-        query_stats = ReadStats()
-        query_ids = {q.id for q in read_queries(queries, on_bad, query_stats)}
-        report["queries"] = {"queries": len(query_ids), **query_stats.as_dict()}
-        for key, path in qrels.items():
-            stats = ReadStats()
-            kept = read_qrels(path, known_queries=query_ids, known_passages=found, on_bad_record=on_bad, stats=stats)
-            if not kept:
-                raise BadRecordError(str(path), None, f"no judgment left ({key}; {stats.summary()})")
-            report[key] = {"judgments": stats.read, **stats.as_dict()}
-    if answers is not None:
-        from spar.data.answers import read_answers
-
-        answer_stats = ReadStats()
-        read_answers(answers, cfg.evaluate.answer_match, on_bad, answer_stats)
-        report["evaluate.answers"] = {"answers": answer_stats.read, **answer_stats.as_dict()}
     _check_question_sets(data, on_bad, found, report)
     skipped = skipped_records(report)
     if skipped:

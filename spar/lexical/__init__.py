@@ -15,7 +15,6 @@ import importlib
 from pathlib import Path
 from typing import Sequence
 
-from spar._compat import lazy_exports
 from spar.core.errors import ConfigError
 import torch
 
@@ -23,10 +22,6 @@ from spar.lexical.base import KINDS, REGISTRY, LexicalModel, read_lambda_config
 
 __all__ = ["KINDS", "LexicalModel", "build_lambda", "computed_kinds", "lambda_class", "load_lambda",
            "read_lambda_config"]
-
-#: Names that lived here before spar 0.2, kept for one release (:mod:`spar._compat`).
-_EXPORTS = {"corpus_texts": "spar.data.passages", "experiment_corpus_passages": "spar.experiment.lambda_source"}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 def lambda_class(kind: str) -> type[LexicalModel]:
@@ -56,6 +51,7 @@ def build_lambda(train, passages_arrow: str | Path, *, teacher: str = "bm25", k1
                  fields: Sequence[str] = ("title", "text"), seed: int = 42) -> LexicalModel:
     """The Λ of ``train.kind`` before training: a transformer from ``train.encoder``; a projection fitted on the
     corpus (BM25 statistics over ``fields``, ``train.lexical`` dim/projection/seed); a static Λ initialised from
-    that projection."""
+    that projection. ``teacher``: the teacher's term weighting (``"bm25"`` for the BM25 teachers,
+    :attr:`spar.teacher.registry.SparseTeacher.term_weighting`), else its name: a term-based Λ densifies BM25's."""
     return lambda_class(train.kind).build(train, passages_arrow, teacher=teacher, k1=k1, b=b, fields=tuple(fields),
                                           seed=seed)

@@ -39,22 +39,16 @@ STATISTICS_NOTE = (
 )
 
 
-def teacher_description(label) -> str:
-    """The sparse teacher of a ``label`` config section, as the Λ card and the published model card name it."""
-    if label.teacher == "bm25":
-        return f"Pyserini Lucene BM25, k1={label.k1}, b={label.b}, fields {'+'.join(label.fields)}"
-    return f"impact index of {label.impact_model}"
-
-
 def lambda_card_facts(cfg, queries_stats: dict[str, Any], fingerprint: str, training: dict[str, Any] | None,
-                      command: str | None) -> dict[str, Any]:
-    """The ``facts`` of :func:`lambda_card` for a Λ trained by a run: its config and its query manifest's stats."""
+                      command: str | None, teacher: str) -> dict[str, Any]:
+    """The ``facts`` of :func:`lambda_card` for a Λ trained by a run: its config and its query manifest's stats;
+    ``teacher``: the teacher's description (:meth:`spar.teacher.registry.SparseTeacher.describe`)."""
     sample, label = cfg.sample, cfg.label
     sampling = {"wiki": f"wiki: pseudo-exponential over the passage's position in its article (base "
                         f"{sample.exponential_base}, at least one sentence per passage)",
                 "all": "every sentence of every passage",
                 "uniform": f"each sentence with probability {sample.uniform_rate}"}[sample.strategy]
-    teacher = (f"{teacher_description(label)}, top {label.k} ({label.n_positives} positives, {label.n_negatives} "
+    teacher = (f"{teacher}, top {label.k} ({label.n_positives} positives, {label.n_negatives} "
                "hard negatives)")
     return {"experiment": cfg.experiment.name, "corpus": cfg.data.corpus, "passages": queries_stats.get("passages"),
             "sampling": sampling, "queries": queries_stats.get("queries_train", queries_stats.get("queries")),

@@ -229,7 +229,7 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
                       lambda_source: dict[str, Any] | None = None) -> ModelCardFacts:
     """Collect the model card's facts from the config, the tuning record and the input manifests."""
     from spar.core.config import dump_config
-    from spar.lexical.card import teacher_description
+    from spar.teacher.registry import teacher_for
 
     base = cfg.encode.base
     kind = encoder.lambda_.kind  # the published Λ's, not the config's
@@ -237,13 +237,8 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
     label = cfg.label
-    teacher = teacher_description(label)
-    if cfg.data.qrels_dev:
-        split = f"dev qrels `{Path(cfg.data.qrels_dev).name}`"
-    elif cfg.data.dev_holdout_fraction:
-        split = f"a seeded {cfg.data.dev_holdout_fraction:.0%} hold-out of the test queries (removed from reporting)"
-    else:
-        split = None
+    teacher = teacher_for(label).describe()
+    split = _tune_split(cfg)
     sampling = cfg.sample.strategy + (f" (base {cfg.sample.exponential_base})" if cfg.sample.strategy == "wiki" else "")
     train_details = lambda_facts["train_details"]
     for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR")):
@@ -273,6 +268,19 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
         evaluation_markdown=results_md, command=command, config_yaml=dump_config(cfg),
         repo_id=cfg.publish.push_to_hub,
     )
+
+
+def _tune_split(cfg) -> str | None:
+    """What μ was tuned on, for the card: one set's dev qrels or its dev hold-out (None: several sets, or answers)."""
+    from spar.data.question_sets import pooled_sets
+
+    pooled = pooled_sets(cfg)
+    qs = cfg.data.question_sets[pooled[0]] if len(pooled) == 1 and pooled[0] in cfg.data.question_sets else None
+    if qs is not None and qs.qrels_dev:
+        return f"dev qrels `{Path(qs.qrels_dev).name}`"
+    if qs is not None and qs.dev_holdout_fraction:
+        return f"a seeded {qs.dev_holdout_fraction:.0%} hold-out of the test queries (removed from reporting)"
+    return None
 
 
 def model_provenance(cfg, source, tune: dict[str, Any], index_info: dict[str, Any]) -> dict[str, Any]:

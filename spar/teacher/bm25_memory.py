@@ -54,8 +54,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spar.core.errors import ArtifactError
+from spar.core.errors import ArtifactError, ConfigError
 from spar.data.passages import PassagesTable, indexed_text
+from spar.teacher.teachers import LuceneBM25
 
 log = logging.getLogger(__name__)
 
@@ -451,7 +452,7 @@ class MemoryBM25:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Which engine
+# The registered teacher, and when ``label.engine: auto`` picks it
 # ----------------------------------------------------------------------------------------------------------------
 
 #: ``auto`` runs the memory engine up to this many passages: its lead over Lucene shrinks as the corpus grows (9.1x
@@ -480,21 +481,29 @@ def estimate_bytes(passages_arrow: str | Path, fields: Sequence[str] = ("title",
     return BASE_BYTES + chars // CHARS_PER_POSTING * BYTES_PER_POSTING
 
 
-def choose_engine(engine: str, teacher: str, passages_arrow: str | Path, fields: Sequence[str] = ("title", "text"),
-                  queries: int | None = None) -> tuple[str, str]:
-    """``label.engine`` resolved to ``lucene`` or ``memory`` for labelling ``queries`` queries (None: unknown), and
-    why (printed in the stage summary)."""
-    if teacher != "bm25":
-        return "lucene", f"the {teacher} teacher runs on Lucene"
-    if engine != "auto":
-        return engine, f"label.engine={engine}"
-    passages = len(PassagesTable(passages_arrow))
-    if passages > AUTO_MAX_PASSAGES:
-        return "lucene", f"auto: {passages:,} passages > {AUTO_MAX_PASSAGES:,}"
-    needed = estimate_bytes(passages_arrow, fields)
-    if needed > AUTO_MAX_BYTES:
-        return "lucene", f"auto: ~{needed / 2**30:.1f} GiB estimated > {AUTO_MAX_BYTES / 2**30:.0f} GiB"
-    enough = int(passages * AUTO_QUERIES_PER_PASSAGE) + AUTO_MIN_QUERIES
-    if queries is not None and queries < enough:
-        return "lucene", f"auto: {queries:,} queries < {enough:,}, too few to pay for the in-memory start-up"
-    return "memory", f"auto: {passages:,} passages, ~{needed / 2**30:.1f} GiB estimated"
+class MemoryBM25Teacher(LuceneBM25):
+    """``label.teacher: bm25`` on ``label.engine: memory``: the Lucene teacher's index and settings, searched by
+    :class:`MemoryBM25` (built from the index's ``passages.arrow`` and checked against the index)."""
+
+    engine = "memory"
+
+    def open(self, index_dir, passages_arrow=None, threads=None, progress=False) -> MemoryBM25:
+        if passages_arrow is None:
+            raise ConfigError("label.engine=memory builds the teacher from passages.arrow: pass its path")
+        section = self.section.model_copy(update={"threads": threads or self.section.threads})
+        return MemoryBM25.from_section(passages_arrow, section, index_dir, progress=progress)
+
+    @classmethod
+    def suits(cls, section: Any, passages_arrow: str | Path, queries: int | None) -> tuple[bool, str]:
+        """Memory where it pays and fits: up to :data:`AUTO_MAX_PASSAGES` passages, an estimated peak under
+        :data:`AUTO_MAX_BYTES`, and enough queries to pay for its start-up."""
+        passages = len(PassagesTable(passages_arrow))
+        if passages > AUTO_MAX_PASSAGES:
+            return False, f"auto: {passages:,} passages > {AUTO_MAX_PASSAGES:,}"
+        needed = estimate_bytes(passages_arrow, section.fields)
+        if needed > AUTO_MAX_BYTES:
+            return False, f"auto: ~{needed / 2**30:.1f} GiB estimated > {AUTO_MAX_BYTES / 2**30:.0f} GiB"
+        enough = int(passages * AUTO_QUERIES_PER_PASSAGE) + AUTO_MIN_QUERIES
+        if queries is not None and queries < enough:
+            return False, f"auto: {queries:,} queries < {enough:,}, too few to pay for the in-memory start-up"
+        return True, f"auto: {passages:,} passages, ~{needed / 2**30:.1f} GiB estimated"

@@ -281,7 +281,7 @@ def label_queries(
     local = executor.kind == "local"
     if not local and hasattr(teacher, "search"):
         raise ConfigError("label: a Ray executor builds a teacher on each worker; pass a factory of the teacher "
-                          "(functools.partial(spar.teacher.teachers.configured_teacher, section, index_dir))")
+                          "(functools.partial(spar.teacher.registry.configured_teacher, section, index_dir))")
     spec = WorkerSpec(
         f"label:{out_dir.resolve()}",
         functools.partial(ShardLabeller, teacher, queries_dir.resolve(), out_dir.resolve(), settings),

@@ -16,6 +16,7 @@ Both teachers answer ``search(queries, k)`` with ``{query_id: [(passage_id, scor
   dot product of the integer query and document weights.
 
 Pyserini is imported only through :func:`spar.core.java.pyserini_module` (the JVM must be started with Java 21 first).
+:class:`LuceneBM25` and :class:`LuceneImpact` are the two as registered teachers (:mod:`spar.teacher.registry`).
 
 Example (skipped in the doctest run: it needs a sampled run's ``passages.arrow`` and starts the JVM)::
 
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.java import pyserini_module, start_jvm
 from spar.data.passages import PassagesTable, passage_contents
+from spar.teacher.registry import Searcher, SparseTeacher
 
 log = logging.getLogger(__name__)
 
@@ -407,7 +409,7 @@ class ImpactTeacher:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The configured teacher
+# The registered teachers (spar.teacher.registry)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -421,22 +423,77 @@ def impact_encoder(section) -> SparseEncoder:
     return SparseEncoder(section.impact_model, section.impact_model_type, device=device)
 
 
-def configured_teacher(section, index_dir: str | Path, engine: str = "lucene", threads: int | None = None,
-                       passages: str | Path | None = None, progress: bool = False):
-    """The teacher the ``label`` section configures, searching ``index_dir`` with ``engine`` (``lucene``, or
-    ``memory``: :class:`spar.teacher.bm25_memory.MemoryBM25` built from ``passages``, the ``passages.arrow`` of the
-    index, and checked against it): the one factory of the label stage and of its workers (:mod:`spar.core.executor`;
-    picklable as ``functools.partial(configured_teacher, section, index_dir, ...)``). ``threads`` overrides
-    ``label.threads`` (a Ray worker searches with the CPUs it reserved)."""
-    threads = threads or section.threads
-    if engine == "memory":
-        from spar.teacher.bm25_memory import MemoryBM25
+class LuceneBM25(SparseTeacher):
+    """``label.teacher: bm25`` on Pyserini: a Lucene index of ``label.fields`` searched with BM25(k1, b)."""
 
-        if passages is None:
-            raise ConfigError("label.engine=memory builds the teacher from passages.arrow: pass its path")
-        return MemoryBM25.from_section(passages, section.model_copy(update={"threads": threads}), index_dir,
-                                       progress=progress)
-    if section.teacher == "bm25":
-        return BM25Searcher(index_dir, section.k1, section.b, threads, heap=section.java_heap)
-    return ImpactTeacher(index_dir, impact_encoder(section), section.impact_quantization, threads,
-                         section.impact_query_max_length, section.impact_batch_size, heap=section.java_heap)
+    name, engine = "bm25", "lucene"
+    bm25_index = True
+    term_weighting = "bm25"
+
+    def index_settings(self) -> dict[str, Any]:
+        return {"teacher": self.name, "fields": list(self.section.fields)}
+
+    def label_settings(self) -> dict[str, Any]:
+        from spar.core.stage import settings
+
+        # runtime-only options (threads, heap, parts, device) never change the labels; nor do the impact options
+        return {k: v for k, v in settings(self.section).items() if not k.startswith("impact_")}
+
+    def describe(self) -> str:
+        s = self.section
+        return f"Pyserini Lucene BM25, k1={s.k1}, b={s.b}, fields {'+'.join(s.fields)}"
+
+    def start(self) -> None:
+        start_jvm(self.section.java_heap)
+
+    def build_index(self, passages_arrow: Path, index_dir: Path) -> dict[str, Any]:
+        s = self.section
+        build_bm25_index(passages_arrow, index_dir, s.threads, s.fields, heap=s.java_heap)
+        return {"teacher": self.name}
+
+    def open(self, index_dir, passages_arrow=None, threads=None, progress=False) -> Searcher:
+        s = self.section
+        return BM25Searcher(index_dir, s.k1, s.b, threads or s.threads, heap=s.java_heap)
+
+
+class LuceneImpact(SparseTeacher):
+    """``label.teacher: impact``: passages and queries as learned-sparse term weights of ``label.impact_model``
+    (:class:`SparseEncoder`), an Anserini impact index searched with integer dot products (:class:`ImpactTeacher`)."""
+
+    name, engine = "impact", "lucene"
+
+    def index_settings(self) -> dict[str, Any]:
+        from spar.model.resolve import model_fingerprint
+
+        s = self.section
+        return {"teacher": self.name, "fields": list(s.fields), "model": model_fingerprint(s.impact_model),
+                "model_type": s.impact_model_type, "quantization": s.impact_quantization,
+                "max_length": s.impact_max_length}
+
+    def label_settings(self) -> dict[str, Any]:
+        from spar.core.stage import settings
+        from spar.model.resolve import model_fingerprint
+
+        config = {k: v for k, v in settings(self.section).items() if k not in ("k1", "b")}
+        config["impact_model"] = model_fingerprint(self.section.impact_model)
+        return config
+
+    def models(self) -> dict[str, str]:
+        return {"label.impact_model": self.section.impact_model}
+
+    def describe(self) -> str:
+        return f"impact index of {self.section.impact_model}"
+
+    def start(self) -> None:
+        start_jvm(self.section.java_heap)
+
+    def build_index(self, passages_arrow: Path, index_dir: Path) -> dict[str, Any]:
+        s = self.section
+        build_impact_index(passages_arrow, index_dir, impact_encoder(s), s.impact_quantization, s.threads, s.fields,
+                           s.impact_max_length, s.impact_batch_size, heap=s.java_heap)
+        return {"teacher": self.name}
+
+    def open(self, index_dir, passages_arrow=None, threads=None, progress=False) -> ImpactTeacher:
+        s = self.section
+        return ImpactTeacher(index_dir, impact_encoder(s), s.impact_quantization, threads or s.threads,
+                             s.impact_query_max_length, s.impact_batch_size, heap=s.java_heap)

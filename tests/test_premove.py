@@ -1,5 +1,6 @@
-"""spar/ moved into subpackages (issue #29): the old import paths keep working for one release, and models published
-before the move load after it with the same vectors.
+"""Models published before spar/ moved into subpackages (spar 0.1) load with the same vectors, and saving one again
+keeps the published format: the saved files are what these fixtures guard (as sentence-transformers keeps old module
+paths for the pickles and configs that name them; spar's saved files name no module path of spar).
 
 The models under ``tests/fixtures/premove/`` were published by the code of commit 468a90b, the last one before the
 move (``tests/fixtures/make_premove_models.py`` says how); ``expected.json`` holds the vectors that code gave.
@@ -24,97 +25,6 @@ MODELS = ("projection", "projection-sparse", "static", "transformer")
 def _python(code: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
                           **kwargs)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Old import paths
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def test_every_old_module_path_is_its_new_module_with_one_warning():
-    code = """
-import importlib, json, warnings
-from spar._compat import ALIASES
-out = {}
-for old, new in ALIASES.items():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        same = importlib.import_module(old) is importlib.import_module(new)
-    moved = [w for w in caught if issubclass(w.category, DeprecationWarning) and "moved to" in str(w.message)]
-    out[old] = {"same": same, "warnings": [str(w.message) for w in moved], "where": [w.filename for w in moved]}
-print(json.dumps(out))
-"""
-    done = _python(code)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    from spar._compat import ALIASES
-
-    assert set(results) == set(ALIASES) and len(ALIASES) >= 30
-    for old, result in results.items():
-        assert result["same"], old
-        assert result["warnings"] == [f"{old} moved to {ALIASES[old]} (spar 0.2); the old path is an alias that goes "
-                                      "in the next release"], old
-        assert result["where"] == ["<string>"], old  # attributed to the importing code, not to importlib
-
-
-def test_an_old_path_names_its_new_home_under_W_error():
-    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", "import spar.config"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0
-    assert "DeprecationWarning: spar.config moved to spar.core.config" in done.stderr
-
-
-def test_the_new_paths_warn_nothing():
-    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning:spar", "-c",
-                           "import spar.core.config, spar.index, spar.publish.model_dir, spar.experiment.inputs, "
-                           "spar.evaluate.tuning, spar.lexical, spar.data.passages"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "moved to" not in done.stderr
-
-
-def test_old_names_of_the_packages_that_replaced_modules():
-    import spar.data.passages
-    import spar.data.question_sets
-    import spar.evaluate.exact
-    import spar.experiment
-    import spar.experiment.inputs
-    import spar.experiment.lambda_source
-    import spar.index
-    import spar.index.spar_index
-    import spar.lexical
-    import spar.publish
-    import spar.publish.model_dir
-
-    assert spar.index.SparIndex is spar.index.spar_index.SparIndex
-    assert spar.index.spar_query_vectors is spar.index.spar_index.spar_query_vectors
-    assert spar.publish.SparEncoder is spar.publish.model_dir.SparEncoder
-    assert spar.publish.check_model_dir is spar.publish.model_dir.check_model_dir
-    assert spar.experiment.ExperimentInputs is spar.experiment.inputs.ExperimentInputs
-    assert spar.experiment.dense_search is spar.evaluate.exact.dense_search
-    assert spar.experiment.split_queries is spar.data.question_sets.split_queries
-    assert spar.lexical.corpus_texts is spar.data.passages.corpus_texts
-    assert spar.lexical.experiment_corpus_passages is spar.experiment.lambda_source.experiment_corpus_passages
-    assert "SparIndex" in dir(spar.index)
-    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
-        spar.index.nothing  # noqa: B018
-
-
-def test_every_public_name_of_the_replaced_modules_is_exported():
-    """The packages spar.index, spar.publish and spar.experiment export each public name the modules of the same
-    name had at commit 468a90b (read from the pre-move sources listed in the fixture maker's commit)."""
-    import importlib
-
-    premove_names = json.loads((PREMOVE / "module_names.json").read_text())
-    for module, names in premove_names.items():
-        package = importlib.import_module(module)
-        missing = [n for n in names if not hasattr(package, n)]
-        assert not missing, (module, missing)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Models published before the move
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def _expected(name: str) -> tuple[list[str], list, dict[str, np.ndarray]]:
