@@ -115,7 +115,7 @@ def evaluate(args) -> dict:
     lam_q = load_embeddings(run_dir / "embeddings" / "lambda" / "queries-test")
     assert lam_p.ids == ids["passages"], "the run's Λ passages are another corpus's"
     lq = np.asarray(lam_q.vectors)[[lam_q.ids.index(q) for q in qids]]
-    mu = read_tuned(run_dir).mu
+    mu = read_tuned(run_dir).mu()
     out = {}
     for precision in ("32", "auto"):
         p, q = np.load(saved / f"passages-{precision}.npy"), np.load(saved / f"queries-{precision}.npy")[keep]
