@@ -99,6 +99,8 @@ def test_question_sets_tuned_on_acc_and_evaluated_per_set(sample_experiment, qa_
         answers = {q.id: q.answers for q in read_questions(path)}
         assert report["mu"] == tuned["mu"] and report["alpha"] == tuned["alpha"]
         assert report["queries"] == len(answers)
+        # Each results file says how many passages were searched and by which index (issue #35 item 4).
+        assert report["passages"] == len(corpus) and report["index"]["type"] == cfg.index.type
         for system, values in report["systems"].items():
             assert set(values) == {"Acc@1", "Acc@5", "Acc@20"}, system
             run = read_trec_run(artifact_dir(root, "evaluation") / "runs" / name / f"{system}.trec")

@@ -107,7 +107,9 @@ class EvaluationReport:
         head = ["system", *self.metrics, "RBO vs BM25", f"shuffled {primary} (Δ)"]
         extra = [m for m in next(iter(self.systems.values()), {}) if m not in self.metrics]
         head[1 + len(self.metrics):1 + len(self.metrics)] = extra
-        lines = [f"**{self.dataset}** ({self.details.get('queries', '?')} test queries); "
+        searched = self.details.get("passages")
+        lines = [f"**{self.dataset}** ({self.details.get('queries', '?')} test queries"
+                 + (f", {searched:,} passages searched" if searched else "") + "); "
                  f"μ = {self.mu:g}" + (f", α = {self.alpha:g}" if self.alpha is not None else "")
                  + (f"; SPAR index: {self.details['index']['type']}, passages stored as "
                     f"{self.details['index']['storage']} ({self.details['index']['code_bytes']:,} B/passage)"
@@ -371,8 +373,11 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         "mu_sum": sum_mu if sum_index is not None else None, "rbo_p": ev.rbo_p, "rbo_depth": k,
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
+        # The passages searched and the index that served SPAR: a results file says at what scale it holds.
+        "passages": len(spar_index),
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
+                  "fold": spar_index.info.get("fold", 1.0),
                   **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
     }
