@@ -192,7 +192,7 @@ def test_a_shard_whose_worker_dies_too_often_is_named(ray_cluster, local_run, tm
                 os.kill(busy[0], signal.SIGKILL)
                 killed.append(busy[0])
 
-        teacher = functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), 1)
+        teacher = functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), threads=1)
         with pytest.raises(SparError) as error:
             label_queries(teacher, tmp_path / "queries", out, cfg.label, executor=executor, progress=False,
                           on_shard=kill_the_busy_worker)
@@ -363,8 +363,11 @@ def test_the_ray_client_form_runs_shards(ray_cluster):
 
     assert any(re.match(r"ray\[client\]", r) and 'extra == "ray"' in r for r in requires("spar") or ())
     port = _free_port()
+    # The proxy starts one server process per client and gives it 30 s to answer by default: on 2 loaded cores the
+    # process's imports alone can take longer ("Initialization failure from server"), which is not what is tested.
     server = subprocess.Popen([sys.executable, "-m", "ray.util.client.server", f"--address={ray_cluster.address}",
-                               f"--port={port}", "--mode=proxy"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               f"--port={port}", "--mode=proxy"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "300"})
     try:
         from spar.core.executor import check_address
 
