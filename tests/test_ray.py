@@ -143,6 +143,22 @@ def test_index_add_phase_on_ray_is_byte_identical(ray_cluster, local_run, monkey
             assert bytes(faiss.serialize_index(there.index)) == bytes(faiss.serialize_index(here.index)), storage
 
 
+def _teacher(cfg, tmp_path):
+    """The label stage's teacher factory for the copied run, one search thread per worker."""
+    return functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), threads=1)
+
+
+def _kill_the_busy_worker_once(executor, killed: list[int]):
+    """An ``on_shard`` callback: when the first shard is done, the other worker is labelling its own shard right
+    now: SIGKILL it (once), and record its pid in ``killed``."""
+    def kill(shard: int, counts: dict) -> None:
+        if not killed:
+            busy = [pid for pid in executor.pids if pid != executor.last_pid]
+            os.kill(busy[0], signal.SIGKILL)
+            killed.append(busy[0])
+    return kill
+
+
 def test_worker_killed_mid_labelling_is_retried_and_nothing_is_lost(ray_cluster, local_run, tmp_path, capfd):
     _same_inputs(local_run, tmp_path)
     cfg = _config(tmp_path, *_on_ray(ray_cluster))
@@ -152,16 +168,8 @@ def test_worker_killed_mid_labelling_is_retried_and_nothing_is_lost(ray_cluster,
         shutil.copy2(local_run / "labels" / finished, out / finished)
     killed: list[int] = []
     with RayExecutor(cfg.executor) as executor:
-        def kill_the_busy_worker(shard: int, counts: dict) -> None:
-            # The first shard is done; the other worker is labelling its own shard right now: kill it.
-            if not killed:
-                busy = [pid for pid in executor.pids if pid != executor.last_pid]
-                os.kill(busy[0], signal.SIGKILL)
-                killed.append(busy[0])
-
-        teacher = functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), threads=1)
-        stats = label_queries(teacher, tmp_path / "queries", out, cfg.label, executor=executor, progress=False,
-                              on_shard=kill_the_busy_worker)
+        stats = label_queries(_teacher(cfg, tmp_path), tmp_path / "queries", out, cfg.label, executor=executor,
+                              progress=False, on_shard=_kill_the_busy_worker_once(executor, killed))
         # #37 item 10: the next split of the same workers (encode's) counted this split's restart again.
         assert sorted(r for _, r in executor.map(_ABS, [-1, -2])) == [1, 2]
         assert executor.describe()["worker_restarts"] == 0
@@ -184,18 +192,10 @@ def test_a_shard_whose_worker_dies_too_often_is_named(ray_cluster, local_run, tm
     cfg = _config(tmp_path, *_on_ray(ray_cluster, "executor.max_retries=0"))
     out = tmp_path / "labels.partial"
     out.mkdir()
-    killed: list[int] = []
     with RayExecutor(cfg.executor) as executor:
-        def kill_the_busy_worker(shard: int, counts: dict) -> None:
-            if not killed:
-                busy = [pid for pid in executor.pids if pid != executor.last_pid]
-                os.kill(busy[0], signal.SIGKILL)
-                killed.append(busy[0])
-
-        teacher = functools.partial(configured_teacher, cfg.label, (tmp_path / "teacher_index").resolve(), threads=1)
         with pytest.raises(SparError) as error:
-            label_queries(teacher, tmp_path / "queries", out, cfg.label, executor=executor, progress=False,
-                          on_shard=kill_the_busy_worker)
+            label_queries(_teacher(cfg, tmp_path), tmp_path / "queries", out, cfg.label, executor=executor,
+                          progress=False, on_shard=_kill_the_busy_worker_once(executor, []))
     message = str(error.value)
     assert re.match(rf"^label:{out.resolve()}: shard (\d) \(labels-0000\1\.arrow\) failed: its Ray worker died 1 "
                     r"time \(restarted 0 times, executor\.max_retries=0\): ", message), message
