@@ -123,7 +123,6 @@ class _Shards:
             del header
         self.starts = np.cumsum([0, *counts])
         self.data_offsets = offsets
-        self.row_bytes = self.dim * self.dtype.itemsize
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -131,15 +130,15 @@ class _Shards:
     def read(self, rows: np.ndarray) -> np.ndarray:
         if not self.fds:
             self.fds = [os.open(p, os.O_RDONLY) for p in self.paths]
+        from spar.model.embeddings import pread_rows
+
         rows = np.asarray(rows, dtype=np.int64).ravel()
         out = np.empty((len(rows), self.dim), dtype=self.dtype)
-        shards = (np.searchsorted(self.starts, rows, side="right") - 1).astype(np.int64).tolist()  # type: ignore[union-attr]
-        buffer = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        for i, (row, s) in enumerate(zip(rows.tolist(), shards)):
-            offset = self.data_offsets[s] + (row - int(self.starts[s])) * self.row_bytes
-            got = os.preadv(self.fds[s], [buffer[i * self.row_bytes:(i + 1) * self.row_bytes]], offset)
-            if got != self.row_bytes:
-                raise OSError(f"{self.paths[s]}: short read of row {row} ({got} of {self.row_bytes} bytes)")
+        shards = np.searchsorted(self.starts, rows, side="right") - 1
+        for s in np.unique(shards).tolist():
+            mask = shards == s
+            out[mask] = pread_rows(self.fds[s], self.paths[s], self.data_offsets[s], rows[mask] - int(self.starts[s]),
+                                   self.dim, self.dtype)
         return out.astype(np.float32, copy=False)
 
     def close(self) -> None:

@@ -153,26 +153,35 @@ def _read_rows(shard: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.asarray(shard[start:stop])
 
 
+def pread_rows(fd: int, name: str | Path, data_offset: int, rows: np.ndarray, dim: int, dtype: Any) -> np.ndarray:
+    """Rows ``rows`` (any order, repeats allowed) of a row-major matrix stored at ``data_offset`` of the open file
+    ``fd``, one positional read per row. What reading a few rows anywhere in a corpus needs without a memory
+    mapping, whose touched pages stay counted in the process's RSS until it is unmapped."""
+    dtype = np.dtype(dtype)
+    row_bytes = dim * dtype.itemsize
+    out = np.empty((len(rows), dim), dtype=dtype)
+    buffer = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    for i, row in enumerate(np.asarray(rows, dtype=np.int64).tolist()):
+        got = os.preadv(fd, [buffer[i * row_bytes:(i + 1) * row_bytes]], data_offset + row * row_bytes)
+        if got != row_bytes:
+            raise OSError(f"{name}: short read of row {row} ({got} of {row_bytes} bytes)")
+    return out
+
+
 def _gather_rows(shard: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (any order, repeats allowed) of a shard as a new array; a memory-mapped ``.npy`` shard is read
-    by positional reads, one per row, for the reason :func:`_read_rows` gives: gathering tuning's candidates through
-    the mapping left the 663k corpus's 9 GB of Λ vectors counted in the process's RSS (bench/stage_memory.py)."""
+    """Rows ``rows`` of a shard as a new array; a memory-mapped ``.npy`` shard is read by :func:`pread_rows`, for the
+    reason :func:`_read_rows` gives: gathering tuning's candidates through the mapping left the 663k corpus's 9 GB of
+    Λ vectors counted in the process's RSS (bench/stage_memory.py)."""
     if not (isinstance(shard, np.memmap) and shard.filename and shard.flags.c_contiguous and shard.ndim == 2):
         return np.asarray(shard[rows])
-    row_bytes = shard.shape[1] * shard.dtype.itemsize
-    out = np.empty((len(rows), shard.shape[1]), dtype=shard.dtype)
-    buffer = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) and not (0 <= rows.min() and rows.max() < shard.shape[0]):
+        raise IndexError(f"rows out of bounds for {shard.shape[0]} rows")
     fd = os.open(shard.filename, os.O_RDONLY)
     try:
-        for i, row in enumerate(np.asarray(rows, dtype=np.int64).tolist()):
-            if not 0 <= row < shard.shape[0]:
-                raise IndexError(f"row {row} is out of bounds for {shard.shape[0]} rows")
-            got = os.preadv(fd, [buffer[i * row_bytes:(i + 1) * row_bytes]], shard.offset + row * row_bytes)
-            if got != row_bytes:
-                raise OSError(f"{shard.filename}: short read of row {row} ({got} of {row_bytes} bytes)")
+        return pread_rows(fd, shard.filename, shard.offset, rows, shard.shape[1], shard.dtype)
     finally:
         os.close(fd)
-    return out
 
 
 class ShardedVectors:
