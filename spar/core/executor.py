@@ -255,8 +255,12 @@ class RayExecutor(Executor):
                 ray.init(address=section.address, log_to_driver=verbose, include_dashboard=False,
                          logging_level=logging.INFO if verbose else logging.WARNING, configure_logging=True)
         except ConnectionError as exc:
+            # Ray Client's server failures are "Initialization failure from server:" and, below it, the server's own
+            # message or traceback: the first line alone says nothing, the last says why.
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [type(exc).__name__]
+            reason = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
             raise ConfigError(f"executor.address={section.address!r}: cannot join a Ray cluster there "
-                              f"({str(exc).splitlines()[0]})") from None
+                              f"({reason})") from None
         self.started = True
 
     def _size(self, spec: WorkerSpec) -> int:
