@@ -7,6 +7,7 @@ logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.evaluation.ev
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, read_manifest
@@ -62,8 +63,9 @@ def plan(cfg, force: bool = False) -> Unit:
         config.update(results=[str(p) for p in paths], **sets)
     if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
         config["search"] = search_settings(cfg.index)
+    # Resumable: each test set's progress is saved chunk by chunk in evaluation.partial/progress/ (hours at 663k).
     return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,
-                current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources)
+                current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources, resumable=True)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
@@ -71,7 +73,8 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
     published = Published.read(cfg.evaluate.published) if cfg.evaluate.published else None  # fails before the work
-    reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs", keep_runs=False)
+    progress_dir = w.path / "progress"
+    reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs", keep_runs=False, checkpoints=progress_dir)
     costs = stage_costs(_run_dirs(cfg, unit.payload))
     tables, written = [], []
     for stem, names in context.results_groups.items():
@@ -87,6 +90,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
         tables.append(table)
         written.append(str(json_path))
     write_json_atomic(w.path / "results.json", {name or context.dataset: r.to_json() for name, r in reports.items()})
+    shutil.rmtree(progress_dir, ignore_errors=True)  # spar's own checkpoints: the finished artifact holds results
     w.stats = {name or "test": {"systems": r.systems, "mu": r.mu, "alpha": r.alpha, "rbo": r.rbo,
                                 "shuffled": r.shuffled} for name, r in reports.items()}
     if list(reports) == [""]:  # one set: the stats as they always were

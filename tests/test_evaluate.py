@@ -417,3 +417,56 @@ def test_skipped_input_records_reach_the_results(sample_experiment, tmp_path):  
     table = (cfg.results_dir / f"{cfg.experiment.name}.md").read_text()
     assert "Input records skipped (experiment.on_bad_record=skip): " in table
     assert f"{QS}.qrels_test: 1 unknown passage" in table
+
+
+def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_digit(sample_experiment,  # noqa: F811
+                                                                                tmp_path, monkeypatch):
+    """#35 item 4: evaluating the six ODQA test sets over 668k passages takes hours on a few cores; a killed run
+    started over from the first question. Now each set's progress is saved chunk by chunk and a re-run resumes there:
+    its results and TREC runs equal an uninterrupted run's, byte for byte."""
+    import spar.evaluate.evaluation as evaluation
+    from pipelines import evaluate as evaluate_stage
+    from spar.data.question_sets import split_queries
+
+    monkeypatch.setattr(evaluation, "EVAL_CHUNK", 16)  # the sample's test questions in several chunks
+    whole = _experiment_with_index(sample_experiment, tmp_path / "whole", "base", "lambda", "flat")
+    evaluate_stage.run(whole)
+
+    cfg = _experiment_with_index(sample_experiment, tmp_path / "killed", "base", "lambda", "flat")
+    test_ids = split_queries(cfg, "test").ids
+    assert len(test_ids) > 48
+    real_score, scored = evaluation._score_runs, []
+
+    def score_then_die(runs, part, *args, **kwargs):
+        scored.append(part.ids[0])
+        if len(scored) == 5:  # in the third chunk (each chunk is scored twice: as asked, and token-shuffled)
+            raise KeyboardInterrupt
+        return real_score(runs, part, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "_score_runs", score_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_stage.run(cfg)
+    partial = tmp_path / "killed" / "evaluation.partial"
+    assert json.loads((partial / "progress" / "test.json").read_text())["next_question"] == 32
+    assert not (tmp_path / "killed" / "evaluation").exists()
+
+    resumed: list[str] = []
+
+    def score_and_count(runs, part, *args, **kwargs):
+        resumed.append(part.ids[0])
+        return real_score(runs, part, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "_score_runs", score_and_count)
+    evaluate_stage.run(cfg)
+    assert resumed[0] == test_ids[32]  # the two saved chunks were not evaluated again
+    assert len(resumed) == 2 * len(range(32, len(test_ids), 16))
+    name = f"{cfg.experiment.name}.json"
+    got, expected = (json.loads((r / name).read_text()) for r in (cfg.results_dir, whole.results_dir))
+    for report in (got, expected):
+        report.pop("command"), report.pop("costs")
+    assert got == expected
+    runs = sorted((tmp_path / "whole" / "evaluation" / "runs").glob("*.trec"))
+    assert len(runs) == len(SYSTEMS)
+    for run in runs:
+        assert (tmp_path / "killed" / "evaluation" / "runs" / run.name).read_bytes() == run.read_bytes(), run.name
+    assert not (tmp_path / "killed" / "evaluation" / "progress").exists() and not partial.exists()

@@ -30,7 +30,9 @@ Example (library use, outside the pipeline)::
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,7 +142,8 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
 
 def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
-                  progress: Callable[[str], None] = log.info, keep_runs: bool = True) -> dict[str, EvaluationReport]:
+                  progress: Callable[[str], None] = log.info, keep_runs: bool = True,
+                  checkpoints: Path | None = None) -> dict[str, EvaluationReport]:
     """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
     and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
 
@@ -148,9 +151,16 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     ``<runs_dir>/<set>/``). ``keep_runs=False`` (with ``runs_dir``) leaves each report's ``runs`` empty once its
     files are written: the rankings of tens of thousands of questions (60,864 over six ODQA sets, five systems,
     top 100) are gigabytes of Python objects, and the pipeline reads them from the files.
+
+    ``checkpoints`` (with ``runs_dir`` and ``keep_runs=False``): a directory where each set's progress is saved after
+    every chunk of :data:`EVAL_CHUNK` questions (:class:`ChunkProgress`); a run killed part-way resumes at the first
+    unfinished chunk, with the same means to the last digit (evaluating 60,864 questions over 668k passages takes
+    hours on a few cores).
     """
     if not keep_runs and runs_dir is None:
         raise ValueError("keep_runs=False needs runs_dir: the rankings would be lost")
+    if checkpoints is not None and (keep_runs or runs_dir is None):
+        raise ValueError("checkpoints need runs_dir and keep_runs=False: a resumed set's rankings are in its files")
     from spar.index.spar_index import SparIndex, build_spar_index, check_serves
     from spar.data.question_sets import test_splits
 
@@ -172,8 +182,9 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     reports = {}
     for test in test_splits(cfg):
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
+        checkpoint = None if checkpoints is None else Path(checkpoints) / f"{test.name or 'test'}.json"
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,
-                                             keep_runs)
+                                             keep_runs, checkpoint)
         if not keep_runs:
             reports[test.name].runs = {}
     return reports
@@ -202,6 +213,58 @@ class WeightedMeans:
 
     def result(self, system: str) -> dict[str, float]:
         return {m: self.sums[system][m] / w for m, w in self.weights[system].items() if w}
+
+    def state(self) -> dict[str, Any]:
+        """Its sums and weights (JSON floats round-trip exactly: a restored instance continues to the same means)."""
+        return {"sums": self.sums, "weights": self.weights}
+
+    @classmethod
+    def restored(cls, state: dict[str, Any]) -> "WeightedMeans":
+        means = cls()
+        means.sums, means.weights = state["sums"], state["weights"]
+        return means
+
+
+@dataclass
+class ChunkProgress:
+    """How far one test set's evaluation got: the first question not yet evaluated, the measures' running sums, and
+    the bytes of each TREC run file written up to there (a file written past its last checkpoint is cut back).
+
+    Saved after every chunk as one JSON file (atomically); valid only for the same questions in the same chunks
+    (the artifact's fingerprint, kept with its ``.partial`` directory, covers the config and inputs)."""
+
+    next_question: int
+    questions: int
+    chunk: int
+    means: WeightedMeans
+    rbo_means: WeightedMeans
+    shuffled_means: WeightedMeans
+    trec_bytes: dict[str, int]
+
+    @classmethod
+    def start(cls, questions: int) -> "ChunkProgress":
+        return cls(0, questions, EVAL_CHUNK, WeightedMeans(), WeightedMeans(), WeightedMeans(), {})
+
+    @classmethod
+    def load(cls, path: Path | None, questions: int) -> "ChunkProgress":
+        """The progress saved at ``path``, or a fresh start (none saved, or saved for other questions or chunks)."""
+        if path is None or not path.is_file():
+            return cls.start(questions)
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("questions") != questions or saved.get("chunk") != EVAL_CHUNK:
+            return cls.start(questions)
+        return cls(saved["next_question"], questions, EVAL_CHUNK, WeightedMeans.restored(saved["means"]),
+                   WeightedMeans.restored(saved["rbo_means"]), WeightedMeans.restored(saved["shuffled_means"]),
+                   {name: int(size) for name, size in saved["trec_bytes"].items()})
+
+    def save(self, path: Path) -> None:
+        from spar.core.artifacts import write_json_atomic
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {"next_question": self.next_question, "questions": self.questions,
+                                 "chunk": self.chunk, "means": self.means.state(),
+                                 "rbo_means": self.rbo_means.state(), "shuffled_means": self.shuffled_means.state(),
+                                 "trec_bytes": self.trec_bytes})
 
 
 def question_subset(queries: SplitQueries, ids: Sequence[str]) -> SplitQueries:
@@ -236,8 +299,9 @@ def _score_runs(runs: dict, part: SplitQueries, metrics: Sequence[str], accuracy
 class TrecWriters:
     """One TREC run file per system in ``runs_dir`` (none without), written chunk by chunk."""
 
-    def __init__(self, runs_dir: Path | None):
-        self.runs_dir, self.files = runs_dir, {}
+    def __init__(self, runs_dir: Path | None, written: dict[str, int] | None = None):
+        """``written``: ``{system: bytes}`` already in its file (a resumed evaluation); anything after is cut."""
+        self.runs_dir, self.files, self.written = runs_dir, {}, dict(written or {})
 
     def write(self, runs: dict) -> None:
         if self.runs_dir is None:
@@ -246,10 +310,22 @@ class TrecWriters:
             if name not in self.files:
                 path = Path(self.runs_dir) / f"{name}.trec"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self.files[name] = path.open("w", encoding="utf-8")
+                if name in self.written:
+                    os.truncate(path, self.written[name])
+                    self.files[name] = path.open("a", encoding="utf-8")
+                else:
+                    self.files[name] = path.open("w", encoding="utf-8")
             for qid, hits in run.items():
                 for rank, (doc, score) in enumerate(hits, start=1):
                     self.files[name].write(f"{qid} Q0 {doc} {rank} {float(score):.6f} spar-{name}\n")
+
+    def sizes(self) -> dict[str, int]:
+        """``{system: bytes}`` written so far, flushed to disk (what a checkpoint records)."""
+        for name, fh in self.files.items():
+            fh.flush()
+            os.fsync(fh.fileno())
+            self.written[name] = fh.tell()
+        return dict(self.written)
 
     def close(self) -> None:
         for fh in self.files.values():
@@ -268,7 +344,8 @@ class SharedInputs:
 
 
 def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
-                    progress: Callable[[str], None], keep_runs: bool = True) -> EvaluationReport:
+                    progress: Callable[[str], None], keep_runs: bool = True,
+                    checkpoint: Path | None = None) -> EvaluationReport:
     from spar.index.spar_index import spar_query_vectors
 
     ev = cfg.evaluate
@@ -324,13 +401,16 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     accuracy_at = [a for a in ev.accuracy_at if a <= k]
     primary = metrics[0] if metrics else f"Acc@{accuracy_at[0]}"
     shuffled_test = shuffled_queries(test, cfg.experiment.seed) if ev.shuffled else None
-    means, rbo_means, shuffled_means = WeightedMeans(), WeightedMeans(), WeightedMeans()
+    done = ChunkProgress.load(checkpoint, len(test.ids))
+    if done.next_question:
+        progress(f"resuming {where} at question {min(done.next_question, len(test.ids)):,} (earlier chunks saved)")
+    means, rbo_means, shuffled_means = done.means, done.rbo_means, done.shuffled_means
     kept: dict[str, dict[str, list[tuple[str, float]]]] = {}
-    writers = TrecWriters(runs_dir)
+    writers = TrecWriters(runs_dir, done.trec_bytes)
     # Question by chunk: the rankings, passage texts and answer judgments of one chunk in memory at a time (a set
     # of 22,075 questions, five systems at depth 100-200, was gigabytes); every mean is exact (chunk means
     # weighted by the queries each one averages over).
-    for start in range(0, len(test.ids), EVAL_CHUNK):
+    for start in range(done.next_question, len(test.ids), EVAL_CHUNK):
         part = question_subset(test, test.ids[start:start + EVAL_CHUNK])
         runs = run_systems(part, SYSTEMS)
         _score_runs(runs, part, metrics, accuracy_at, inputs, means)
@@ -351,6 +431,9 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
             for name, run in runs.items():
                 kept.setdefault(name, {}).update(run)
         del runs
+        if checkpoint is not None:
+            done.next_question, done.trec_bytes = start + len(part.ids), writers.sizes()
+            done.save(checkpoint)
     writers.close()
     runs = kept
     systems: dict[str, dict[str, float]] = {name: means.result(name) for name in SYSTEMS if name in means}
