@@ -40,13 +40,16 @@ import numpy as np
 APPROXIMATE_TYPES = ("hnsw", "ivf", "ivfpq")
 
 #: ``index.type: auto`` above ``index.auto_flat_below`` passages: the approximate index chosen by measurement on the
-#: Wikipedia experiment's real vectors (``bench/odqa_index.py``; docs/experiments.md, "Serving SPAR at 663k").
-#: At 200,000 passages (4 dev sets × 300 questions, bench/results/odqa_index-200k-hnsw.json) HNSW over sq4 codes
-#: with M 16, efConstruction 40, efSearch 512 and the top 4·k re-ranked exactly lost at most 0.33 Acc@20 points
-#: (one question) against the exact scan; efSearch 256 lost 1.67, 128 lost 4.0. A small efConstruction keeps the
-#: build affordable (200 took over 55 minutes for 100k passages on 2 loaded cores); efSearch buys the recall back.
-AUTO_APPROXIMATE: dict[str, Any] = {"type": "hnsw", "storage": "sq4", "hnsw_m": 16, "hnsw_ef_construction": 40,
-                                    "hnsw_ef_search": 512, "refine": 4}
+#: Wikipedia experiment's real vectors (``bench/odqa_index.py``; docs/experiments.md, "Serving SPAR at 663k"), at
+#: the size it serves (below 300,000 passages auto is a flat scan). At all 667,980 passages (4 dev sets × 300
+#: questions, bench/results/odqa_index-663k-hnsw-*.json) HNSW over sq4 codes, M 16, the top 4·k re-ranked exactly:
+#: efConstruction 40 with efSearch 512 lost up to 7.3 Acc@20 points against the exact scan (2048: 2.0; re-ranking
+#: 8·k instead of 4·k: the same, so the graph missed the passages); efConstruction 100 with efSearch 2048 lost at
+#: most 1.33 (overlap@20 with the exact top-20 0.87-0.99; the base alone through it 0.34), one question in 37 ms
+#: against the hybrid's 105 (0.35×), built in 15 minutes on 2 cores. (At 200k, efConstruction 40 and efSearch 512
+#: had lost 0.33.)
+AUTO_APPROXIMATE: dict[str, Any] = {"type": "hnsw", "storage": "sq4", "hnsw_m": 16, "hnsw_ef_construction": 100,
+                                    "hnsw_ef_search": 2048, "refine": 4}
 
 
 def resolve_index_section(section: Any, passages: int | None) -> Any:
