@@ -17,7 +17,8 @@ of each ``--sets`` entry (never a test split), every ``--configs`` entry against
 A config is ``TYPE:STORAGE[:key=value...]``, keys ``nlist``, ``nprobe``, ``ef`` (efSearch), ``m`` (HNSW M),
 ``refine`` (re-rank the top refine·k with exact float32 scores read from the embeddings on disk:
 :mod:`spar.index.approximate`), ``fold`` (``mu``: the index holds ``[P, μ₀·PΛ]``, as ``spar index`` builds an
-approximate index; ``1``: unfolded), ``quantizer`` (``hnsw``: an HNSW coarse quantizer for large ``nlist``).
+approximate index; a number: that μ₀, e.g. the geometric middle of the sets' μ; ``1``: unfolded), ``quantizer``
+(``hnsw``: an HNSW coarse quantizer for large ``nlist``).
 ``--subset N`` measures on a seeded N-passage sample of the corpus (exploration); without it every passage is
 searched, streamed from its shards.
 
@@ -340,7 +341,10 @@ def main(argv: list[str] | None = None) -> dict:
     rows_out = []
     for text in args.configs:
         parsed = parse_config(text)
-        fold = mu0 if parsed["fold"] == "mu" and parsed["type"] != "flat" else 1.0
+        if parsed["type"] == "flat":
+            fold = 1.0
+        else:  # "mu": μ₀ as `spar index` folds it; a number: that μ₀ (1: unfolded)
+            fold = mu0 if parsed["fold"] == "mu" else float(parsed["fold"])
         start = time.perf_counter()
         index = build(parsed, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
         built = time.perf_counter() - start
