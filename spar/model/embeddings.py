@@ -175,8 +175,9 @@ def _gather_rows(shard: np.ndarray, rows: np.ndarray) -> np.ndarray:
     if not (isinstance(shard, np.memmap) and shard.filename and shard.flags.c_contiguous and shard.ndim == 2):
         return np.asarray(shard[rows])
     rows = np.asarray(rows, dtype=np.int64)
-    if len(rows) and not (0 <= rows.min() and rows.max() < shard.shape[0]):
-        raise IndexError(f"rows out of bounds for {shard.shape[0]} rows")
+    outside = rows[(rows < 0) | (rows >= shard.shape[0])]
+    if len(outside):
+        raise IndexError(f"row {int(outside[0])} is out of bounds for {shard.shape[0]} rows")
     fd = os.open(shard.filename, os.O_RDONLY)
     try:
         return pread_rows(fd, shard.filename, shard.offset, rows, shard.shape[1], shard.dtype)
