@@ -255,7 +255,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
 
     report = json.loads((results / "scifact-sample.json").read_text())
     assert report["dataset"] == "scifact-sample"
-    assert list(report["systems"]) == list(SYSTEMS)
+    assert list(report["systems"]) == [name for name in SYSTEMS if name != "spar_exact"]  # evaluate.exact_spar
     for name, values in report["systems"].items():
         assert set(values) == {"nDCG@10", "MRR@10", "R@20", "R@100"}, name
         assert all(0.0 <= v <= 1.0 for v in values.values()), name
@@ -277,7 +277,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
 
     test = split_queries(cfg, "test")
     runs = artifact_dir(sample_experiment, "evaluation") / "runs"
-    for name in SYSTEMS:
+    for name in report["systems"]:
         run = read_trec_run(runs / f"{name}.trec")
         assert set(run) == set(test.ids), name
         # Dense systems rank the whole corpus; BM25 (and so the hybrid's BM25 part) only passages sharing a term.
@@ -285,7 +285,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
         assert evaluate_run(test.qrels, run, ["nDCG@10"])["nDCG@10"] == pytest.approx(systems[name]["nDCG@10"],
                                                                                       abs=1e-5), name
     table = (results / "scifact-sample.md").read_text()
-    assert stats["table"] in table and all(f"| {name} |" in table for name in SYSTEMS)
+    assert stats["table"] in table and all(f"| {name} |" in table for name in report["systems"])
     assert evaluate_stage.run(cfg)["skipped"] is True
 
     # The model card of this real run states its tuned μ, its tuning curve and its evaluation figures.
@@ -339,7 +339,9 @@ def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  #
 
     reports = {}
     for index_type in ("flat", "hnsw", "ivfpq"):
-        cfg = _experiment_with_index(sample_experiment, tmp_path / index_type, "base", "lambda", index_type)
+        # The HNSW run also ranks SPAR by the exact scan beside its index (evaluate.exact_spar).
+        extra = ("evaluate.exact_spar=true",) if index_type == "hnsw" else ()
+        cfg = _experiment_with_index(sample_experiment, tmp_path / index_type, "base", "lambda", index_type, *extra)
         assert SparIndex.load(artifact_dir(cfg.output_dir, "index")).info["type"] == index_type
         reports[index_type] = evaluate_experiment(cfg)
     flat = reports["flat"].systems["spar"]
@@ -350,6 +352,11 @@ def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  #
     # Only the SPAR row comes from the index: every other system is identical.
     for name in ("bm25", "base", "lambda"):
         assert reports["hnsw"].systems[name] == reports["ivfpq"].systems[name] == reports["flat"].systems[name]
+    # The exact scan beside the HNSW index is the flat float32 index's SPAR (same μ, same vectors, unfolded), and
+    # it is there only when asked for.
+    assert reports["hnsw"].systems["spar_exact"] == pytest.approx(flat, abs=1e-6)
+    assert "spar_exact" not in reports["flat"].systems and "spar_exact" not in reports["ivfpq"].systems
+    assert reports["hnsw"].rbo["spar_exact"] == pytest.approx(reports["flat"].rbo["spar"], abs=1e-6)
 
 
 def test_a_stale_index_is_refused(sample_experiment, tmp_path):  # noqa: F811
@@ -466,7 +473,7 @@ def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_dig
         report.pop("command"), report.pop("costs")
     assert got == expected
     runs = sorted((tmp_path / "whole" / "evaluation" / "runs").glob("*.trec"))
-    assert len(runs) == len(SYSTEMS)
+    assert len(runs) == len(SYSTEMS) - 1  # every system but spar_exact (evaluate.exact_spar off)
     for run in runs:
         assert (tmp_path / "killed" / "evaluation" / "runs" / run.name).read_bytes() == run.read_bytes(), run.name
     assert not (tmp_path / "killed" / "evaluation" / "progress").exists() and not partial.exists()

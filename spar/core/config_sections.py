@@ -542,6 +542,10 @@ class EvaluateSection(Section):
     accuracy_at: list[int] = Field([20, 100], description="k of Acc@k when answers are given.")
     published: str | None = Field(None, json_schema_extra={**PATH, **ADDED_LATER}, description="Published figures "
                                   "shown beside the results, never mixed in (spar.evaluate.published: JSON).")
+    exact_spar: bool = Field(False, json_schema_extra=ADDED_LATER, description="Also rank SPAR by an exact scan "
+                             "of the stored float32 [P, PΛ] vectors beside the index (system spar_exact): what an "
+                             "approximate or quantized index costs, on the test questions. One more streamed pass "
+                             "over the passage vectors per chunk of questions.")
     wandb_mode: Literal["offline", "online", "disabled"] = Field("offline", json_schema_extra=RUNTIME)
 
 

@@ -7,6 +7,8 @@ Systems, all on the same queries and qrels:
 ``base``    the base dense retriever (exact inner-product search of its passage embeddings)
 ``lambda``  Λ alone
 ``spar``    [Q, μ·QΛ] searched in the real combined FAISS index written by ``spar index`` (μ from ``spar tune``)
+``spar_exact`` (``evaluate.exact_spar``) the same scores by an exact scan of the stored float32 vectors: what the
+            index's approximation or quantization costs, beside it
 ``spar_sum`` the weighted-sum variant: Q + μ·QΛ against P + PΛ (needs equal dimensions; its own tuned μ)
 ``hybrid``  Pyserini-style hybrid of base and BM25: base + α·BM25 over the union of both top lists
 ==========  =====================================================================================================
@@ -54,8 +56,13 @@ from spar.evaluate.tuning import read_tuned, resolve_candidates
 log = logging.getLogger(__name__)
 
 #: The order systems appear in tables.
-SYSTEMS = ("bm25", "base", "lambda", "spar", "spar_sum", "hybrid")
-DENSE_SYSTEMS = ("lambda", "base", "spar")
+SYSTEMS = ("bm25", "base", "lambda", "spar", "spar_exact", "spar_sum", "hybrid")
+DENSE_SYSTEMS = ("lambda", "base", "spar", "spar_exact")
+
+
+def evaluated_systems(exact_spar: bool) -> tuple[str, ...]:
+    """The systems an evaluation runs: every one, ``spar_exact`` only when asked for (``evaluate.exact_spar``)."""
+    return tuple(name for name in SYSTEMS if name != "spar_exact" or exact_spar)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -143,7 +150,8 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
 def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
                   progress: Callable[[str], None] = log.info, keep_runs: bool = True,
-                  checkpoints: Path | None = None) -> dict[str, EvaluationReport]:
+                  checkpoints: Path | None = None,
+                  systems: Sequence[str] | None = None) -> dict[str, EvaluationReport]:
     """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
     and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
 
@@ -156,7 +164,14 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     every chunk of :data:`EVAL_CHUNK` questions (:class:`ChunkProgress`); a run killed part-way resumes at the first
     unfinished chunk, with the same means to the last digit (evaluating 60,864 questions over 668k passages takes
     hours on a few cores).
+
+    ``systems``: a subset of :data:`SYSTEMS` to run (default :func:`evaluated_systems`); e.g. ``("spar_exact",)``
+    adds the exact scan to an evaluation made before (``bench/exact_beside.py``).
     """
+    systems = tuple(systems) if systems is not None else evaluated_systems(cfg.evaluate.exact_spar)
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        raise ValueError(f"unknown systems {unknown}: choose from {', '.join(SYSTEMS)}")
     if not keep_runs and runs_dir is None:
         raise ValueError("keep_runs=False needs runs_dir: the rankings would be lost")
     if checkpoints is not None and (keep_runs or runs_dir is None):
@@ -176,7 +191,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     tuned_all.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
     sum_index = None
-    if base_p.shape[1] == lambda_p.shape[1]:
+    if base_p.shape[1] == lambda_p.shape[1] and "spar_sum" in systems:
         sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
     context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
     reports = {}
@@ -184,7 +199,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
         checkpoint = None if checkpoints is None else Path(checkpoints) / f"{test.name or 'test'}.json"
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,
-                                             keep_runs, checkpoint)
+                                             keep_runs, checkpoint, systems)
         if not keep_runs:
             reports[test.name].runs = {}
     return reports
@@ -345,8 +360,8 @@ class SharedInputs:
 
 def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
                     progress: Callable[[str], None], keep_runs: bool = True,
-                    checkpoint: Path | None = None) -> EvaluationReport:
-    from spar.index.spar_index import spar_query_vectors
+                    checkpoint: Path | None = None, chosen: Sequence[str] = SYSTEMS) -> EvaluationReport:
+    from spar.index.spar_index import SparPassageRows, spar_query_vectors
 
     ev = cfg.evaluate
     inputs, spar_index, sum_index = shared.inputs, shared.spar_index, shared.sum_index
@@ -376,7 +391,8 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         need_bm25 = {"bm25", "hybrid"} & set(which)
         bm25_deep = inputs.bm25_search(queries, k0) if need_bm25 else {}
         base_q = inputs.query_vectors("base", queries) if set(which) - {"bm25"} else None
-        lambda_q = inputs.query_vectors("lambda", queries) if {"lambda", "spar", "spar_sum"} & set(which) else None
+        uses_lambda = {"lambda", "spar", "spar_exact", "spar_sum"} & set(which)
+        lambda_q = inputs.query_vectors("lambda", queries) if uses_lambda else None
         ids = queries.ids
         if "bm25" in which:
             runs["bm25"] = {q: hits[:k] for q, hits in bm25_deep.items()}
@@ -387,6 +403,9 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
             runs["lambda"] = dense_search(lambda_q, lambda_p, ids, doc_ids, k)
         if "spar" in which:
             runs["spar"] = _index_run(spar_index, base_q, lambda_q, ids, doc_ids, k, spar_mu)
+        if "spar_exact" in which:  # what the index serves, unfolded and unquantized: [Q, μ·QΛ]·[P, PΛ]
+            runs["spar_exact"] = dense_search(spar_query_vectors(base_q, lambda_q, spar_mu, spar_variant),
+                                              SparPassageRows(base_p, lambda_p, spar_variant), ids, doc_ids, k)
         if "spar_sum" in which and sum_index is not None:
             q = spar_query_vectors(base_q, lambda_q, sum_mu, "sum")
             scores, rows = sum_index.search(np.ascontiguousarray(q, dtype=np.float32), k)
@@ -397,10 +416,11 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         return runs
 
     where = f"{len(test.ids)} test queries" + (f" of {test.name}" if test.name else "")
-    progress(f"running {len(SYSTEMS)} systems on {where}")
+    progress(f"running {len(chosen)} systems on {where}")
     accuracy_at = [a for a in ev.accuracy_at if a <= k]
     primary = metrics[0] if metrics else f"Acc@{accuracy_at[0]}"
-    shuffled_test = shuffled_queries(test, cfg.experiment.seed) if ev.shuffled else None
+    shuffled_systems = tuple(name for name in ("bm25", "base", "lambda", "spar") if name in chosen)
+    shuffled_test = shuffled_queries(test, cfg.experiment.seed) if ev.shuffled and shuffled_systems else None
     done = ChunkProgress.load(checkpoint, len(test.ids))
     if done.next_question:
         progress(f"resuming {where} at question {min(done.next_question, len(test.ids)):,} (earlier chunks saved)")
@@ -412,17 +432,17 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     # weighted by the queries each one averages over).
     for start in range(done.next_question, len(test.ids), EVAL_CHUNK):
         part = question_subset(test, test.ids[start:start + EVAL_CHUNK])
-        runs = run_systems(part, SYSTEMS)
+        runs = run_systems(part, chosen)
         _score_runs(runs, part, metrics, accuracy_at, inputs, means)
         for name in DENSE_SYSTEMS:
-            if name in runs:
+            if name in runs and "bm25" in runs:
                 rbo_means.add(name, {"rbo": mean_rbo(runs[name], runs["bm25"], ev.rbo_p, depth=k,
                                                      queries=part.ids)}, len(part.ids))
         if shuffled_test is not None:
             if start == 0:
                 progress(f"re-running bm25, base, lambda and spar on token-shuffled {where}")
             shuffled_part = question_subset(shuffled_test, part.ids)
-            shuffled_runs = run_systems(shuffled_part, ("bm25", "base", "lambda", "spar"))
+            shuffled_runs = run_systems(shuffled_part, shuffled_systems)
             _score_runs(shuffled_runs, shuffled_part, [primary] if metrics else [],
                         [] if metrics else accuracy_at[:1], inputs, shuffled_means, answers=part.answers)
             del shuffled_runs
@@ -440,7 +460,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     rbo = {name: rbo_means.result(name)["rbo"] for name in DENSE_SYSTEMS if name in rbo_means}
     shuffled: dict[str, dict[str, float]] = {}
     if shuffled_test is not None:
-        for name in ("bm25", "base", "lambda", "spar"):
+        for name in shuffled_systems:
             if name in shuffled_means:
                 value = shuffled_means.result(name)[primary]
                 shuffled[name] = {primary: value, "delta": value - systems[name][primary]}
@@ -462,7 +482,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
                   "fold": spar_index.info.get("fold", 1.0),
                   **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
-        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in SYSTEMS if name not in runs},
+        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in runs},
     }
     if test.name:
         details.update(question_set=test.name, tuned_on=tuned.payload.get("dev_sets"))

@@ -98,6 +98,35 @@ def spar_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Vari
     return np.ascontiguousarray(base_p.astype(np.float32) + lambda_p.astype(np.float32))
 
 
+class SparPassageRows:
+    """``[P, PΛ]`` (concat) or ``P + PΛ`` (sum) of two row-aligned matrices, made block by block when sliced: the
+    exact scan's passages (:func:`spar.evaluate.exact.top_k` streams them) without a second float32 copy of the
+    corpus. Supports ``shape``, ``len`` and contiguous slices, what a streamed scan reads.
+
+    >>> import numpy as np
+    >>> rows = SparPassageRows(np.ones((3, 2), "float32"), np.zeros((3, 4), "float32"))
+    >>> rows.shape, rows[1:3].shape
+    ((3, 6), (2, 6))
+    """
+
+    def __init__(self, base_p: Any, lambda_p: Any, variant: Variant = "concat"):
+        if base_p.shape[0] != lambda_p.shape[0]:
+            raise ValueError(f"passage vectors: {base_p.shape[0]} base rows but {lambda_p.shape[0]} Λ rows")
+        self.base_p, self.lambda_p, self.variant = base_p, lambda_p, variant
+        dim = base_p.shape[1] + lambda_p.shape[1] if variant == "concat" else base_p.shape[1]
+        self.shape = (int(base_p.shape[0]), int(dim))
+        self.dtype = np.dtype(np.float32)
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice):
+            raise IndexError("SparPassageRows supports contiguous slices only")
+        return spar_passage_vectors(self.base_p[key], self.lambda_p[key], self.variant)
+
+
 def spar_query_vectors(base_q: np.ndarray, lambda_q: np.ndarray, mu: float, variant: Variant = "concat") -> np.ndarray:
     """``[Q, μ·QΛ]`` (concat) or ``Q + μ·QΛ`` (sum): the query side of a SPAR index, float32."""
     base_q = np.atleast_2d(np.asarray(base_q, dtype=np.float32))
