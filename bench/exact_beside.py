@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.core.config import load_config
     from spar.core.run_context import RunContext
     from spar.evaluate.evaluation import evaluate_sets
+    from spar.experiment.inputs import resolved_index
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = resolved_index(load_config(args.config, args.overrides))  # index.type auto made concrete, as evaluate does
     context = RunContext(cfg)
     work = args.work or Path(cfg.output_dir) / "exact-beside"
     started = time.perf_counter()
