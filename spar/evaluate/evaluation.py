@@ -150,8 +150,8 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 
 def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
                   progress: Callable[[str], None] = log.info, keep_runs: bool = True,
-                  checkpoints: Path | None = None,
-                  systems: Sequence[str] | None = None) -> dict[str, EvaluationReport]:
+                  checkpoints: Path | None = None, systems: Sequence[str] | None = None,
+                  sets: Sequence[str] | None = None, questions: int | None = None) -> dict[str, EvaluationReport]:
     """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
     and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
 
@@ -166,7 +166,8 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     hours on a few cores).
 
     ``systems``: a subset of :data:`SYSTEMS` to run (default :func:`evaluated_systems`); e.g. ``("spar_exact",)``
-    adds the exact scan to an evaluation made before (``bench/exact_beside.py``).
+    adds the exact scan to an evaluation made before (``bench/exact_beside.py``). ``sets``: only these test sets, in
+    this order; ``questions``: only each set's first ``questions`` test questions (in file order).
     """
     systems = tuple(systems) if systems is not None else evaluated_systems(cfg.evaluate.exact_spar)
     unknown = sorted(set(systems) - set(SYSTEMS))
@@ -195,7 +196,12 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
         sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
     context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
     reports = {}
-    for test in test_splits(cfg):
+    splits = {test.name: test for test in test_splits(cfg)}
+    missing = sorted(set(sets or ()) - set(splits))
+    if missing:
+        raise ValueError(f"no test set {missing} in this experiment: {', '.join(map(repr, splits))}")
+    for name in sets or list(splits):
+        test = splits[name] if questions is None else question_subset(splits[name], splits[name].ids[:questions])
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
         checkpoint = None if checkpoints is None else Path(checkpoints) / f"{test.name or 'test'}.json"
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,
