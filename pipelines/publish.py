@@ -32,12 +32,12 @@ def model_output(cfg) -> Path:
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    from spar.experiment.lambda_source import experiment_lambda
+    from spar.experiment.plan import Experiment
     from spar.core.lineage import source as lineage_source
     from spar.model.resolve import model_sources
     from spar.model.resolve import model_fingerprint
 
-    source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
+    source = Experiment(cfg).lambda_source  # this run's lambda/, or encode.lambda
     index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     require_index(index_dir)

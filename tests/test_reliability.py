@@ -148,7 +148,7 @@ def test_a_truncated_model_is_refused_in_one_line_before_any_stage(tmp_path):
 def test_skip_mode_drops_judgments_of_unknown_passages_from_evaluation(tmp_path):
     """`--on-bad-record skip` applies to qrels: a judgment of a passage outside the corpus does not count as a miss."""
     import pipelines.sample
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     files = _small_inputs(tmp_path / "in")
     cfg = _config(files, tmp_path / "run", "sample.max_queries=20")

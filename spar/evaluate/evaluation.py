@@ -162,7 +162,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     if checkpoints is not None and (keep_runs or runs_dir is None):
         raise ValueError("checkpoints need runs_dir and keep_runs=False: a resumed set's rankings are in its files")
     from spar.index.spar_index import SparIndex, build_spar_index, check_serves
-    from spar.data.question_sets import test_splits
+    from spar.experiment.plan import test_splits
 
     inputs = inputs or ExperimentInputs(cfg)
     index_dir = RunContext(cfg).artifact("index")

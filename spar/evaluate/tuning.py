@@ -214,7 +214,7 @@ def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info
     ``tune.tune_both_variants``) and the hybrid's α, on dev questions only (never a test split): the dev pool of
     :func:`spar.data.question_sets.dev_pool`, then each set that tunes its own μ (``own_mu``) on its own dev split
     (recorded under ``sets``)."""
-    from spar.data.question_sets import dev_pool, dev_split, own_mu_sets
+    from spar.experiment.plan import dev_pool, dev_split, own_mu_sets
 
     inputs = inputs or ExperimentInputs(cfg)
     report = tune_split(cfg, inputs, dev_pool(cfg), progress)

@@ -272,9 +272,9 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
 
 def _tune_split(cfg) -> str | None:
     """What μ was tuned on, for the card: one set's dev qrels or its dev hold-out (None: several sets, or answers)."""
-    from spar.data.question_sets import pooled_sets
+    from spar.data.question_sets import pooled_names
 
-    pooled = pooled_sets(cfg)
+    pooled = pooled_names(cfg.data.question_sets, cfg.tune.sets)
     qs = cfg.data.question_sets[pooled[0]] if len(pooled) == 1 and pooled[0] in cfg.data.question_sets else None
     if qs is not None and qs.qrels_dev:
         return f"dev qrels `{Path(qs.qrels_dev).name}`"
