@@ -426,7 +426,7 @@ def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_dig
     its results and TREC runs equal an uninterrupted run's, byte for byte."""
     import spar.evaluate.evaluation as evaluation
     from pipelines import evaluate as evaluate_stage
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     monkeypatch.setattr(evaluation, "EVAL_CHUNK", 16)  # the sample's test questions in several chunks
     whole = _experiment_with_index(sample_experiment, tmp_path / "whole", "base", "lambda", "flat")

@@ -162,7 +162,6 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     if checkpoints is not None and (keep_runs or runs_dir is None):
         raise ValueError("checkpoints need runs_dir and keep_runs=False: a resumed set's rankings are in its files")
     from spar.index.spar_index import SparIndex, build_spar_index, check_serves
-    from spar.experiment.plan import test_splits
 
     inputs = inputs or ExperimentInputs(cfg)
     index_dir = RunContext(cfg).artifact("index")
@@ -180,7 +179,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
         sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
     context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
     reports = {}
-    for test in test_splits(cfg):
+    for test in inputs.experiment.test_splits():
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
         checkpoint = None if checkpoints is None else Path(checkpoints) / f"{test.name or 'test'}.json"
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,

@@ -253,6 +253,21 @@ class Experiment:
 
         return teacher_for(self.cfg.label)
 
+    def run_facts(self):
+        """What the cards of its Λ and of its published model say about it
+        (:class:`spar.lexical.card.RunFacts`)."""
+        from spar.lexical.card import RunFacts
+
+        cfg = self.cfg
+        return RunFacts(cfg.experiment.name, cfg.data.corpus, cfg.sample, cfg.label, cfg.train,
+                        self.teacher.describe())
+
+    def tune_split(self) -> str | None:
+        """What μ was tuned on, as the published card says it (:func:`spar.publish.card.tune_split`)."""
+        from spar.publish.card import tune_split
+
+        return tune_split([self.sets[name] for name in self.pooled() if name in self.sets])
+
     @cached_property
     def index_options(self):
         """The index's options (:class:`~spar.index.spar_index.IndexOptions`), seeded by the experiment."""
