@@ -144,8 +144,8 @@ def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: P
 def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
                   progress: Callable[[str], None] = log.info, keep_runs: bool = True,
                   checkpoints: Path | None = None) -> dict[str, EvaluationReport]:
-    """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
-    and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
+    """Run every system on every configured test split (:meth:`spar.experiment.plan.Experiment.test_splits`), each
+    with the μ and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
 
     ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline; a named set's in
     ``<runs_dir>/<set>/``). ``keep_runs=False`` (with ``runs_dir``) leaves each report's ``runs`` empty once its
