@@ -256,11 +256,7 @@ class Experiment:
     def run_facts(self):
         """What the cards of its Λ and of its published model say about it
         (:class:`spar.lexical.card.RunFacts`)."""
-        from spar.lexical.card import RunFacts
-
-        cfg = self.cfg
-        return RunFacts(cfg.experiment.name, cfg.data.corpus, cfg.sample, cfg.label, cfg.train,
-                        self.teacher.describe())
+        return run_facts(self.cfg)
 
     def tune_split(self) -> str | None:
         """What μ was tuned on, as the published card says it (:func:`spar.publish.card.tune_split`)."""
@@ -279,6 +275,17 @@ class Experiment:
 # --------------------------------------------------------------------------------------------------------------
 # The entry points of the layers above (tuning, evaluation, the frontier, the tests): an experiment's splits
 # --------------------------------------------------------------------------------------------------------------
+
+
+def run_facts(cfg):
+    """What the cards of an experiment's Λ and of its published model say about it
+    (:class:`spar.lexical.card.RunFacts`): the train stage's own sections only (experiment, data, sample, label,
+    train), so the train stage writes its Λ's card without resolving the rest of the experiment."""
+    from spar.lexical.card import RunFacts
+    from spar.teacher.registry import teacher_for
+
+    return RunFacts(cfg.experiment.name, cfg.data.corpus, cfg.sample, cfg.label, cfg.train,
+                    teacher_for(cfg.label).describe())
 
 
 def set_split(cfg, name: str, split: str) -> SplitQueries:
