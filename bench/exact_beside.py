@@ -85,10 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
                             sets=sets_wanted, questions=args.questions)
     seconds = time.perf_counter() - started
 
-    from spar.data.question_sets import test_splits
     from spar.evaluate.evaluation import question_subset
 
-    splits = {test.name: test for test in test_splits(cfg)}
+    splits = {test.name: test for test in inputs.experiment.test_splits()}
     stem_of = {name: stem for stem, names in context.results_groups.items() for name in names}
     sets = {}
     for name, report in reports.items():

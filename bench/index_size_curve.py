@@ -55,7 +55,7 @@ def main() -> None:
     from spar.index.spar_index import IndexOptions
     from spar.evaluate.metrics import answer_accuracy, evaluate_run
     from spar.data.passages import PassagesTable
-    from spar.data.question_sets import set_split
+    from spar.experiment.plan import set_split
     from spar.core.schemas import PASSAGES, write_table
     from spar.teacher.teachers import BM25Searcher, build_bm25_index
     from spar.evaluate.candidates import hybrid_fuse

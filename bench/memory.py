@@ -29,6 +29,7 @@ after each size. N is reduced (and the JSON says so) when the disk or the availa
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -154,10 +155,11 @@ def child(kind: str, a: dict) -> dict:
     elif kind == "write":
         import pipelines.encode
 
+        from spar.experiment.plan import EncoderPlan, Experiment
+
         seeds = {"base": 1, "lambda": 2}
-        pipelines.encode.load_encoder = lambda cfg, name: (stub_encoder(a["dim"], seeds[name]),
-                                                           f"synthetic-{name}", {})
-        pipelines.encode.encoder_sources = lambda cfg, name: []
+        Experiment.encoder = lambda self, name: EncoderPlan(  # type: ignore[method-assign]
+            name, functools.partial(stub_encoder, a["dim"], seeds[name]), f"synthetic-{name}", {}, [])
         overrides += ["encode.encoders=[base,lambda]", f"encode.shard_size={a['shard_size']}",
                       f"encode.batch_size={a['batch_size']}"]
         run = pipelines.encode.run

@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
 
     from spar.core.config import load_config
-    from spar.data.question_sets import SplitQueries, dev_split
+    from spar.data.question_sets import SplitQueries
+    from spar.experiment.plan import dev_split
     from spar.evaluate.evaluation import passage_texts
     from spar.evaluate.exact import top_k
     from spar.experiment.inputs import ExperimentInputs

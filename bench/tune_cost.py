@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from spar.core.config import load_config
     from spar.experiment.inputs import ExperimentInputs
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
     from spar.index.spar_index import build_spar_index, spar_query_vectors
     from spar.evaluate.metrics import evaluate_run, ranked_run
     from spar.evaluate.tuning import resolve_candidates, tune_mu

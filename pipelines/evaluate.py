@@ -21,8 +21,7 @@ from spar.index.files import index_info, search_settings
 from spar.index.spar_index import check_serves
 from spar.core.lineage import source
 from spar.experiment.preflight import check_inputs, skipped_records
-from spar.data.question_sets import (configured_splits, default_holdout, embeddings_key, evaluate_settings,
-                                     file_key, set_settings, split_files)
+from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 
@@ -33,8 +32,9 @@ def _result_paths(cfg) -> list[Path]:
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    inputs = ExperimentInputs(cfg)
-    test_keys = [embeddings_key(name, split) for name, split in configured_splits(cfg) if split == "test"]
+    experiment = Experiment(cfg)
+    inputs = ExperimentInputs(cfg, experiment)
+    test_keys = experiment.test_keys()
     fingerprints = inputs.input_fingerprints(test_keys)
     sources = inputs.sources(test_keys)
     for name in ("tune", "index", "teacher_index"):
@@ -46,19 +46,19 @@ def plan(cfg, force: bool = False) -> Unit:
     info = index_info(index_dir, required=False)
     if info:  # an override the index cannot honour is refused, also when the results are up to date
         check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
-    for name, qs in cfg.data.question_sets.items():  # every set's test files (and answers), by file_key
-        for option, path in split_files(qs, "test").items():
-            fingerprints[file_key(name, option)] = file_fingerprint(path)
-            sources.append(source(path, "file"))
+    for key, path in experiment.evaluate_files().items():  # every set's test files (and answers)
+        fingerprints[key] = file_fingerprint(path)
+        sources.append(source(path, "file"))
     if cfg.evaluate.published:  # the results print it: another file, other results
         fingerprints["published"] = file_fingerprint(cfg.evaluate.published)
         sources.append(source(cfg.evaluate.published, "file"))
     paths = _result_paths(cfg)
-    config = {"evaluate": evaluate_settings(cfg),
+    config = {"evaluate": experiment.evaluate_settings(),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
-              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": default_holdout(cfg),
+              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
+              "dev_holdout_fraction": experiment.holdout,
               "seed": cfg.experiment.seed, "results": str(paths[0])}
-    sets = set_settings(cfg, ("answer_match", "own_mu"))
+    sets = experiment.evaluate_set_settings()
     if sets:
         config.update(results=[str(p) for p in paths], **sets)
     if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with

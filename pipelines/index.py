@@ -85,7 +85,7 @@ def on_skip(cfg, manifest: dict) -> dict:
     return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
 
 
-STAGE = Stage(name="index", sections=("experiment", "data", "label", "encode", "index", "executor"), plan=plan,
+STAGE = Stage(name="index", sections=("experiment", "data", "encode", "index", "executor"), plan=plan,
               work=work, on_skip=on_skip,
               summary="build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/",
               prepare=resolved_index)

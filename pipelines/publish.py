@@ -10,7 +10,6 @@ are relative to it). Logic and layout: :mod:`spar.publish.model_dir`.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, write_json_atomic
@@ -20,6 +19,7 @@ from spar.core.stage import Stage, Unit, settings
 from spar.core.run_context import RunContext, published_model_dir
 from spar.evaluate.tuning import read_tuned
 from spar.experiment.inputs import ExperimentInputs, resolved_index
+from spar.experiment.plan import Experiment
 from spar.index.files import index_fingerprint, require_index
 from spar.index.files import index_info as index_info_of
 
@@ -32,12 +32,11 @@ def model_output(cfg) -> Path:
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    from spar.experiment.lambda_source import experiment_lambda
     from spar.core.lineage import source as lineage_source
     from spar.model.resolve import model_sources
     from spar.model.resolve import model_fingerprint
 
-    source = experiment_lambda(cfg)  # this run's lambda/, or encode.lambda
+    source = Experiment(cfg).lambda_source  # this run's lambda/, or encode.lambda
     index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     require_index(index_dir)
@@ -76,7 +75,10 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     _check_index_is_current(cfg, index_dir)
     base = BiEncoder.from_section(cfg.encode.base)
     out = unit.output
-    provenance = _portable_provenance(model_provenance(cfg, source, tuned.payload, index_info), out)
+    experiment = Experiment(cfg)
+    run_facts = experiment.run_facts()
+    provenance = _portable_provenance(model_provenance(run_facts, cfg.encode.base.model, source, tuned.payload,
+                                                       index_info), out)
     encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
     manifests = {name: _manifest_or_empty(RunContext(cfg).artifact(name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
@@ -85,9 +87,9 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     results_text = results_md.read_text(encoding="utf-8") if results_md.exists() else None
     if results_text is not None:  # the results table ends with the command that made it
         results_text = results_text.replace(command, _portable_command(command))
-    facts = gather_card_facts(cfg, encoder, tuned.payload, manifests, results_text, _portable_command(command),
+    facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.tune_split(), encoder,
+                              tuned.payload, manifests, results_text, _portable_command(command), config_yaml,
                               source.describe())
-    facts = replace(facts, config_yaml=config_yaml)
     passages = RunContext(cfg).passages
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)

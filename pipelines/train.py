@@ -22,6 +22,7 @@ from spar.core.run_context import RunContext
 from spar.lexical import build_lambda, lambda_class
 from spar.core.lineage import source
 from spar.core.stage import Stage, Unit, settings
+from spar.experiment.plan import run_facts
 from spar.teacher.registry import teacher_for
 from spar.train.training import is_primary_process, summarize, train_lambda
 
@@ -119,8 +120,8 @@ def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: di
     from spar.lexical.card import lambda_card, lambda_card_facts
 
     queries = read_manifest(RunContext(cfg).artifact("queries")).get("stats", {})
-    facts = lambda_card_facts(cfg, queries, fingerprint, training, RunContext(cfg).command_line("train"),
-                              teacher=teacher_for(cfg.label).describe())
+    facts = lambda_card_facts(run_facts(cfg), queries, fingerprint, training,
+                              RunContext(cfg).command_line("train"))
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 
 

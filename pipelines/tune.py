@@ -10,43 +10,26 @@ from __future__ import annotations
 from spar.core.artifacts import ArtifactWriter, write_json_atomic
 from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs, resolved_index
-from spar.index.spar_index import IndexOptions
 from spar.core.lineage import source
-from spar.data.question_sets import (default_holdout, embeddings_key, file_key, own_mu_sets, pooled_sets,
-                                     set_settings, split_files)
+from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 from spar.evaluate.tuning import plot_curve, tune_experiment, tune_settings
 
 
-def _data_files(cfg) -> dict[str, str]:
-    """The question files tune reads: every file of the dev splits of the sets it tunes on (the test qrels of a dev
-    hold-out), by :func:`spar.data.question_sets.file_key`."""
-    sets = cfg.data.question_sets
-    return {file_key(name, option): path for name in dict.fromkeys([*pooled_sets(cfg), *own_mu_sets(cfg)])
-            for option, path in split_files(sets[name], "dev").items()}
-
-
-def _data_inputs(cfg) -> dict[str, str]:
-    return {name: file_fingerprint(path) for name, path in _data_files(cfg).items()}
-
-
-def dev_keys(cfg) -> list[str]:
-    """The embeddings keys of the dev splits tune reads."""
-    return [embeddings_key(name, "dev") for name in dict.fromkeys([*pooled_sets(cfg), *own_mu_sets(cfg)])]
-
-
 def plan(cfg, force: bool = False) -> Unit:
-    inputs = ExperimentInputs(cfg)
-    fingerprints = {**inputs.input_fingerprints(dev_keys(cfg)), **_data_inputs(cfg)}
-    sources = [*inputs.sources(dev_keys(cfg)), *(source(path, "file") for path in _data_files(cfg).values())]
+    experiment = Experiment(cfg)
+    inputs = ExperimentInputs(cfg, experiment)
+    files = experiment.tune_files()
+    fingerprints = {**inputs.input_fingerprints(experiment.dev_keys()),
+                    **{key: file_fingerprint(path) for key, path in files.items()}}
+    sources = [*inputs.sources(experiment.dev_keys()), *(source(path, "file") for path in files.values())]
     if inputs.bm25_fingerprint():
         fingerprints["teacher_index"] = inputs.bm25_fingerprint()
         sources.append(source(RunContext(cfg).artifact("teacher_index")))
-    codec = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed).scored_codec(cfg.index.type)
-    config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
-              "dev_holdout_fraction": default_holdout(cfg), "seed": cfg.experiment.seed,
-              "served_passages": codec, **set_settings(cfg, ("answer_match", "dev_sample", "own_mu"))}
+    codec = experiment.index_options.scored_codec(cfg.index.type)
+    config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "seed": cfg.experiment.seed,
+              "served_passages": codec, **experiment.tune_settings()}
     return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,
                 payload=inputs, sources=sources)
 

@@ -160,7 +160,7 @@ def test_stage_encodes_passages_and_query_splits(lambda_dir, passages, sample_di
     query splits are the ones tune and evaluate use, with the experiment's seed (7, not the default 42)."""
     import pipelines.encode as stage
     from spar.core.config import load_config
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     out = tmp_path / "run"
     (out / "queries").mkdir(parents=True)

@@ -218,7 +218,7 @@ def test_bm25_reproduces_scifact(datasets_dir, tmp_path):
 
     from spar.core.config import load_config
     from spar.experiment.inputs import ExperimentInputs
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
     from spar.data.readers import read_corpus
     from spar.core.schemas import PASSAGES, write_table
 
@@ -273,7 +273,7 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     assert report["command"].startswith("spar ")
 
     # Every system's TREC run, re-read and re-evaluated, gives the reported figures.
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     test = split_queries(cfg, "test")
     runs = artifact_dir(sample_experiment, "evaluation") / "runs"
@@ -376,7 +376,7 @@ def test_answer_accuracy_end_to_end_on_a_small_qa_file(sample_experiment, tmp_pa
     from pyserini.eval.evaluate_dpr_retrieval import SimpleTokenizer, has_answers
 
     from spar.evaluate.evaluation import evaluate_experiment
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
     from spar.data.readers import read_corpus
 
     corpus = {p.id: p.text for p in read_corpus(SAMPLE_CORPUS)}
@@ -433,7 +433,7 @@ def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_dig
     its results and TREC runs equal an uninterrupted run's, byte for byte."""
     import spar.evaluate.evaluation as evaluation
     from pipelines import evaluate as evaluate_stage
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     monkeypatch.setattr(evaluation, "EVAL_CHUNK", 16)  # the sample's test questions in several chunks
     whole = _experiment_with_index(sample_experiment, tmp_path / "whole", "base", "lambda", "flat")

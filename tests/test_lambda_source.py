@@ -290,14 +290,14 @@ def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_
 
 def test_the_lambda_card_names_the_teacher_the_labels_came_from():
     from spar.core.config import load_config
+    from spar.experiment.plan import Experiment
     from spar.lexical.card import lambda_card, lambda_card_facts
-    from spar.teacher.registry import teacher_for
 
     stats = {"passages": 600, "queries_train": 1500}
     for overrides, teacher in (([], "Pyserini Lucene BM25, k1=0.9, b=0.4, fields title+text, top 50"),
                                (["label.teacher=impact", "train.kind=transformer"], "impact index of splade-tiny")):
         cfg = load_config(None, overrides)
-        card = lambda_card({"kind": cfg.train.kind, "dim": 384}, lambda_card_facts(cfg, stats, "f00d", {}, None,
-                                                                                 teacher_for(cfg.label).describe()))
+        facts = lambda_card_facts(Experiment(cfg).run_facts(), stats, "f00d", {}, None)
+        card = lambda_card({"kind": cfg.train.kind, "dim": 384}, facts)
         assert f"| teacher | {teacher}" in card, card
         assert "| training queries | 1,500 |" in card and "| manifest fingerprint | `f00d` |" in card

@@ -315,12 +315,15 @@ def test_the_tune_fingerprint_settings_are_those_recorded_before_the_move():
 
 def test_a_lambda_is_opened_by_the_one_resolver():
     """Outside the Λ package, only the resolver opens a Λ directory or reads its config: encode, evaluate's fresh
-    queries, publish and the frontier (the run's own Λ) all go through spar/experiment/lambda_source.py."""
+    queries, publish and the frontier (the run's own Λ) all go through spar/experiment/lambda_source.py; an
+    experiment's Λ is resolved once, by spar/experiment/plan.py's Experiment, which encode, tune, evaluate (their
+    inputs) and publish ask."""
     users = _importers("*:load_lambda", "*:read_lambda_config")
     assert {u for u in users if not u.startswith("spar/lexical/")} == {"spar/experiment/lambda_source.py"}
-    assert _importers("spar.experiment.lambda_source:experiment_lambda", "spar.experiment.lambda_source:run_lambda",
-                      "spar.experiment.lambda_source:resolve_lambda") >= {
-        "pipelines/publish.py", "spar/experiment/inputs.py", "spar/evaluate/frontier.py", "pipelines/frontier.py"}
+    assert _importers("spar.experiment.lambda_source:run_lambda", "spar.experiment.lambda_source:resolve_lambda") >= {
+        "spar/experiment/plan.py", "spar/evaluate/frontier.py", "pipelines/frontier.py"}
+    assert _importers("spar.experiment.plan:Experiment") >= {
+        "pipelines/encode.py", "pipelines/publish.py", "pipelines/tune.py", "spar/experiment/inputs.py"}
 
 
 def test_mu_is_chosen_in_one_place():

@@ -32,7 +32,7 @@ def _answers(corpus: dict[str, str], qrels: dict[str, dict[str, int]], ids) -> d
 @pytest.fixture(scope="module")
 def qa_files(sample_experiment, tmp_path_factory):  # noqa: F811
     """dev/test JSONL ({_id, question, answers}) of set 'claims' and a DPR TSV test file of set 'dpr'."""
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
     from spar.data.readers import read_corpus
 
     root = tmp_path_factory.mktemp("qa-files")
@@ -149,7 +149,7 @@ def test_a_set_with_its_own_mu_is_served_by_it(sample_experiment, qa_files, tmp_
 
 
 def test_dev_pool_refuses_clashing_ids_and_mixed_judgments(qa_files, sample_experiment, tmp_path):  # noqa: F811
-    from spar.data.question_sets import dev_pool
+    from spar.experiment.plan import dev_pool
 
     clash = _config(tmp_path, qa_files, f"data.question_sets.dpr.dev={qa_files['dev']}", "tune.sets=[claims,dpr]")
     with pytest.raises(BadRecordError, match="question id 'claims-dev-.*' is also in another pooled dev set"):
@@ -192,7 +192,7 @@ def test_question_set_config_errors(overrides, message, tmp_path):
 
 def _claims_test_qrels(sample_experiment: Path, qa_files, tmp_path: Path) -> tuple[Path, int]:  # noqa: F811
     """Qrels for set 'claims''s test questions (each one's SciFact judgments): the file and its judgment count."""
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     test = split_queries(experiment_config(sample_experiment, tmp_path / "results"), "test")
     ids = [json.loads(line)["_id"] for line in qa_files["test"].read_text().splitlines()]

@@ -148,7 +148,7 @@ def test_a_truncated_model_is_refused_in_one_line_before_any_stage(tmp_path):
 def test_skip_mode_drops_judgments_of_unknown_passages_from_evaluation(tmp_path):
     """`--on-bad-record skip` applies to qrels: a judgment of a passage outside the corpus does not count as a miss."""
     import pipelines.sample
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     files = _small_inputs(tmp_path / "in")
     cfg = _config(files, tmp_path / "run", "sample.max_queries=20")
@@ -473,7 +473,7 @@ def test_a_regex_answer_that_does_not_compile_is_named_at_preflight(tmp_path, pa
     """#37 item 2: such an answer never matched (Pyserini swallows the error), silently: preflight passed and every
     system's Acc@k counted the question as a miss. Now preflight names its file and line; with on_bad_record=skip it
     is counted, and the stages leave the same question out."""
-    from spar.data.question_sets import set_split
+    from spar.experiment.plan import set_split
     from spar.experiment.preflight import check_inputs, skipped_records
 
     files = _small_inputs(tmp_path / "in")
@@ -512,7 +512,7 @@ def test_a_regex_answer_in_an_answers_file_is_named_at_preflight(tmp_path):
 def test_a_question_without_answers_is_named_at_preflight(tmp_path):
     """#37 item 12: a question without ``answers`` among questions with them passed preflight and was refused one
     stage later (at encode), without its line."""
-    from spar.data.question_sets import set_split
+    from spar.experiment.plan import set_split
     from spar.experiment.preflight import check_inputs, skipped_records
 
     files = _small_inputs(tmp_path / "in")

@@ -2,7 +2,10 @@
 
 Static: the stage module's source is walked for ``cfg.<section>`` accesses, and so is every library function or
 class the stage hands the whole ``cfg`` to (followed transitively through the functions and classes those pass
-``cfg`` on to, within ``spar``). Cheap, and it fails as soon as a stage starts reading a section it does not list.
+``cfg`` on to, within ``spar``). A class built from ``cfg`` (the :class:`spar.experiment.plan.Experiment`) resolves
+its parts lazily, so of a class only ``__init__`` is walked, and then those of its methods and properties whose names
+the walked code uses (``experiment.encoder(...)``, ``self.teacher``): a stage reads the sections of the parts it asks
+for, not of the whole experiment. Cheap, and it fails as soon as a stage starts reading a section it does not list.
 """
 
 from __future__ import annotations
@@ -49,34 +52,76 @@ class _Module:
                     self.imports[alias.asname or alias.name] = node.module
 
 
-def _sections(module: str, node: ast.AST, seen: set[tuple[str, str]]) -> set[str]:
-    """Sections read under ``node`` of ``module``, following callees that receive ``cfg``."""
-    mod = _Module(module)
-    found: set[str] = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Attribute) and _is_cfg(sub.value):
-            if sub.attr in SECTION_NAMES:
-                found.add(sub.attr)
-            elif sub.attr in PROPERTIES:
-                found.add(PROPERTIES[sub.attr])
-        if isinstance(sub, ast.Call) and any(_is_cfg(a) for a in [*sub.args, *(k.value for k in sub.keywords)]):
-            func = sub.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-            if name is None:
-                continue
-            target = (module, name) if name in mod.defs else (mod.imports[name], name) if name in mod.imports else None
-            if target is None or target in seen:
-                continue
-            seen.add(target)
-            callee = _Module(target[0])
-            if target[1] in callee.defs:
-                found |= _sections(target[0], callee.defs[target[1]], seen)
-    return found
+class _Walk:
+    """Sections read, functions and classes followed, and the attribute names the walked code uses."""
+
+    def __init__(self) -> None:
+        self.found: set[str] = set()
+        self.seen: set[tuple[str, str]] = set()
+        self.attributes: set[str] = set()
+        self.classes: list[tuple[str, ast.ClassDef]] = []
+        self.methods: set[tuple[str, str, str]] = set()
+
+    def visit(self, module: str, node: ast.AST) -> None:
+        """Sections read under ``node`` of ``module``, following callees that receive ``cfg``."""
+        mod = _Module(module)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute):
+                self.attributes.add(sub.attr)
+                if _is_cfg(sub.value):
+                    if sub.attr in SECTION_NAMES:
+                        self.found.add(sub.attr)
+                    elif sub.attr in PROPERTIES:
+                        self.found.add(PROPERTIES[sub.attr])
+            if isinstance(sub, ast.Call) and any(_is_cfg(a) for a in [*sub.args, *(k.value for k in sub.keywords)]):
+                func = sub.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) \
+                    else None
+                if name is None:
+                    continue
+                target = (module, name) if name in mod.defs else (mod.imports[name], name) if name in mod.imports \
+                    else None
+                if target is None or target in self.seen:
+                    continue
+                self.seen.add(target)
+                callee = _Module(target[0])
+                definition = callee.defs.get(target[1])
+                if isinstance(definition, ast.ClassDef):
+                    self.enter_class(target[0], definition)
+                elif definition is not None:
+                    self.visit(target[0], definition)
+
+    def enter_class(self, module: str, cls: ast.ClassDef) -> None:
+        """A class built from ``cfg``: its body but the methods, and ``__init__``; the rest on demand."""
+        self.classes.append((module, cls))
+        for stmt in cls.body:
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.visit(module, stmt)
+            elif stmt.name == "__init__":
+                self.methods.add((module, cls.name, stmt.name))
+                self.visit(module, stmt)
+
+    def follow_used_methods(self) -> None:
+        """Walk each entered class's methods the walked code names, until no new name turns up."""
+        grown = True
+        while grown:
+            grown = False
+            for module, cls in list(self.classes):
+                for stmt in cls.body:
+                    key = (module, cls.name, getattr(stmt, "name", ""))
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and key not in self.methods \
+                            and stmt.name in self.attributes:
+                        self.methods.add(key)
+                        self.visit(module, stmt)
+                        grown = True
 
 
 def sections_read(stage: str) -> set[str]:
     module = f"pipelines.{stage}"
-    return _sections(module, _Module(module).tree, set())
+    walk = _Walk()
+    walk.visit(module, _Module(module).tree)
+    walk.follow_used_methods()
+    return walk.found
 
 
 @pytest.mark.parametrize("stage", STAGES)

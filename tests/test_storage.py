@@ -149,7 +149,7 @@ def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storag
     # The tuned μ's dev score is the score of the served vectors, checked by hand with exact search.
     inputs = ExperimentInputs(cfg)
     from spar.evaluate.exact import dense_search
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
     from spar.index.spar_index import spar_query_vectors
     from spar.evaluate.metrics import evaluate_run
 

@@ -53,7 +53,7 @@ def build_sample_experiment(root: Path) -> Path:
     from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries
     from spar.model.encoders import BiEncoder
     from spar.lexical.transformer import TransformerLambda
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
     from spar.index.spar_index import SparIndex
     from spar.data.readers import read_corpus
     from spar.core.schemas import PASSAGES, write_table
@@ -275,7 +275,7 @@ def test_tune_weight_finds_the_weight_that_ranks_the_relevant_passage_first():
 
 def test_chosen_mu_is_confirmed_by_a_real_search_on_the_sample(sample_experiment):
     from spar.experiment.inputs import ExperimentInputs
-    from spar.data.question_sets import split_queries
+    from spar.experiment.plan import split_queries
 
     cfg = experiment_config(sample_experiment, sample_experiment / "results")
     inputs = ExperimentInputs(cfg)

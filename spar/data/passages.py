@@ -139,17 +139,15 @@ def indexed_text(fields: Iterable[str | None]) -> str:
     return " ".join(part for part in fields if part)
 
 
-def experiment_passages(cfg) -> Path | list[Path]:
-    """The passages an experiment encodes and indexes: ``queries/passages.arrow`` when the sample stage wrote it
-    (the rows labels refer to), else ``data.corpus``'s file or files (e.g. an experiment whose Λ comes from
-    elsewhere)."""
-    from spar.core.run_context import RunContext
+def encoded_passages(passages_arrow: Path, corpus: str | list[str]) -> Path | list[Path]:
+    """The passages an experiment encodes and indexes: ``passages_arrow`` (a run's ``queries/passages.arrow``) when
+    the sample stage wrote it (the rows labels refer to), else the ``data.corpus`` file or files (e.g. an experiment
+    whose Λ comes from elsewhere)."""
     from spar.data.readers import corpus_files
 
-    arrow = RunContext(cfg).passages
-    if arrow.exists():
-        return arrow
-    return Path(cfg.data.corpus) if isinstance(cfg.data.corpus, str) else corpus_files(cfg.data.corpus)
+    if passages_arrow.exists():
+        return passages_arrow
+    return Path(corpus) if isinstance(corpus, str) else corpus_files(corpus)
 
 
 def passage_contents(fields: Sequence[str], batch: dict[str, list]) -> list[str]:

@@ -6,10 +6,15 @@ An experiment's question sets are ``data.question_sets``: BEIR-style experiments
 (NQ, TriviaQA, ...). A set's split is judged by qrels (nDCG, R@k), by reference answers (Acc@k, DPR's
 ``has_answer``), or both. This module is the one owner of
 
-- each set's dev and test **splits** (:class:`SplitQueries`, :func:`set_split`), the **files** each reads
+- each set's dev and test **splits** (:class:`SplitQueries`, :func:`read_split`), the **files** each reads
   (:func:`split_files`) and where their query vectors are stored (``embeddings/<encoder>/queries-<split>[-<set>]``:
   the default set's carry no suffix, as they always had);
-- the **dev pool** μ is tuned on (:func:`dev_pool`: the dev splits of ``tune.sets``, each capped by a seeded sample);
+- the **dev pool** μ is tuned on (:func:`pool`: the dev splits of ``tune.sets``, each capped by a seeded sample);
+- how fingerprints spell the sets (:func:`file_key`, :func:`data_settings`, :func:`set_settings`): the default set
+  as its options were spelled before spar 0.2, so runs made before stay up to date.
+
+Every function takes typed parts (a set's section, the seed, ...); :mod:`spar.experiment.plan` applies them to an
+experiment.
 - **answer judgments** (:class:`AnswerJudge`): whether a passage holds an answer, turned into qrels over exactly the
   passages a ranking can show, so Acc@k is ir_measures' ``Success@k`` and tuning treats it like any measure.
 
@@ -29,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from spar.core.config_sections import DEFAULT_SET, stored_set_name
 from spar.core.errors import BadRecordError, ConfigError
+from spar.data.readers import OnBad
 
 
 @dataclass
@@ -71,10 +77,9 @@ def embeddings_key(name: str, split: str) -> str:
     return f"{split}-{stored}" if stored else split
 
 
-def configured_splits(cfg) -> list[tuple[str, str]]:
-    """Every (set, split) the config defines questions for, in config order."""
-    return [(name, split) for name, qs in cfg.data.question_sets.items() for split in ("dev", "test")
-            if getattr(qs, split) is not None]
+def configured_splits(sets: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every (set, split) that ``data.question_sets`` defines questions for, in config order."""
+    return [(name, split) for name, qs in sets.items() for split in ("dev", "test") if getattr(qs, split) is not None]
 
 
 #: The file options of a question set.
@@ -97,12 +102,6 @@ def file_key(name: str, option: str) -> str:
     if name == DEFAULT_SET:
         return "queries" if option in ("dev", "test") else option
     return f"{name}.{option}"
-
-
-def set_files(cfg) -> dict[str, str]:
-    """Every question, qrels and answers file of the configured sets, by :func:`file_key`."""
-    return {file_key(name, key): value for name, qs in cfg.data.question_sets.items()
-            for key, value in qs.model_dump().items() if key in QUESTION_FILES and value}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -128,58 +127,55 @@ def data_settings(data) -> dict[str, Any]:
     return values
 
 
-def evaluate_settings(cfg) -> dict[str, Any]:
+def evaluate_settings(evaluate, sets: Mapping[str, Any]) -> dict[str, Any]:
     """The ``evaluate`` section as fingerprints spell it: with the default set's answers options under the keys
     they had there before spar 0.2 (``answers``, ``answer_match``)."""
     from spar.core.stage import settings
 
-    default = cfg.data.question_sets.get(DEFAULT_SET)
-    return {**settings(cfg.evaluate), "answers": default.answers if default else None,
+    default = sets.get(DEFAULT_SET)
+    return {**settings(evaluate), "answers": default.answers if default else None,
             "answer_match": default.answer_match if default else "string"}
 
 
-def default_holdout(cfg) -> float | None:
+def default_holdout(sets: Mapping[str, Any]) -> float | None:
     """The default set's ``dev_holdout_fraction`` (``data.dev_holdout_fraction`` before spar 0.2, a key of the tune
     and evaluate fingerprints), None without one."""
-    default = cfg.data.question_sets.get(DEFAULT_SET)
+    default = sets.get(DEFAULT_SET)
     return default.dev_holdout_fraction if default else None
 
 
-def set_settings(cfg, options: Sequence[str]) -> dict[str, Any]:
+def set_settings(sets: Mapping[str, Any], options: Sequence[str]) -> dict[str, Any]:
     """``{"question_sets": {set: {option: value}}}`` of the sets' ``options`` that change a stage's output (and a
     named set's ``dev_holdout_fraction`` when it has one); ``{}`` when no set is left. The default set is left out
     while its options are at their defaults (before spar 0.2 it had none of them; its hold-out is
     :func:`default_holdout`)."""
-    sets = {}
-    for name, qs in cfg.data.question_sets.items():
+    found = {}
+    for name, qs in sets.items():
         values = {option: getattr(qs, option) for option in options}
         if name == DEFAULT_SET:
             if all(values[o] == type(qs).model_fields[o].default for o in options):
                 continue
         elif qs.dev_holdout_fraction is not None:
             values["dev_holdout_fraction"] = qs.dev_holdout_fraction
-        sets[name] = values
-    return {"question_sets": sets} if sets else {}
+        found[name] = values
+    return {"question_sets": found} if found else {}
 
 
-def _known_passages(cfg) -> set[str] | None:
-    from spar.core.run_context import RunContext
-    from spar.core.schemas import read_table
-
-    passages = RunContext(cfg).passages
-    return set(read_table(passages).column("id").to_pylist()) if passages.exists() else None
+# ----------------------------------------------------------------------------------------------------------------
+# Reading a split
+# ----------------------------------------------------------------------------------------------------------------
 
 
-def set_split(cfg, name: str, split: str) -> SplitQueries:
-    """The questions of set ``name``'s ``split`` ("dev" or "test"), with its qrels and/or answers."""
+def read_split(name: str, qs, split: str, *, seed: int, on_bad_record: OnBad = "fail",
+               known_passages: set[str] | None = None) -> SplitQueries:
+    """The questions of set ``name`` (its ``data.question_sets`` section ``qs``) for ``split`` ("dev" or "test"),
+    with their qrels (a dev hold-out drawn with ``seed``) and/or answers; judgments naming passages outside
+    ``known_passages`` are bad records."""
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
     from spar.data.readers import evaluation_qrels, read_questions
 
-    sets = cfg.data.question_sets
-    if name not in sets:
-        raise ConfigError(f"no question set {name!r} in data.question_sets (sets: {sorted(sets)})")
-    qs, on_bad = sets[name], cfg.experiment.on_bad_record
+    on_bad = on_bad_record
     path = getattr(qs, split)
     if path is None:
         raise ConfigError(f"data.question_sets.{name}.{split} is not set")
@@ -191,8 +187,8 @@ def set_split(cfg, name: str, split: str) -> SplitQueries:
     qrels_path = next((p for option, p in split_files(qs, split).items() if option.startswith("qrels_")), None)
     if qrels_path:
         # Judgments naming unknown questions or passages: file:line errors, or skipped with on_bad_record=skip.
-        qrels = evaluation_qrels(qs, split, seed=cfg.experiment.seed, known_queries=set(texts),
-                                 known_passages=_known_passages(cfg), on_bad_record=on_bad)
+        qrels = evaluation_qrels(qs, split, seed=seed, known_queries=set(texts), known_passages=known_passages,
+                                 on_bad_record=on_bad)
         if not qrels:
             raise BadRecordError(qrels_path, None, f"the {split} qrels of set {name!r} hold no question")
         texts = {q: texts[q] for q in texts if q in qrels}  # a judged split is its judged questions
@@ -239,22 +235,17 @@ def split_answers(qs, path: str | Path, questions, wanted: set[str], on_bad: str
     return carried
 
 
-def test_splits(cfg) -> list[SplitQueries]:
-    """Every configured test split, in config order."""
-    return [set_split(cfg, name, "test") for name, split in configured_splits(cfg) if split == "test"]
-
-
-def pooled_sets(cfg) -> list[str]:
+def pooled_names(sets: Mapping[str, Any], tune_sets: Sequence[str] | None) -> list[str]:
     """The sets whose dev splits make the experiment's μ: ``tune.sets``, else every set with a dev split that does
     not tune its own μ."""
-    if cfg.tune.sets is not None:
-        return list(cfg.tune.sets)
-    return [name for name, qs in cfg.data.question_sets.items() if qs.dev is not None and not qs.own_mu]
+    if tune_sets is not None:
+        return list(tune_sets)
+    return [name for name, qs in sets.items() if qs.dev is not None and not qs.own_mu]
 
 
-def own_mu_sets(cfg) -> list[str]:
-    """Named sets tuned on their own dev split (``own_mu``), whose test split uses that μ and α."""
-    return [name for name, qs in cfg.data.question_sets.items() if qs.own_mu]
+def own_mu_names(sets: Mapping[str, Any]) -> list[str]:
+    """Sets tuned on their own dev split (``own_mu``), whose test split uses that μ and α."""
+    return [name for name, qs in sets.items() if qs.own_mu]
 
 
 def sampled(queries: SplitQueries, cap: int | None, seed: int) -> SplitQueries:
@@ -272,33 +263,25 @@ def sampled(queries: SplitQueries, cap: int | None, seed: int) -> SplitQueries:
                         queries.answer_match, queries.name, queries.stored)
 
 
-def dev_split(cfg, name: str) -> SplitQueries:
-    """Set ``name``'s dev split as tuning reads it (capped by its ``dev_sample``)."""
-    queries = set_split(cfg, name, "dev")
-    cap = cfg.data.question_sets[name].dev_sample
-    return sampled(queries, cap, cfg.experiment.seed)
-
-
-def dev_pool(cfg, names: Sequence[str] | None = None) -> SplitQueries:
-    """The dev questions μ is tuned on: the dev splits of ``names`` (default :func:`pooled_sets`) as one split.
-    Every part must be judged the same way (all by qrels or all by answers), and ids must not repeat across sets."""
-    names = list(names) if names is not None else pooled_sets(cfg)
-    if not names:
+def pool(parts: Sequence[SplitQueries], names: Sequence[str], sets: Mapping[str, Any]) -> SplitQueries:
+    """The dev splits ``parts`` of sets ``names`` as one split (μ's dev pool). Every part must be judged the same way
+    (all by qrels or all by answers), and ids must not repeat across sets."""
+    if not parts:
         raise ConfigError("no dev split to tune on: give a question set a 'dev' file (or set tune.sets)")
-    parts = [dev_split(cfg, name) for name in names]
     if len(parts) == 1:
         return parts[0]
     kinds = {part.judged_by for part in parts}
     if len(kinds) > 1:
-        raise ConfigError(f"tune.sets {names} mix judgments ({sorted(kinds)}): pool sets judged the same way")
+        raise ConfigError(f"tune.sets {list(names)} mix judgments ({sorted(kinds)}): pool sets judged the same way")
     matches = {part.answer_match for part in parts if part.answers is not None}
     if len(matches) > 1:
-        raise ConfigError(f"tune.sets {names} mix answer matching ({sorted(matches)}): pool sets matched alike")
+        raise ConfigError(f"tune.sets {list(names)} mix answer matching ({sorted(matches)}): pool sets matched "
+                          "alike")
     texts: dict[str, str] = {}
-    for part in parts:
+    for name, part in zip(names, parts):
         clash = texts.keys() & part.texts.keys()
         if clash:
-            raise BadRecordError(str(getattr(cfg.data.question_sets[part.name], "dev")), None,
+            raise BadRecordError(str(sets[name].dev), None,
                                  f"question id {sorted(clash)[0]!r} is also in another pooled dev set")
         texts.update(part.texts)
     answers = None
@@ -374,14 +357,3 @@ def judged_qrels(queries: SplitQueries, judge: AnswerJudge | None, row_of: Mappi
             if q in rows:
                 rows[q].extend(row_of[doc] for doc, _ in hits)
     return judge.qrels(rows)
-
-
-def set_config_path(cfg, name: str) -> Path | None:
-    """The file a set's dev questions come from (for messages)."""
-    dev = cfg.data.question_sets[name].dev
-    return Path(dev) if dev else None
-
-
-def split_queries(cfg, split: str) -> SplitQueries:
-    """The default question set's ``split`` ("dev" or "test"): see :func:`spar.data.question_sets.set_split`."""
-    return set_split(cfg, DEFAULT_SET, split)

@@ -152,8 +152,8 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
                   progress: Callable[[str], None] = log.info, keep_runs: bool = True,
                   checkpoints: Path | None = None, systems: Sequence[str] | None = None,
                   sets: Sequence[str] | None = None, questions: int | None = None) -> dict[str, EvaluationReport]:
-    """Run every system on every configured test split (:func:`spar.data.question_sets.test_splits`), each with the μ
-    and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
+    """Run every system on every configured test split (:meth:`spar.experiment.plan.Experiment.test_splits`), each
+    with the μ and α that serve its set: metrics (qrels) and Acc@k (answers), RBO and the shuffled-query analysis.
 
     ``runs_dir``: where ``<system>.trec`` files are written (``evaluation/runs`` in the pipeline; a named set's in
     ``<runs_dir>/<set>/``). ``keep_runs=False`` (with ``runs_dir``) leaves each report's ``runs`` empty once its
@@ -178,7 +178,6 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     if checkpoints is not None and (keep_runs or runs_dir is None):
         raise ValueError("checkpoints need runs_dir and keep_runs=False: a resumed set's rankings are in its files")
     from spar.index.spar_index import SparIndex, build_spar_index, check_serves
-    from spar.data.question_sets import test_splits
 
     inputs = inputs or ExperimentInputs(cfg)
     index_dir = RunContext(cfg).artifact("index")
@@ -196,7 +195,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
         sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
     context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
     reports = {}
-    splits = {test.name: test for test in test_splits(cfg)}
+    splits = {test.name: test for test in inputs.experiment.test_splits()}
     missing = sorted(set(sets or ()) - set(splits))
     if missing:
         raise ValueError(f"no test set {missing} in this experiment: {', '.join(map(repr, splits))}")

@@ -78,7 +78,7 @@ class FrontierInputs:
     def __init__(self, cfg):
         from spar.model.embeddings import load_embeddings
         from spar.experiment.inputs import ExperimentInputs
-        from spar.data.question_sets import split_queries
+        from spar.experiment.plan import split_queries
         from spar.data.passages import corpus_texts
         from spar.lexical.terms import BM25Weights
 

@@ -212,13 +212,12 @@ def tune_settings(cfg) -> dict[str, Any]:
 def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info) -> TuneReport:
     """The ``tune`` stage on an experiment's artifacts: μ (configured variant, and the other one when
     ``tune.tune_both_variants``) and the hybrid's α, on dev questions only (never a test split): the dev pool of
-    :func:`spar.data.question_sets.dev_pool`, then each set that tunes its own μ (``own_mu``) on its own dev split
-    (recorded under ``sets``)."""
-    from spar.data.question_sets import dev_pool, dev_split, own_mu_sets
-
+    :meth:`spar.experiment.plan.Experiment.dev_pool`, then each set that tunes its own μ (``own_mu``) on its own dev
+    split (recorded under ``sets``)."""
     inputs = inputs or ExperimentInputs(cfg)
-    report = tune_split(cfg, inputs, dev_pool(cfg), progress)
-    own = {name: tune_split(cfg, inputs, dev_split(cfg, name), progress) for name in own_mu_sets(cfg)}
+    experiment = inputs.experiment
+    report = tune_split(cfg, inputs, experiment.dev_pool(), progress)
+    own = {name: tune_split(cfg, inputs, experiment.dev_split(name), progress) for name in experiment.own_mu()}
     if own:
         report.payload["sets"] = {name: {k: r.payload[k] for k in SET_KEYS} for name, r in own.items()}
     return report

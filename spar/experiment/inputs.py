@@ -67,10 +67,14 @@ def resolved_index(cfg):
 class ExperimentInputs:
     """Lazy access to an experiment's artifacts for tuning and evaluation (each loaded at most once)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, experiment=None):
+        from spar.experiment.plan import Experiment
+
         self.cfg = cfg
+        #: The experiment's resolved parts (:class:`spar.experiment.plan.Experiment`): its Λ is resolved once.
+        self.experiment = experiment if experiment is not None else Experiment(cfg)
         self.out = cfg.output_dir
-        self.run = RunContext(cfg)
+        self.run = self.experiment.run
         self._encoders: dict[str, Any] = {}
 
     # -- passages ----------------------------------------------------------------------------------------------
@@ -211,12 +215,10 @@ class ExperimentInputs:
             raise ArtifactError(f"{index_dir}: indexes other passages than {self.passage_dir('base')}: the index is "
                                 "stale, re-run `spar index`")
 
-    @cached_property
+    @property
     def lambda_source(self):
-        """Where this experiment's Λ comes from (:func:`spar.experiment.lambda_source.experiment_lambda`)."""
-        from spar.experiment.lambda_source import experiment_lambda
-
-        return experiment_lambda(self.cfg)
+        """Where this experiment's Λ comes from (:attr:`spar.experiment.plan.Experiment.lambda_source`)."""
+        return self.experiment.lambda_source
 
     # -- passage texts and answers -----------------------------------------------------------------------------
     @cached_property

@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from spar.core.errors import ArtifactError
 from spar.core.run_context import RunContext
+from spar.data.readers import OnBad
 from spar.model.resolve import HUB_ID as _HUB_ID  # a hub id: ``owner/name`` (when no such local path exists)
 
 
@@ -240,30 +242,27 @@ def run_lambda(cfg) -> LambdaSource | None:
     return resolve_lambda(None, cfg.output_dir) if is_complete(lam) else None
 
 
-def experiment_lambda(cfg) -> LambdaSource:
-    """The Λ of an experiment: ``encode.lambda`` when set, else its own ``lambda/``; a ``statistics: target`` Λ
-    refits on the experiment's passages (:func:`spar.experiment.lambda_source.experiment_corpus_passages`)."""
-    from spar.experiment.lambda_source import experiment_corpus_passages
-    from spar.data.passages import experiment_passages
-
-    source = resolve_lambda(cfg.encode.lambda_, cfg.output_dir)
+def with_target(source: LambdaSource, passages: Path | list[Path], corpus_format: str = "auto",
+                on_bad_record: OnBad = "fail") -> LambdaSource:
+    """``source``, refitting on the experiment's ``passages`` (``queries/passages.arrow`` or the corpus files)
+    when its ``statistics`` is ``target``; picklable (a Ray worker loads it)."""
     if source.statistics == "target":
-        source.target, source.target_passages = experiment_passages(cfg), lambda: experiment_corpus_passages(cfg)
+        source.target = passages
+        source.target_passages = functools.partial(corpus_passages, passages, corpus_format, on_bad_record)
     return source
 
 
-def experiment_corpus_passages(cfg) -> Iterator[tuple[str, str]]:
-    """Every passage an experiment encodes (:func:`spar.data.passages.experiment_passages`) as ``(title, text)``: the
-    target corpus a term-based Λ refits its statistics on (``encode.lambda.statistics: target``), reading it through
-    its own fields."""
-    from spar.data.passages import PassagesTable, experiment_passages
+def corpus_passages(source: Path | list[Path], corpus_format: str = "auto",
+                    on_bad_record: OnBad = "fail") -> Iterator[tuple[str, str]]:
+    """Every passage an experiment encodes, as ``(title, text)``: the target corpus a term-based Λ refits its
+    statistics on (``encode.lambda.statistics: target``), reading it through its own fields."""
+    from spar.data.passages import PassagesTable
 
-    source = experiment_passages(cfg)
     if isinstance(source, Path) and source.suffix == ".arrow":
         for batch in PassagesTable.open(source).iter_columns(("id", "title", "text")):
             yield from zip(batch["title"], batch["text"])
         return
     from spar.data.readers import read_corpus
 
-    for passage in read_corpus(source, cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record):
+    for passage in read_corpus(source, corpus_format, on_bad_record=on_bad_record):
         yield passage.title, passage.text

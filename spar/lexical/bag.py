@@ -95,9 +95,9 @@ class TermLambda(LexicalModel):
         return static(cls.published_weights(bag, entry), bag.embeddings.detach(),
                       init={"from": "published model"}).eval()
 
-    def _card_facts(self, cfg, train_details: dict[str, Any]) -> dict[str, Any]:
+    def _card_facts(self, train, train_details: dict[str, Any]) -> dict[str, Any]:
         return {"train_details": train_details,
-                "lambda_init": f"{self.kind} Λ: the teacher's terms, {cfg.train.lexical.projection} projection "
+                "lambda_init": f"{self.kind} Λ: the teacher's terms, {train.lexical.projection} projection "
                                f"(dim {self.dim})",
                 "lambda_pooling": "term bag (query counts, passage BM25 weights)", "lambda_normalize": False}
 

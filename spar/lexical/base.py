@@ -136,9 +136,10 @@ class LexicalModel(nn.Module):
         length-sorted, multi-device engines run."""
         return self
 
-    def card_facts(self, cfg) -> dict[str, Any]:
+    def card_facts(self, train) -> dict[str, Any]:
         """The published model card's facts about this Λ: ``train_details``, ``lambda_init``, ``lambda_pooling``,
-        ``lambda_normalize`` (from the experiment ``cfg``)."""
+        ``lambda_normalize``, from the experiment's ``train`` section
+        (:class:`~spar.core.config_sections.TrainSection`)."""
         raise NotImplementedError
 
     def published_spec(self, side: str, weight: float) -> dict[str, Any]:

@@ -19,7 +19,25 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from spar.core.config_sections import LabelSection, SampleSection, TrainSection
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a card says about the run that made a model (typed parts of its experiment, built by
+    :meth:`spar.experiment.plan.Experiment.run_facts`): its name and corpus, how its training queries were sampled
+    and labelled, how Λ was trained, and the teacher's description
+    (:meth:`spar.teacher.registry.SparseTeacher.describe`)."""
+
+    experiment: str
+    corpus: str | list[str]
+    sample: SampleSection
+    label: LabelSection
+    train: TrainSection
+    teacher: str
 
 KIND_SUMMARY = {
     "transformer": "a DPR bi-encoder fine-tuned on the teacher's labels (SPAR §3)",
@@ -39,18 +57,18 @@ STATISTICS_NOTE = (
 )
 
 
-def lambda_card_facts(cfg, queries_stats: dict[str, Any], fingerprint: str, training: dict[str, Any] | None,
-                      command: str | None, teacher: str) -> dict[str, Any]:
-    """The ``facts`` of :func:`lambda_card` for a Λ trained by a run: its config and its query manifest's stats;
-    ``teacher``: the teacher's description (:meth:`spar.teacher.registry.SparseTeacher.describe`)."""
-    sample, label = cfg.sample, cfg.label
+def lambda_card_facts(run: RunFacts, queries_stats: dict[str, Any], fingerprint: str,
+                      training: dict[str, Any] | None, command: str | None) -> dict[str, Any]:
+    """The ``facts`` of :func:`lambda_card` for a Λ trained by a run: what the run says of itself and its query
+    manifest's stats."""
+    sample, label = run.sample, run.label
     sampling = {"wiki": f"wiki: pseudo-exponential over the passage's position in its article (base "
                         f"{sample.exponential_base}, at least one sentence per passage)",
                 "all": "every sentence of every passage",
                 "uniform": f"each sentence with probability {sample.uniform_rate}"}[sample.strategy]
-    teacher = (f"{teacher}, top {label.k} ({label.n_positives} positives, {label.n_negatives} "
+    teacher = (f"{run.teacher}, top {label.k} ({label.n_positives} positives, {label.n_negatives} "
                "hard negatives)")
-    return {"experiment": cfg.experiment.name, "corpus": cfg.data.corpus, "passages": queries_stats.get("passages"),
+    return {"experiment": run.experiment, "corpus": run.corpus, "passages": queries_stats.get("passages"),
             "sampling": sampling, "queries": queries_stats.get("queries_train", queries_stats.get("queries")),
             "teacher": teacher, "fingerprint": fingerprint, "training": training or {}, "command": command}
 

@@ -201,8 +201,8 @@ class ProjectionLambda(TermLambda):
     def term_vectors(self, weights, matrix) -> np.ndarray | None:
         return project(matrix, self.matrix) if weights is self.weights else None
 
-    def card_facts(self, cfg) -> dict[str, Any]:
-        return self._card_facts(cfg, {"kind": self.kind, "training": "none (the teacher's BM25 weights times a "
+    def card_facts(self, train) -> dict[str, Any]:
+        return self._card_facts(train, {"kind": self.kind, "training": "none (the teacher's BM25 weights times a "
                                                                      "seeded random matrix)"})
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:

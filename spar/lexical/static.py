@@ -139,9 +139,9 @@ class StaticLambda(TermLambda):
     def term_vectors(self, weights, matrix) -> np.ndarray | None:
         return np.asarray(matrix @ self.term_table(), dtype=np.float32) if weights is self.weights else None
 
-    def card_facts(self, cfg) -> dict[str, Any]:
-        t = cfg.train
-        return self._card_facts(cfg, {"kind": self.kind, "loss": t.lexical.objective, "batch size": t.batch_size,
+    def card_facts(self, train) -> dict[str, Any]:
+        t = train
+        return self._card_facts(train, {"kind": self.kind, "loss": t.lexical.objective, "batch size": t.batch_size,
                                       "hard negatives": t.hard_negatives, "learning rate": t.learning_rate or "1e-3"})
 
     def encode_query(self, texts: Iterable[str], batch_size: int = 4096) -> np.ndarray:

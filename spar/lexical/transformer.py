@@ -186,26 +186,27 @@ class TransformerLambda(LexicalModel):
 
     def _loss_terms(self, q: torch.Tensor, p: torch.Tensor, batch: dict[str, Any],
                     context: TrainingContext) -> dict[str, torch.Tensor]:
-        cfg = self.objective
+        objective = self.objective
         terms: dict[str, torch.Tensor] = {}
-        if cfg.loss in ("contrastive", "contrastive+kl"):
+        if objective.loss in ("contrastive", "contrastive+kl"):
             all_p, all_rows, offset = context.gather_passages(p, batch["passage_rows"])
             target = batch["target"] + offset
-            keep = in_batch_keep_mask(all_rows, target, batch["positive_rows"] if cfg.mask_teacher_positives else None)
-            terms["contrastive"] = contrastive_loss(q, all_p, target, cfg.temperature, mask=keep)
-        if cfg.batch_kl:  # every (query, batch passage) pair, scored by the exact teacher: no extra passages
+            masked = batch["positive_rows"] if objective.mask_teacher_positives else None
+            keep = in_batch_keep_mask(all_rows, target, masked)
+            terms["contrastive"] = contrastive_loss(q, all_p, target, objective.temperature, mask=keep)
+        if objective.batch_kl:  # every (query, batch passage) pair, scored by the exact teacher: no extra passages
             teacher = batch["teacher_matrix"].to(q.device)
-            terms["kl"] = listwise_kl_loss(q @ p.T, teacher, None, cfg.teacher_temperature, cfg.temperature)
-        elif cfg.loss in ("contrastive+kl", "kl", "margin_mse"):
+            terms["kl"] = listwise_kl_loss(q @ p.T, teacher, None, objective.teacher_temperature, objective.temperature)
+        elif objective.loss in ("contrastive+kl", "kl", "margin_mse"):
             cand = batch["candidates"]
             valid = cand >= 0
             student = (q[:, None, :] * p[cand.clamp_min(0)]).sum(-1)
-            if cfg.loss == "margin_mse":
+            if objective.loss == "margin_mse":
                 terms["margin_mse"] = margin_mse_loss(student, batch["teacher_scores"], valid)
             else:
-                terms["kl"] = listwise_kl_loss(student, batch["teacher_scores"], valid, cfg.teacher_temperature,
-                                               cfg.temperature)
-        weight = {"kl": cfg.kl_weight if cfg.loss == "contrastive+kl" else 1.0}
+                terms["kl"] = listwise_kl_loss(student, batch["teacher_scores"], valid, objective.teacher_temperature,
+                                               objective.temperature)
+        weight = {"kl": objective.kl_weight if objective.loss == "contrastive+kl" else 1.0}
         terms["loss"] = sum(weight.get(k, 1.0) * v for k, v in terms.items())
         return terms
 
@@ -213,8 +214,8 @@ class TransformerLambda(LexicalModel):
     def batch_encoder(self) -> BiEncoder:
         return self.encoder
 
-    def card_facts(self, cfg) -> dict[str, Any]:
-        t, lam = cfg.train, cfg.train.encoder
+    def card_facts(self, train) -> dict[str, Any]:
+        t, lam = train, train.encoder
         return {"train_details": {"kind": self.kind, "loss": t.loss, "batch size": t.batch_size,
                                   "hard negatives": t.hard_negatives, "learning rate": t.learning_rate or "3e-5"},
                 "lambda_init": lam.model, "lambda_pooling": lam.pooling, "lambda_normalize": lam.normalize}

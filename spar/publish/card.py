@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+from spar.core.config_sections import EncoderSection, PublishSection, QuestionSetSection
+from spar.lexical.card import RunFacts
 
 KNOWN_LICENSES = {"all-minilm-l6-v2": "apache-2.0", "sentence-transformers/all-minilm-l6-v2": "apache-2.0"}
 KNOWN_HUB_IDS = {"all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
@@ -224,22 +227,18 @@ def _count(value: Any) -> int | None:
     return None
 
 
-def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, dict[str, Any]],
-                      results_md: str | None, command: str | None,
+def gather_card_facts(run: RunFacts, base: EncoderSection, publish: PublishSection, tune_split: str | None,
+                      encoder, tune: dict[str, Any], manifests: dict[str, dict[str, Any]], results_md: str | None,
+                      command: str | None, config_yaml: str,
                       lambda_source: dict[str, Any] | None = None) -> ModelCardFacts:
-    """Collect the model card's facts from the config, the tuning record and the input manifests."""
-    from spar.core.config import dump_config
-    from spar.teacher.registry import teacher_for
-
-    base = cfg.encode.base
+    """Collect the model card's facts from what the run says of itself (``run``, the base encoder's and the publish
+    sections, what μ was tuned on: :func:`tune_split`), the tuning record and the input manifests."""
     kind = encoder.lambda_.kind  # the published Λ's, not the config's
-    lambda_facts = encoder.lambda_.card_facts(cfg)
+    lambda_facts = encoder.lambda_.card_facts(run.train)
     queries_stats = manifests.get("queries", {}).get("stats", {})
     train_stats = manifests.get("lambda", {}).get("stats", {})
-    label = cfg.label
-    teacher = teacher_for(label).describe()
-    split = _tune_split(cfg)
-    sampling = cfg.sample.strategy + (f" (base {cfg.sample.exponential_base})" if cfg.sample.strategy == "wiki" else "")
+    label, sample = run.label, run.sample
+    sampling = sample.strategy + (f" (base {sample.exponential_base})" if sample.strategy == "wiki" else "")
     train_details = lambda_facts["train_details"]
     for key, label_ in (("steps", "steps"), ("best_valid_mrr", "best validation MRR")):
         value = train_stats.get(key)
@@ -247,35 +246,33 @@ def gather_card_facts(cfg, encoder, tune: dict[str, Any], manifests: dict[str, d
             train_details[label_] = round(value, 4) if isinstance(value, float) else value
     scores = tune.get("scores")
     return ModelCardFacts(
-        name=cfg.experiment.name,
+        name=run.experiment,
         base_model=base.model, base_pooling=base.pooling, base_normalize=base.normalize,
         lambda_init=f"{kind} Λ of {lambda_source.get('spec')}" if lambda_source and lambda_source.get("origin") != "run"
         else lambda_facts["lambda_init"],
         lambda_pooling=lambda_facts["lambda_pooling"], lambda_normalize=lambda_facts["lambda_normalize"],
         lambda_from_model=not encoder.lambda_.term_based,
         variant=encoder.variant, mu=encoder.mu, dim=encoder.dim,
-        license=cfg.publish.license,
-        base_license=cfg.publish.base_license or KNOWN_LICENSES.get(base.model.strip().lower()),
-        data_license=cfg.publish.data_license, dataset=cfg.publish.dataset,
-        teacher=label.teacher, teacher_details=teacher,
+        license=publish.license,
+        base_license=publish.base_license or KNOWN_LICENSES.get(base.model.strip().lower()),
+        data_license=publish.data_license, dataset=publish.dataset,
+        teacher=label.teacher, teacher_details=run.teacher,
         training_queries=_count(queries_stats.get("queries_train")),
         dev_queries=_count(queries_stats.get("queries_dev")),
         sampling=sampling, k=label.k, n_positives=label.n_positives, n_negatives=label.n_negatives,
         train_details=train_details, lambda_source=lambda_source,
         tune_metric=tune.get("metric"), tune_grid=tune.get("grid"),
         tune_scores={str(k): float(v) for k, v in scores.items()} if isinstance(scores, dict) else None,
-        tune_split=split, tune_confirmed=tune.get("confirmed"),
-        evaluation_markdown=results_md, command=command, config_yaml=dump_config(cfg),
-        repo_id=cfg.publish.push_to_hub,
+        tune_split=tune_split, tune_confirmed=tune.get("confirmed"),
+        evaluation_markdown=results_md, command=command, config_yaml=config_yaml,
+        repo_id=publish.push_to_hub,
     )
 
 
-def _tune_split(cfg) -> str | None:
-    """What μ was tuned on, for the card: one set's dev qrels or its dev hold-out (None: several sets, or answers)."""
-    from spar.data.question_sets import pooled_sets
-
-    pooled = pooled_sets(cfg)
-    qs = cfg.data.question_sets[pooled[0]] if len(pooled) == 1 and pooled[0] in cfg.data.question_sets else None
+def tune_split(pooled: Sequence[QuestionSetSection]) -> str | None:
+    """What μ was tuned on, for the card, from the question sets it was tuned on (``pooled``): one set's dev qrels or
+    its dev hold-out (None: several sets, or answers)."""
+    qs = pooled[0] if len(pooled) == 1 else None
     if qs is not None and qs.qrels_dev:
         return f"dev qrels `{Path(qs.qrels_dev).name}`"
     if qs is not None and qs.dev_holdout_fraction:
@@ -283,15 +280,17 @@ def _tune_split(cfg) -> str | None:
     return None
 
 
-def model_provenance(cfg, source, tune: dict[str, Any], index_info: dict[str, Any]) -> dict[str, Any]:
+def model_provenance(run: RunFacts, base_model: str, source, tune: dict[str, Any],
+                     index_info: dict[str, Any]) -> dict[str, Any]:
     """What a published model records about how it was made (``spar_model.json``'s ``provenance``): the experiment,
-    the base model, where Λ came from, the teacher, μ's tuning and the index's encoder fingerprints."""
+    the base model, where Λ came from (``source``: :class:`~spar.experiment.lambda_source.LambdaSource`), the
+    teacher, μ's tuning and the index's encoder fingerprints."""
     return {
-        "experiment": cfg.experiment.name,
-        "base_model": cfg.encode.base.model,
-        "lambda_init": cfg.train.encoder.model if source.origin == "run" else None,
+        "experiment": run.experiment,
+        "base_model": base_model,
+        "lambda_init": run.train.encoder.model if source.origin == "run" else None,
         "lambda_source": source.describe(),
-        "teacher": cfg.label.teacher,
+        "teacher": run.label.teacher,
         "tuning": {k: tune.get(k) for k in ("metric", "mu", "grid", "scores", "confirmed", "variant", "storage")},
         "index_fingerprints": {k: index_info.get(k) for k in ("base_fingerprint", "lambda_fingerprint")},
     }
