@@ -487,7 +487,8 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
                   "fold": spar_index.info.get("fold", 1.0),
                   **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
-        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in runs},
+        # What was never scored (the rankings themselves may be gone: written chunk by chunk and dropped).
+        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in means},
     }
     if test.name:
         details.update(question_set=test.name, tuned_on=tuned.payload.get("dev_sets"))
