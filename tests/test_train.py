@@ -543,3 +543,25 @@ def test_two_identical_trainings_have_one_fingerprint(labelled: Path, tmp_path: 
     del manifest["stats"]["identity"]
     (older / "manifest.json").write_text(json.dumps(manifest))
     assert fingerprint_of(older, "files") == directory_fingerprint(older) != fingerprints[0]
+
+
+def test_checkpoint_interval_auto_is_per_device(monkeypatch):
+    """``train.checkpoint_every_n_steps: auto``: 50 steps on the CPU, 500 on a GPU (a transformer Λ's last.ckpt is
+    hundreds of MB: every 50 steps at a GPU's step rate it was 42% of the time, bench/train_overheads.py)."""
+    import torch
+
+    from spar.core.config import load_config
+    from spar.train.training import CHECKPOINT_EVERY, resolve_checkpoint_every
+
+    cfg = load_config(None, [])
+    assert cfg.train.checkpoint_every_n_steps == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_checkpoint_every(cfg.train) == CHECKPOINT_EVERY["cpu"] == 50
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_checkpoint_every(cfg.train) == CHECKPOINT_EVERY["gpu"] == 500
+    pinned = load_config(None, ["train.accelerator=cpu"]).train
+    assert resolve_checkpoint_every(pinned) == 50  # a GPU machine told to train on its CPU
+    assert resolve_checkpoint_every(load_config(None, ["train.checkpoint_every_n_steps=7"]).train) == 7
+    for bad in ("0", "-3", "often"):
+        with pytest.raises(Exception, match="checkpoint_every_n_steps"):
+            load_config(None, [f"train.checkpoint_every_n_steps={bad}"])
