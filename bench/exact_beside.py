@@ -123,7 +123,15 @@ def main(argv: list[str] | None = None) -> dict:
               + (f", hybrid {figures['hybrid'][shown]:.4f}" if "hybrid" in figures else ""), flush=True)
 
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: kB
-    result = {"experiment": cfg.experiment.name, "sets": sets, "seconds": round(seconds, 1),
+    shown = "Acc@20" if all("Acc@20" in row["spar_exact"] for row in sets.values()) else \
+        next(iter(next(iter(sets.values()))["spar_exact"]))
+    spar = sum(row["spar"][shown] for row in sets.values()) / len(sets)
+    peer = sum(row["spar_exact"][shown] for row in sets.values()) / len(sets)
+    result = {"spar": spar, "peer": peer, "ratio": round(spar / peer, 4),
+              "unit": f"{shown} of SPAR served by the run's index (spar) against the exact scan (peer), mean over "
+                      "the sets' questions",
+              "worst_index_minus_exact": min(row["index_minus_exact"][shown] for row in sets.values()),
+              "experiment": cfg.experiment.name, "sets": sets, "seconds": round(seconds, 1),
               "peak_rss_gb": round(peak_gb, 3), "machine": machine(),
               "command": command_line(__file__, argv)}
     return write_result(result, args.out)
