@@ -526,6 +526,21 @@ def test_a_valid_regex_answer_that_python_warns_about_is_judged_quietly(tmp_path
     assert not [w for w in recwarn.list if "nested set" in str(w.message)], [str(w.message) for w in recwarn.list]
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "127.0.0.1:65536", "head:99999", "ray://head:70000",
+                                     "notahost.invalid:123456"])
+def test_a_ray_address_with_a_port_out_of_range_is_refused_in_one_line(address):
+    """Refused before any look-up or connection (``notahost.invalid`` is never resolved), naming the port."""
+    from spar.core.errors import ConfigError
+    from spar.core.executor import check_address
+
+    port = address.rpartition(":")[2]
+    started = time.time()
+    with pytest.raises(ConfigError, match=rf"^executor\.address={re_escape(repr(address))}: port {port} is out of "
+                                          r"range \(1-65535\)$"):
+        check_address(address, seconds=30)
+    assert time.time() - started < 1
+
+
 def test_a_question_without_answers_is_named_at_preflight(tmp_path):
     """#37 item 12: a question without ``answers`` among questions with them passed preflight and was refused one
     stage later (at encode), without its line."""
