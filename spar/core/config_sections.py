@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -488,6 +489,20 @@ class TuneSection(Section):
         False, description="Hybrid: centre each list's scores on their mid-range and divide by the range before "
         "base + alpha*BM25 (Pyserini's --normalization); default: raw scores, as Pyserini's default."
     )
+    @field_validator("grid", "hybrid_alphas")
+    @classmethod
+    def _positive_finite_weights(cls, value: list[float] | None) -> list[float] | None:
+        # nan or inf went through to a 60-line matplotlib traceback after the whole μ sweep (or a μ of nan in
+        # tune.json); 0 and negatives to a ValueError at the sweep's end.
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("an empty grid: give at least one weight, or leave it out (null) for the default grid")
+        bad = [v for v in value if not math.isfinite(v) or v <= 0]
+        if bad:
+            raise ValueError(f"every weight must be a finite number above 0, not {bad[0]:g}")
+        return value
+
     tune_both_variants: bool = Field(
         True, description="Also tune mu of the other variant (concat/sum) so evaluate reports both (sum needs "
         "equal dimensions)."
