@@ -450,6 +450,24 @@ def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
     assert ids[int(np.argmax((bq @ base_p.T + MU * lq @ lam_p.T)[0]))] in out and "μ=0.7" in out
 
 
+def test_a_runs_index_that_reranks_exactly_is_searched_with_the_mu_tuned_against_float32():
+    """`spar search MODEL` (the command `spar run` prints) on a run with ``index.type=auto`` above
+    ``index.auto_flat_below`` was refused: "stores passages as sq4, but the μ of MODEL was tuned against float32".
+    That index (HNSW over sq4 codes, ``refine`` 4) serves exact float32 scores, which μ was tuned against, as
+    evaluate already knew (TunedWeights.check_served_by). An index serving its codes' scores is still refused."""
+    from types import SimpleNamespace
+
+    from spar.publish.search import _check_run_index
+
+    encoder = SimpleNamespace(metadata={"provenance": {"tuning": {"storage": "float32"}}})
+    refining = SimpleNamespace(info={"type": "hnsw"}, storage="sq4", refine=4)
+    _check_run_index(refining, Path("run/index"), encoder, Path("run/model"))
+    coded = SimpleNamespace(info={"type": "hnsw"}, storage="sq4", refine=0)
+    with pytest.raises(ArtifactError, match=r"^run/index stores passages as sq4, but the μ of run/model was tuned "
+                                            r"against float32; re-run"):
+        _check_run_index(coded, Path("run/index"), encoder, Path("run/model"))
+
+
 def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
     from pipelines import cli
 
