@@ -256,6 +256,9 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
     report = json.loads((results / "scifact-sample.json").read_text())
     assert report["dataset"] == "scifact-sample"
     assert list(report["systems"]) == [name for name in SYSTEMS if name != "spar_exact"]  # evaluate.exact_spar
+    # Every system ran: none is reported "not run" (the rankings written chunk by chunk to the TREC files, every
+    # chosen system was, in the results and in `spar run`'s summary).
+    assert report["skipped_systems"] == {}
     for name, values in report["systems"].items():
         assert set(values) == {"nDCG@10", "MRR@10", "R@20", "R@100"}, name
         assert all(0.0 <= v <= 1.0 for v in values.values()), name

@@ -482,7 +482,8 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
                   "fold": spar_index.info.get("fold", 1.0),
                   **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
-        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in runs},
+        # By the means: the rankings went chunk by chunk to the TREC files, so `runs` holds only what was kept.
+        "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in systems},
     }
     if test.name:
         details.update(question_set=test.name, tuned_on=tuned.payload.get("dev_sets"))
