@@ -310,5 +310,16 @@ def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximat
     info = SparIndex.load(out / "index").info
     assert info["type"] == AUTO_APPROXIMATE["type"] and info["fold"] == 0.3 and stats["type"] == info["type"]
     assert info["options"]["refine"] == AUTO_APPROXIMATE["refine"]
+    # Search and graph settings given with auto are kept (auto fills the rest; its storage stands: below the
+    # threshold the configured storage is the flat scan's). They were replaced by the preset's silently, and an
+    # up-to-date index said "skipped (up to date)" with efSearch 2048 and refine 4 still in index.json.
+    mine = [*[f"experiment.output_dir={out}", "index.type=auto", "index.auto_flat_below=10"],
+            "index.hnsw_ef_search=64", "index.refine=2"]
+    concrete = resolved_index(load_config(None, mine)).index
+    assert (concrete.type, concrete.storage, concrete.hnsw_m, concrete.hnsw_ef_search, concrete.refine) == (
+        "hnsw", AUTO_APPROXIMATE["storage"], AUTO_APPROXIMATE["hnsw_m"], 64, 2)
+    updated = stage.run(load_config(None, mine))
+    assert "hnsw_ef_search 2048 -> 64" in updated["updated"] and "refine 4 -> 2" in updated["updated"], updated
+    assert SparIndex.load(out / "index").info["options"]["hnsw_ef_search"] == 64
     unencoded = load_config(None, [f"experiment.output_dir={tmp_path / 'none'}", "index.type=auto"])
     assert resolved_index(unencoded).index.type == "auto"  # nothing to count yet: left for the stage to refuse

@@ -518,7 +518,8 @@ class IndexSection(Section):
     type: IndexChoice = Field(
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + "
         "PQ), or auto: a flat scan below index.auto_flat_below passages, above it the approximate index chosen by "
-        "measurement (spar.index.approximate.AUTO_APPROXIMATE: type, storage, search settings, exact re-ranking)."
+        "measurement (spar.index.approximate.AUTO_APPROXIMATE: type, storage, and the graph, search and exact "
+        "re-ranking settings left at their defaults: an hnsw_ef_search or refine you give is kept)."
     )
     auto_flat_below: int = Field(
         300_000, ge=0, json_schema_extra=ADDED_LATER,
