@@ -468,6 +468,22 @@ def test_a_runs_index_that_reranks_exactly_is_searched_with_the_mu_tuned_against
         _check_run_index(coded, Path("run/index"), encoder, Path("run/model"))
 
 
+def test_a_corpus_index_that_reranks_exactly_says_nothing_of_another_storage():
+    """`spar index --model` with the model of an auto run (HNSW over sq4, refine 4; μ tuned against float32) noted
+    "μ was tuned against float32 passages; this index stores sq4 (index.storage overrides the model's own)", about
+    an index that serves float32 scores and a storage nobody overrode. An index serving its codes' scores still
+    gets the note."""
+    from types import SimpleNamespace
+
+    from spar.publish.corpus_index import storage_note
+
+    assert storage_note("float32", SimpleNamespace(storage="sq4", refine=4)) is None
+    assert storage_note("float32", SimpleNamespace(storage="sq4", refine=0)).startswith(
+        "μ was tuned against float32 passages; this index stores sq4")
+    assert storage_note(None, SimpleNamespace(storage="sq4", refine=0)) is None
+    assert storage_note("sq4", SimpleNamespace(storage="sq4", refine=0)) is None
+
+
 def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
     from pipelines import cli
 

@@ -260,7 +260,17 @@ def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
              "size": f"{size / 2**20:,.1f} MiB ({size / len(index):,.0f} B/passage)",
              "mu": f"{job.config['mu']:g} (the model's" + (f", tuned against {tuned}" if tuned else "") + ")",
              "output": str(w.final), "search": f'spar search {w.final} "your query"'}
-    if tuned and tuned != index.storage:
-        stats["note"] = (f"μ was tuned against {tuned} passages; this index stores {index.storage} "
-                         "(index.storage overrides the model's own)")
+    note = storage_note(tuned, index)
+    if note:
+        stats["note"] = note
     return stats
+
+
+def storage_note(tuned: str | None, index: Any) -> str | None:
+    """What to say when ``index`` scores passages otherwise than the vectors the model's μ was tuned against
+    (``tuned``, a storage; None: not recorded): an index that re-ranks exactly (``index.refine``) serves float32."""
+    served = "float32" if index.refine else index.storage
+    if not tuned or tuned == served:
+        return None
+    return f"μ was tuned against {tuned} passages; this index stores {index.storage} (index.storage overrides the " \
+           "model's own)"
