@@ -79,6 +79,8 @@ def test_bad_yaml_names_file_and_line(tmp_path: Path):
     ("tune.grid=[0.5, inf]", "'tune.grid': Value error, every weight must be a finite number above 0, not inf"),
     ("tune.grid=[0]", "'tune.grid': Value error, every weight must be a finite number above 0, not 0"),
     ("tune.grid=[]", "'tune.grid': Value error, an empty grid"),
+    # A flat index ignored index.refine ("updated: refine 0 -> 4", the storage's scores still served).
+    ("index.refine=4", "'index': Value error, index.refine=4 re-ranks the candidates of an approximate index"),
     ("tune.hybrid_alphas=[-0.5]", "'tune.hybrid_alphas': Value error, every weight must be a finite number above 0"),
 ])
 def test_values_that_used_to_crash_later_are_refused_up_front(override, message):

@@ -484,6 +484,21 @@ def test_a_corpus_index_that_reranks_exactly_says_nothing_of_another_storage():
     assert storage_note("sq4", SimpleNamespace(storage="sq4", refine=0)) is None
 
 
+def test_index_refine_with_a_flat_index_is_refused_unless_it_is_the_models_own():
+    """A flat index ignored ``index.refine`` (it has no candidates to re-rank; the storage's scores were served while
+    `spar index index.refine=4` said "updated: refine 0 -> 4"): refused in one line when asked for. The exact
+    re-ranking a model's approximate index recorded does not follow `spar index --model M --type flat`."""
+    from spar.core.errors import ConfigError
+    from spar.publish.corpus_index import ModelDefaults, index_options
+
+    model = ModelDefaults({"type": "hnsw", "storage": "sq4", "hnsw_m": 16, "refine": 4})
+    assert index_options(model).refine == 4
+    flat = index_options(model, {"type": "flat"})
+    assert (flat.type, flat.storage, flat.refine) == ("flat", "sq4", 0)
+    with pytest.raises(ConfigError, match=r"^index\.refine=3 re-ranks the candidates of an approximate index"):
+        index_options(model, {"type": "flat", "refine": 3})
+
+
 def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
     from pipelines import cli
 

@@ -549,6 +549,16 @@ class IndexSection(Section):
         "with exact float32 scores read from the passage embeddings on disk (0: off). The served scores are then "
         "the exact scan's, and μ is tuned against float32 vectors. A search-time setting: no re-indexing.")
 
+    @model_validator(mode="after")
+    def _refine_needs_candidates(self) -> "IndexSection":
+        # A flat index ignored it: `spar index index.refine=4` said "updated: refine 0 -> 4" and served sq4 scores.
+        if self.type == "flat" and self.refine:
+            raise ValueError(f"index.refine={self.refine} re-ranks the candidates of an approximate index (hnsw, ivf, "
+                             "ivfpq, or auto above index.auto_flat_below); a flat index scans every passage and "
+                             "serves its storage's scores: use index.storage=float32 for exact scores, or leave "
+                             "index.refine at 0")
+        return self
+
 
 class EvaluateSection(Section):
     k: int = Field(100, ge=10, description="Depth of every run file.")

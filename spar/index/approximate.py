@@ -60,7 +60,7 @@ def resolve_index_section(section: Any, passages: int | None) -> Any:
     if section.type != "auto" or passages is None:
         return section
     if passages < section.auto_flat_below:
-        return section.model_copy(update={"type": "flat"})
+        return section.model_copy(update={"type": "flat", "refine": 0})  # a flat scan has no candidates to re-rank
     fields = type(section).model_fields
     chosen = {key: value for key, value in AUTO_APPROXIMATE.items()
               if key in ("type", "storage") or getattr(section, key) == fields[key].default}

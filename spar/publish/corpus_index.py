@@ -97,7 +97,9 @@ class ModelDefaults:
         except (OSError, yaml.YAMLError):
             tree = {}
         tree = tree if isinstance(tree, dict) else {}
-        index = tree.get("index") if isinstance(tree.get("index"), dict) else {}
+        index: dict[str, Any] = tree["index"] if isinstance(tree.get("index"), dict) else {}
+        if index.get("type", "flat") == "flat":
+            index = {**index, "refine": 0}  # ignored by a flat index before spar refused the pair
         try:
             index = IndexSection.model_validate(index).model_dump()
         except ValueError:  # written by another spar version: its index options are not ours
@@ -115,10 +117,15 @@ def index_options(defaults: ModelDefaults, overrides: dict[str, Any] | None = No
     """The ``index`` section: the model's own, then ``overrides`` (``{"storage": "sq4", "type": "hnsw", ...}``)."""
     from pydantic import ValidationError
 
+    options = {**defaults.index, **(overrides or {})}
+    if options.get("type", "flat") == "flat" and "refine" not in (overrides or {}):
+        options["refine"] = 0  # the model's exact re-ranking belongs to its approximate index, not to a flat one
     try:
-        return IndexSection.model_validate({**defaults.index, **(overrides or {})})
+        return IndexSection.model_validate(options)
     except ValidationError as exc:
         first = exc.errors()[0]
+        if not first["loc"]:  # a check of the whole section, whose message names its options
+            raise ConfigError(str(first["msg"]).removeprefix("Value error, ")) from None
         raise ConfigError(f"index.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
 
 
