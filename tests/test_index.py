@@ -321,5 +321,9 @@ def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximat
     updated = stage.run(load_config(None, mine))
     assert "hnsw_ef_search 2048 -> 64" in updated["updated"] and "refine 4 -> 2" in updated["updated"], updated
     assert SparIndex.load(out / "index").info["options"]["hnsw_ef_search"] == 64
+    # 'sum' is not re-ranked exactly (concat only): auto leaves refine at 0 for it. Its refusal said "use
+    # index.refine=0 with 'sum'", which auto replaced by its 4 again: a dead end.
+    summed = resolved_index(load_config(None, [*mine[:3], "index.variant=sum", "index.fold=never"])).index
+    assert (summed.type, summed.refine) == ("hnsw", 0)
     unencoded = load_config(None, [f"experiment.output_dir={tmp_path / 'none'}", "index.type=auto"])
     assert resolved_index(unencoded).index.type == "auto"  # nothing to count yet: left for the stage to refuse

@@ -64,6 +64,8 @@ def resolve_index_section(section: Any, passages: int | None) -> Any:
     fields = type(section).model_fields
     chosen = {key: value for key, value in AUTO_APPROXIMATE.items()
               if key in ("type", "storage") or getattr(section, key) == fields[key].default}
+    if section.variant != "concat":  # exact re-ranking scores [Q, μ·QΛ]·[P, PΛ]: not for 'sum', whose refusal
+        chosen.pop("refine", None)   # said "use index.refine=0", which auto then replaced by its 4 again
     return section.model_copy(update=chosen)
 
 
