@@ -590,7 +590,8 @@ class PublishSection(Section):
     )
     dataset: str | None = Field(None, description="Hub id of the training corpus for the card (e.g. 'BeIR/scifact').")
     copy_index: bool = Field(
-        False, description="Copy the FAISS index and passages.arrow into the model dir (else their paths are recorded)."
+        False, description="Copy the FAISS index and passages.arrow into the model dir (else their paths are "
+        "recorded); an index that re-ranks exactly (index.refine) takes the float32 passage embeddings it reads along."
     )
 
 
