@@ -138,4 +138,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from spar.core.errors import SparError
+
+    try:
+        main()
+    except SparError as exc:  # spar's refusals (no index, an override the index cannot honour): one line
+        raise SystemExit(f"exact_beside.py: error: {exc}") from None

@@ -73,6 +73,15 @@ def test_bad_yaml_names_file_and_line(tmp_path: Path):
     ("experiment.name=../../x", "'experiment.name': Value error, '../../x' is not a plain name"),
     ("experiment.name=a/b", "'a/b' is not a plain name"),
     ("experiment.name=..", "'..' is not a plain name"),
+    # A μ or α grid of nan/inf ran the whole sweep, then died in a 60-line matplotlib traceback; 0 or a negative
+    # weight in a ValueError traceback at the sweep's end.
+    ("tune.grid=[nan]", "'tune.grid': Value error, every weight must be a finite number above 0, not nan"),
+    ("tune.grid=[0.5, inf]", "'tune.grid': Value error, every weight must be a finite number above 0, not inf"),
+    ("tune.grid=[0]", "'tune.grid': Value error, every weight must be a finite number above 0, not 0"),
+    ("tune.grid=[]", "'tune.grid': Value error, an empty grid"),
+    # A flat index ignored index.refine ("updated: refine 0 -> 4", the storage's scores still served).
+    ("index.refine=4", "'index': Value error, index.refine=4 re-ranks the candidates of an approximate index"),
+    ("tune.hybrid_alphas=[-0.5]", "'tune.hybrid_alphas': Value error, every weight must be a finite number above 0"),
 ])
 def test_values_that_used_to_crash_later_are_refused_up_front(override, message):
     with pytest.raises(ConfigError) as info:

@@ -478,3 +478,20 @@ def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_dig
     for run in runs:
         assert (tmp_path / "killed" / "evaluation" / "runs" / run.name).read_bytes() == run.read_bytes(), run.name
     assert not (tmp_path / "killed" / "evaluation" / "progress").exists() and not partial.exists()
+
+
+def test_exact_beside_refuses_a_run_it_cannot_serve_in_one_line(tmp_path):
+    """bench/exact_beside.py on a run without an index, or with an override the index cannot honour, printed spar's
+    refusal under a 9-12 line traceback (its own errors were already one line)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "exact_beside.py"), "-c",
+                           str(repo / "configs" / "default.yaml"), "--out", str(tmp_path / "out.json"),
+                           f"experiment.output_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith("exact_beside.py: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "run" / "exact-beside").exists()
+

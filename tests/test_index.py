@@ -252,6 +252,37 @@ def test_refine_serves_exact_scores_read_from_the_embeddings(encoded, tmp_path):
         matrices.search(bq.vectors, lq.vectors, 3, 0.5)
 
 
+def test_an_index_that_reranks_exactly_copied_into_a_model_takes_its_vectors_along(encoded, tmp_path):
+    """`spar publish publish.copy_index=true` on a run whose index re-ranks exactly (index.type=auto above
+    auto_flat_below) wrote a model whose index read its float32 vectors at ``../embeddings/...``, outside the model:
+    `spar search MODEL` refused it at once ("no manifest.json"), and a copy of the model elsewhere too. The vectors
+    now travel inside the copied index; the model searches alone, moved, with the run's results."""
+    from spar.publish.model_dir import MODEL_CONFIG, publish_model
+
+    class Encoder:  # what publish_model asks of a SparEncoder
+        metadata: dict = {}
+
+        def save_pretrained(self, directory, card=None):
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            (Path(directory) / MODEL_CONFIG).write_text("{}")
+
+    run = tmp_path / "run"
+    for name in ("base", "lambda"):
+        shutil.copytree(encoded / name / "passages", run / "embeddings" / name / "passages")
+    bp, lp = _emb(run / "embeddings", "base", "passages"), _emb(run / "embeddings", "lambda", "passages")
+    bq, lq = _emb(encoded, "base", "queries-test"), _emb(encoded, "lambda", "queries-test")
+    SparIndex.build(bp, lp, index_type="hnsw", storage="sq4", hnsw_m=8, refine=3, fold=0.4).save(run / "index")
+    expected = SparIndex.load(run / "index").search(bq, lq, k=5, mu=0.7)
+    publish_model(Encoder(), tmp_path / "model", index_dir=run / "index", copy_index=True)
+    moved = shutil.move(tmp_path / "model", tmp_path / "elsewhere")
+    shutil.rmtree(run)
+    copied = SparIndex.load(Path(moved) / "index")
+    assert copied.refine == 3 and copied.info["embeddings"]["base"] == "embeddings/base/passages"
+    scores, ids = copied.search(bq, lq, k=5, mu=0.7)
+    assert ids == expected[1]
+    np.testing.assert_allclose(scores, expected[0])
+
+
 def test_stage_folds_the_tuned_mu_into_an_approximate_index_and_serves_it(encoded, tmp_path):
     """`spar index` with an approximate type reads μ₀ from tune/ (refusing to run before it), records it in
     index.json and its fingerprint (a new μ rebuilds; a flat index never depends on tune); refine is a search-time
@@ -310,5 +341,20 @@ def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximat
     info = SparIndex.load(out / "index").info
     assert info["type"] == AUTO_APPROXIMATE["type"] and info["fold"] == 0.3 and stats["type"] == info["type"]
     assert info["options"]["refine"] == AUTO_APPROXIMATE["refine"]
+    # Search and graph settings given with auto are kept (auto fills the rest; its storage stands: below the
+    # threshold the configured storage is the flat scan's). They were replaced by the preset's silently, and an
+    # up-to-date index said "skipped (up to date)" with efSearch 2048 and refine 4 still in index.json.
+    mine = [*[f"experiment.output_dir={out}", "index.type=auto", "index.auto_flat_below=10"],
+            "index.hnsw_ef_search=64", "index.refine=2"]
+    concrete = resolved_index(load_config(None, mine)).index
+    assert (concrete.type, concrete.storage, concrete.hnsw_m, concrete.hnsw_ef_search, concrete.refine) == (
+        "hnsw", AUTO_APPROXIMATE["storage"], AUTO_APPROXIMATE["hnsw_m"], 64, 2)
+    updated = stage.run(load_config(None, mine))
+    assert "hnsw_ef_search 2048 -> 64" in updated["updated"] and "refine 4 -> 2" in updated["updated"], updated
+    assert SparIndex.load(out / "index").info["options"]["hnsw_ef_search"] == 64
+    # 'sum' is not re-ranked exactly (concat only): auto leaves refine at 0 for it. Its refusal said "use
+    # index.refine=0 with 'sum'", which auto replaced by its 4 again: a dead end.
+    summed = resolved_index(load_config(None, [*mine[:3], "index.variant=sum", "index.fold=never"])).index
+    assert (summed.type, summed.refine) == ("hnsw", 0)
     unencoded = load_config(None, [f"experiment.output_dir={tmp_path / 'none'}", "index.type=auto"])
     assert resolved_index(unencoded).index.type == "auto"  # nothing to count yet: left for the stage to refuse

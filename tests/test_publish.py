@@ -450,6 +450,55 @@ def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
     assert ids[int(np.argmax((bq @ base_p.T + MU * lq @ lam_p.T)[0]))] in out and "μ=0.7" in out
 
 
+def test_a_runs_index_that_reranks_exactly_is_searched_with_the_mu_tuned_against_float32():
+    """`spar search MODEL` (the command `spar run` prints) on a run with ``index.type=auto`` above
+    ``index.auto_flat_below`` was refused: "stores passages as sq4, but the μ of MODEL was tuned against float32".
+    That index (HNSW over sq4 codes, ``refine`` 4) serves exact float32 scores, which μ was tuned against, as
+    evaluate already knew (TunedWeights.check_served_by). An index serving its codes' scores is still refused."""
+    from types import SimpleNamespace
+
+    from spar.publish.search import _check_run_index
+
+    encoder = SimpleNamespace(metadata={"provenance": {"tuning": {"storage": "float32"}}})
+    refining = SimpleNamespace(info={"type": "hnsw"}, storage="sq4", refine=4)
+    _check_run_index(refining, Path("run/index"), encoder, Path("run/model"))
+    coded = SimpleNamespace(info={"type": "hnsw"}, storage="sq4", refine=0)
+    with pytest.raises(ArtifactError, match=r"^run/index stores passages as sq4, but the μ of run/model was tuned "
+                                            r"against float32; re-run"):
+        _check_run_index(coded, Path("run/index"), encoder, Path("run/model"))
+
+
+def test_a_corpus_index_that_reranks_exactly_says_nothing_of_another_storage():
+    """`spar index --model` with the model of an auto run (HNSW over sq4, refine 4; μ tuned against float32) noted
+    "μ was tuned against float32 passages; this index stores sq4 (index.storage overrides the model's own)", about
+    an index that serves float32 scores and a storage nobody overrode. An index serving its codes' scores still
+    gets the note."""
+    from types import SimpleNamespace
+
+    from spar.publish.corpus_index import storage_note
+
+    assert storage_note("float32", SimpleNamespace(storage="sq4", refine=4)) is None
+    assert storage_note("float32", SimpleNamespace(storage="sq4", refine=0)).startswith(
+        "μ was tuned against float32 passages; this index stores sq4")
+    assert storage_note(None, SimpleNamespace(storage="sq4", refine=0)) is None
+    assert storage_note("sq4", SimpleNamespace(storage="sq4", refine=0)) is None
+
+
+def test_index_refine_with_a_flat_index_is_refused_unless_it_is_the_models_own():
+    """A flat index ignored ``index.refine`` (it has no candidates to re-rank; the storage's scores were served while
+    `spar index index.refine=4` said "updated: refine 0 -> 4"): refused in one line when asked for. The exact
+    re-ranking a model's approximate index recorded does not follow `spar index --model M --type flat`."""
+    from spar.core.errors import ConfigError
+    from spar.publish.corpus_index import ModelDefaults, index_options
+
+    model = ModelDefaults({"type": "hnsw", "storage": "sq4", "hnsw_m": 16, "refine": 4})
+    assert index_options(model).refine == 4
+    flat = index_options(model, {"type": "flat"})
+    assert (flat.type, flat.storage, flat.refine) == ("flat", "sq4", 0)
+    with pytest.raises(ConfigError, match=r"^index\.refine=3 re-ranks the candidates of an approximate index"):
+        index_options(model, {"type": "flat", "refine": 3})
+
+
 def test_search_errors_are_clear(tiny_run, tmp_path, capsys):
     from pipelines import cli
 

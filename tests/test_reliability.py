@@ -509,6 +509,38 @@ def test_a_regex_answer_in_an_answers_file_is_named_at_preflight(tmp_path):
     assert skipped_records(report) == {"data.question_sets.default.answers": {"invalid regex answer": 1}}
 
 
+def test_a_valid_regex_answer_that_python_warns_about_is_judged_quietly(tmp_path, recwarn):
+    """A pattern such as ``[[a]b]`` compiles, with Python's "FutureWarning: Possible nested set" (a valid answer,
+    nothing the user can act on): preflight kept it quiet, but Acc@k's matching (Pyserini's ``has_answers``, which
+    compiles every answer) printed it once per new pattern, from a Pyserini file, in the middle of evaluate."""
+    import re
+    import warnings
+
+    from spar.data.answers import answer_problem, has_answer
+
+    warnings.simplefilter("always")
+    re.purge()  # the warning comes with a pattern's first compilation in the process
+    assert has_answer(["scurv[[y]]"], "Scurvy is a disease.", "regex") is False
+    assert has_answer(["[[s]curvy"], "Scurvy is a disease.", "regex") is True
+    assert answer_problem("[[q]r]", "regex") is None
+    assert not [w for w in recwarn.list if "nested set" in str(w.message)], [str(w.message) for w in recwarn.list]
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "127.0.0.1:65536", "head:99999", "ray://head:70000",
+                                     "notahost.invalid:123456"])
+def test_a_ray_address_with_a_port_out_of_range_is_refused_in_one_line(address):
+    """Refused before any look-up or connection (``notahost.invalid`` is never resolved), naming the port."""
+    from spar.core.errors import ConfigError
+    from spar.core.executor import check_address
+
+    port = address.rpartition(":")[2]
+    started = time.time()
+    with pytest.raises(ConfigError, match=rf"^executor\.address={re_escape(repr(address))}: port {port} is out of "
+                                          r"range \(1-65535\)$"):
+        check_address(address, seconds=30)
+    assert time.time() - started < 1
+
+
 def test_a_question_without_answers_is_named_at_preflight(tmp_path):
     """#37 item 12: a question without ``answers`` among questions with them passed preflight and was refused one
     stage later (at encode), without its line."""

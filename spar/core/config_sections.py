@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -497,6 +498,20 @@ class TuneSection(Section):
         False, description="Hybrid: centre each list's scores on their mid-range and divide by the range before "
         "base + alpha*BM25 (Pyserini's --normalization); default: raw scores, as Pyserini's default."
     )
+    @field_validator("grid", "hybrid_alphas")
+    @classmethod
+    def _positive_finite_weights(cls, value: list[float] | None) -> list[float] | None:
+        # nan or inf went through to a 60-line matplotlib traceback after the whole μ sweep (or a μ of nan in
+        # tune.json); 0 and negatives to a ValueError at the sweep's end.
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("an empty grid: give at least one weight, or leave it out (null) for the default grid")
+        bad = [v for v in value if not math.isfinite(v) or v <= 0]
+        if bad:
+            raise ValueError(f"every weight must be a finite number above 0, not {bad[0]:g}")
+        return value
+
     tune_both_variants: bool = Field(
         True, description="Also tune mu of the other variant (concat/sum) so evaluate reports both (sum needs "
         "equal dimensions)."
@@ -512,7 +527,8 @@ class IndexSection(Section):
     type: IndexChoice = Field(
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + "
         "PQ), or auto: a flat scan below index.auto_flat_below passages, above it the approximate index chosen by "
-        "measurement (spar.index.approximate.AUTO_APPROXIMATE: type, storage, search settings, exact re-ranking)."
+        "measurement (spar.index.approximate.AUTO_APPROXIMATE: type, storage, and the graph, search and exact "
+        "re-ranking settings left at their defaults: an hnsw_ef_search or refine you give is kept)."
     )
     auto_flat_below: int = Field(
         300_000, ge=0, json_schema_extra=ADDED_LATER,
@@ -541,6 +557,16 @@ class IndexSection(Section):
         0, ge=0, json_schema_extra=RUNTIME, description="Approximate indexes: re-rank the top refine*k of the index "
         "with exact float32 scores read from the passage embeddings on disk (0: off). The served scores are then "
         "the exact scan's, and μ is tuned against float32 vectors. A search-time setting: no re-indexing.")
+
+    @model_validator(mode="after")
+    def _refine_needs_candidates(self) -> "IndexSection":
+        # A flat index ignored it: `spar index index.refine=4` said "updated: refine 0 -> 4" and served sq4 scores.
+        if self.type == "flat" and self.refine:
+            raise ValueError(f"index.refine={self.refine} re-ranks the candidates of an approximate index (hnsw, ivf, "
+                             "ivfpq, or auto above index.auto_flat_below); a flat index scans every passage and "
+                             "serves its storage's scores: use index.storage=float32 for exact scores, or leave "
+                             "index.refine at 0")
+        return self
 
 
 class EvaluateSection(Section):
@@ -573,7 +599,8 @@ class PublishSection(Section):
     )
     dataset: str | None = Field(None, description="Hub id of the training corpus for the card (e.g. 'BeIR/scifact').")
     copy_index: bool = Field(
-        False, description="Copy the FAISS index and passages.arrow into the model dir (else their paths are recorded)."
+        False, description="Copy the FAISS index and passages.arrow into the model dir (else their paths are "
+        "recorded); an index that re-ranks exactly (index.refine) takes the float32 passage embeddings it reads along."
     )
 
 

@@ -398,8 +398,10 @@ def check_address(address: str | None, seconds: float = CONNECT_SECONDS) -> None
     where = address[len("ray://"):] if client else address
     host, _, port = where.rpartition(":")
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not port.isdigit():
         raise ConfigError(f"executor.address={address!r}: not 'auto', 'host:port' or 'ray://host:port'")
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"executor.address={address!r}: port {port} is out of range (1-65535)")
     if client:
         import importlib.util
 

@@ -41,7 +41,9 @@ def has_answer(answers: Iterable[str], text: str, match: Literal["string", "rege
     if match == "regex":
         from pyserini.eval.evaluate_dpr_retrieval import has_answers
 
-        return bool(has_answers(text, list(answers), _dpr_tokenizer(), regex=True))
+        with warnings.catch_warnings():  # e.g. "Possible nested set" from re, once per new pattern: not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            return bool(has_answers(text, list(answers), _dpr_tokenizer(), regex=True))
     tokens, vocabulary = _dpr_words(text)
     for answer in answers:
         wanted, needed = _dpr_words(answer)

@@ -108,6 +108,6 @@ def grid_values(values: Iterable[float] | None) -> list[float] | None:
     if values is None:
         return None
     out = sorted({float(v) for v in values})
-    if not out or out[0] <= 0:
-        raise ValueError(f"a weight grid needs positive values, got {list(values)}")
+    if not out or out[0] <= 0 or not all(math.isfinite(v) for v in out):
+        raise ValueError(f"a weight grid needs finite positive values, got {list(values)}")
     return out

@@ -54,12 +54,19 @@ AUTO_APPROXIMATE: dict[str, Any] = {"type": "hnsw", "storage": "sq4", "hnsw_m": 
 
 def resolve_index_section(section: Any, passages: int | None) -> Any:
     """The ``index`` section with ``type: auto`` made concrete for a corpus of ``passages`` (unknown: unchanged):
-    ``flat`` below ``auto_flat_below``, :data:`AUTO_APPROXIMATE` above (its type, storage and search settings)."""
+    ``flat`` below ``auto_flat_below``, :data:`AUTO_APPROXIMATE` above: its type and storage (the configured
+    storage is the flat scan's), and its graph and search settings where the section leaves them at their
+    defaults (an ``index.hnsw_ef_search`` or ``index.refine`` given with auto is kept, as with ``hnsw``)."""
     if section.type != "auto" or passages is None:
         return section
     if passages < section.auto_flat_below:
-        return section.model_copy(update={"type": "flat"})
-    return section.model_copy(update=AUTO_APPROXIMATE)
+        return section.model_copy(update={"type": "flat", "refine": 0})  # a flat scan has no candidates to re-rank
+    fields = type(section).model_fields
+    chosen = {key: value for key, value in AUTO_APPROXIMATE.items()
+              if key in ("type", "storage") or getattr(section, key) == fields[key].default}
+    if section.variant != "concat":  # exact re-ranking scores [Q, μ·QΛ]·[P, PΛ]: not for 'sum', whose refusal
+        chosen.pop("refine", None)   # said "use index.refine=0", which auto then replaced by its 4 again
+    return section.model_copy(update=chosen)
 
 
 def fold_factor(index_type: str, fold: str, tuned_mu: float | None) -> float:

@@ -48,7 +48,7 @@ from typing import Any, Iterator, Sequence, get_args
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from spar.core.config import IndexSection, IndexType, Storage, Variant
 from spar.core.errors import ArtifactError
@@ -151,6 +151,10 @@ class IndexOptions(IndexSection):
     #: A library call builds an exact float32 index unless told otherwise (the config section's default is the
     #: frontier's choice, a quantized one).
     storage: Storage = Field("float32", description="How passage vectors are stored (spar.index.storage).")
+
+    @model_validator(mode="after")
+    def _refine_needs_candidates(self) -> "IndexOptions":
+        return self  # the index type travels beside the options (SparIndex.build's index_type), not in `type`
 
     @classmethod
     def from_section(cls, section: IndexSection, seed: int | None = None) -> "IndexOptions":

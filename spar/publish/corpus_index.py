@@ -97,7 +97,9 @@ class ModelDefaults:
         except (OSError, yaml.YAMLError):
             tree = {}
         tree = tree if isinstance(tree, dict) else {}
-        index = tree.get("index") if isinstance(tree.get("index"), dict) else {}
+        index: dict[str, Any] = tree["index"] if isinstance(tree.get("index"), dict) else {}
+        if index.get("type", "flat") == "flat":
+            index = {**index, "refine": 0}  # ignored by a flat index before spar refused the pair
         try:
             index = IndexSection.model_validate(index).model_dump()
         except ValueError:  # written by another spar version: its index options are not ours
@@ -115,10 +117,15 @@ def index_options(defaults: ModelDefaults, overrides: dict[str, Any] | None = No
     """The ``index`` section: the model's own, then ``overrides`` (``{"storage": "sq4", "type": "hnsw", ...}``)."""
     from pydantic import ValidationError
 
+    options = {**defaults.index, **(overrides or {})}
+    if options.get("type", "flat") == "flat" and "refine" not in (overrides or {}):
+        options["refine"] = 0  # the model's exact re-ranking belongs to its approximate index, not to a flat one
     try:
-        return IndexSection.model_validate({**defaults.index, **(overrides or {})})
+        return IndexSection.model_validate(options)
     except ValidationError as exc:
         first = exc.errors()[0]
+        if not first["loc"]:  # a check of the whole section, whose message names its options
+            raise ConfigError(str(first["msg"]).removeprefix("Value error, ")) from None
         raise ConfigError(f"index.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
 
 
@@ -260,7 +267,17 @@ def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
              "size": f"{size / 2**20:,.1f} MiB ({size / len(index):,.0f} B/passage)",
              "mu": f"{job.config['mu']:g} (the model's" + (f", tuned against {tuned}" if tuned else "") + ")",
              "output": str(w.final), "search": f'spar search {w.final} "your query"'}
-    if tuned and tuned != index.storage:
-        stats["note"] = (f"μ was tuned against {tuned} passages; this index stores {index.storage} "
-                         "(index.storage overrides the model's own)")
+    note = storage_note(tuned, index)
+    if note:
+        stats["note"] = note
     return stats
+
+
+def storage_note(tuned: str | None, index: Any) -> str | None:
+    """What to say when ``index`` scores passages otherwise than the vectors the model's μ was tuned against
+    (``tuned``, a storage; None: not recorded): an index that re-ranks exactly (``index.refine``) serves float32."""
+    served = "float32" if index.refine else index.storage
+    if not tuned or tuned == served:
+        return None
+    return f"μ was tuned against {tuned} passages; this index stores {index.storage} (index.storage overrides the " \
+           "model's own)"

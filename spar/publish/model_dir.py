@@ -438,12 +438,40 @@ def publish_model(encoder: SparEncoder, directory: str | Path, facts: ModelCardF
         (d / "spar_config.yaml").write_text(config_yaml, encoding="utf-8")
     if copy_index and index_dir is not None:
         shutil.copytree(index_dir, d / "index", dirs_exist_ok=True)
+        _copy_reranking_vectors(Path(index_dir), d / "index")
         if passages:
             shutil.copyfile(passages, d / "index" / PASSAGES_FILE)
         config = json.loads((d / MODEL_CONFIG).read_text())
         config["index"] = {"index_dir": "index", "passages": "index/passages.arrow" if passages else None}
         _write_json(d / MODEL_CONFIG, config)
     return d
+
+
+def _copy_reranking_vectors(source: Path, copy: Path) -> None:
+    """An index that re-ranks exactly (``index.refine``) reads the float32 passage embeddings it was built from, by
+    a path relative to it (``../embeddings/...`` in a run): a copied index takes them along, into
+    ``index/embeddings/``, so the model directory searches alone (the copy pointed outside the model: `spar search`
+    refused it at once)."""
+    from spar.core.artifacts import MANIFEST, read_manifest, refresh_checksums, write_json_atomic
+    from spar.index.files import INDEX_MANIFEST, index_info
+
+    info = index_info(copy, required=False)
+    where = info.get("embeddings") or {}
+    if not where or not int((info.get("options") or {}).get("refine") or 0):
+        return
+    moved = {}
+    for name, relative in where.items():
+        target = Path("embeddings") / name / "passages"
+        shutil.copytree(source / relative, copy / target, dirs_exist_ok=True)
+        moved[name] = target.as_posix()
+    info["embeddings"] = moved
+    write_json_atomic(copy / INDEX_MANIFEST, info)
+    if (copy / MANIFEST).is_file():
+        manifest = read_manifest(copy)
+        if isinstance(manifest.get("stats"), dict) and "embeddings" in manifest["stats"]:
+            manifest["stats"]["embeddings"] = moved
+            write_json_atomic(copy / MANIFEST, manifest)
+        refresh_checksums(copy, [INDEX_MANIFEST])
 
 
 def portable_path(value: Any, base: str | Path) -> Any:

@@ -232,6 +232,8 @@ def _check_run_index(index, index_dir: Path, encoder: SparEncoder, model_dir: Pa
                                 f"({index.info[key]}) than the model in {model_dir} ({recorded[key]}); "
                                 "re-run `spar publish` after `spar index`")
     tuned_storage = ((encoder.metadata.get("provenance") or {}).get("tuning") or {}).get("storage")
-    if tuned_storage and tuned_storage != index.storage:
+    # An approximate index that re-ranks exactly (index.refine) serves float32 scores whatever it stores.
+    served = "float32" if index.refine else index.storage
+    if tuned_storage and tuned_storage != served:
         raise ArtifactError(f"{index_dir} stores passages as {index.storage}, but the μ of {model_dir} was tuned "
                             f"against {tuned_storage}; re-run `spar tune`, `spar index` and `spar publish`")
