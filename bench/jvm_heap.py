@@ -40,7 +40,7 @@ def child(args) -> None:
     from spar.core.config import load_config
     from spar.experiment.inputs import ExperimentInputs
 
-    cfg = load_config(args.config, [f"label.java_heap={args.child}", *args.overrides])
+    cfg = load_config(args.config, [f"label.search_heap={args.child}", *args.overrides])
     inputs = ExperimentInputs(cfg)
     split = inputs.experiment.read(args.set, "test")
     from spar.evaluate.evaluation import question_subset

@@ -495,3 +495,31 @@ def test_exact_beside_refuses_a_run_it_cannot_serve_in_one_line(tmp_path):
     assert done.stderr.startswith("exact_beside.py: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "run" / "exact-beside").exists()
 
+
+
+def test_the_bm25_of_tune_and_evaluate_starts_the_jvm_at_the_search_heap(monkeypatch, tmp_path):
+    """tune's and evaluate's BM25 (baseline and hybrid) are built and searched with ``label.search_heap`` (1g by
+    default: the same hits as 4g at 667,980 passages with 2.1 GB less peak RSS, bench/jvm_heap.py), not the label
+    stage's ``label.java_heap``."""
+    from spar.core.config import load_config
+    from spar.experiment import inputs as inputs_module
+    from spar.teacher import teachers
+
+    seen: dict[str, str] = {}
+
+    def fake_build(passages, index_dir, threads=2, fields=("title", "text"), heap="4g"):
+        seen["build"] = heap
+        return index_dir
+
+    class FakeSearcher:
+        def __init__(self, index_dir, k1=0.9, b=0.4, threads=2, heap="4g"):
+            seen["search"] = heap
+
+    monkeypatch.setattr(teachers, "build_bm25_index", fake_build)
+    monkeypatch.setattr(teachers, "BM25Searcher", FakeSearcher)
+    monkeypatch.setattr(inputs_module.ExperimentInputs, "passages_arrow", tmp_path / "passages.arrow")
+    assert load_config(None, []).label.search_heap == "1g"
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path / 'run'}", "label.search_heap=768m",
+                             "label.java_heap=6g"])
+    inputs_module.ExperimentInputs(cfg).bm25
+    assert seen == {"build": "768m", "search": "768m"}

@@ -287,8 +287,9 @@ class ExperimentInputs:
             self._bm25_tmp = tempfile.TemporaryDirectory(prefix="spar-bm25-")
             log.info("no BM25 teacher index in this run; building a BM25 index of %s", passages)
             index_dir = build_bm25_index(passages, Path(self._bm25_tmp.name) / "index", label.threads,
-                                         heap=label.java_heap)
-        return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads, heap=label.java_heap)
+                                         heap=label.search_heap)
+        # The JVM starts once per process: in tune's and evaluate's, here, at the search heap (label.search_heap).
+        return BM25Searcher(index_dir, k1=label.k1, b=label.b, threads=label.threads, heap=label.search_heap)
 
     def bm25_fingerprint(self) -> str | None:
         teacher = self.run.artifact("teacher_index")
