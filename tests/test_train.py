@@ -547,7 +547,7 @@ def test_two_identical_trainings_have_one_fingerprint(labelled: Path, tmp_path: 
 
 def test_checkpoint_interval_auto_is_per_device(monkeypatch):
     """``train.checkpoint_every_n_steps: auto``: 50 steps on the CPU, 500 on a GPU (a transformer Λ's last.ckpt is
-    hundreds of MB: every 50 steps at a GPU's step rate it was 42% of the time, bench/train_overheads.py)."""
+    hundreds of MB: every 50 steps at a GPU's step rate it was a third of the time, bench/train_overheads.py)."""
     import torch
 
     from spar.core.config import load_config

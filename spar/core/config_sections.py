@@ -409,7 +409,7 @@ class TrainSection(Section):
         "auto", json_schema_extra=RUNTIME,
         description="Write the resumable last.ckpt every N steps (and at the end of training); 'auto': 50 on the "
         "CPU, 500 on a GPU (a transformer Λ's last.ckpt is 543 MB: written every 50 steps at an H100's 11.6 steps/s "
-        "it took 42% of the time on this project's disk; bench/train_overheads.py)."
+        "its 2.1 s write took a third of the time on this project's disk; bench/train_overheads.py)."
     )
 
     @field_validator("checkpoint_every_n_steps")
