@@ -126,3 +126,21 @@ def refresh_search_params(directory: str | Path, search_params: dict[str, Any], 
             write_json_atomic(d / MANIFEST, stage_manifest)
             refresh_checksums(d, [INDEX_MANIFEST])
     return changed
+
+
+def record_embeddings(directory: str | Path, embeddings: dict[str, str]) -> None:
+    """Point an index that re-ranks exactly at other float32 passage embeddings (``index.json``'s ``embeddings``:
+    name -> path relative to the index), in its manifest's stats and checksum too: a copied index that took its
+    vectors along (``publish.copy_index``)."""
+    from spar.core.artifacts import MANIFEST, read_manifest, refresh_checksums, write_json_atomic
+
+    d = Path(directory)
+    info = index_info(d)
+    info["embeddings"] = dict(embeddings)
+    write_json_atomic(d / INDEX_MANIFEST, info)
+    if (d / MANIFEST).is_file():
+        manifest = read_manifest(d)
+        if isinstance(manifest.get("stats"), dict) and "embeddings" in manifest["stats"]:
+            manifest["stats"]["embeddings"] = dict(embeddings)
+            write_json_atomic(d / MANIFEST, manifest)
+        refresh_checksums(d, [INDEX_MANIFEST])

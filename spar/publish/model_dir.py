@@ -452,8 +452,7 @@ def _copy_reranking_vectors(source: Path, copy: Path) -> None:
     a path relative to it (``../embeddings/...`` in a run): a copied index takes them along, into
     ``index/embeddings/``, so the model directory searches alone (the copy pointed outside the model: `spar search`
     refused it at once)."""
-    from spar.core.artifacts import MANIFEST, read_manifest, refresh_checksums, write_json_atomic
-    from spar.index.files import INDEX_MANIFEST, index_info
+    from spar.index.files import index_info, record_embeddings
 
     info = index_info(copy, required=False)
     where = info.get("embeddings") or {}
@@ -464,14 +463,7 @@ def _copy_reranking_vectors(source: Path, copy: Path) -> None:
         target = Path("embeddings") / name / "passages"
         shutil.copytree(source / relative, copy / target, dirs_exist_ok=True)
         moved[name] = target.as_posix()
-    info["embeddings"] = moved
-    write_json_atomic(copy / INDEX_MANIFEST, info)
-    if (copy / MANIFEST).is_file():
-        manifest = read_manifest(copy)
-        if isinstance(manifest.get("stats"), dict) and "embeddings" in manifest["stats"]:
-            manifest["stats"]["embeddings"] = moved
-            write_json_atomic(copy / MANIFEST, manifest)
-        refresh_checksums(copy, [INDEX_MANIFEST])
+    record_embeddings(copy, moved)
 
 
 def portable_path(value: Any, base: str | Path) -> Any:
