@@ -173,6 +173,21 @@ def _validated_training(run: Path, work: Path, settings: dict, stop_after_step: 
     return result, validated
 
 
+def _stopped_and_resumed_like_the_straight_run(run, tmp_path, settings, straight, straight_steps, exported):
+    """Stopped right after the periodic checkpoint of step 2, then of step 6 (between validations), and resumed: the
+    run validates on the uninterrupted run's later steps, reports its best step and score, and exports ``exported``
+    (paths relative to the run's directory) byte for byte."""
+    for stop in (2, 6):
+        work = tmp_path / f"stopped-{stop}"
+        with pytest.raises(_Stop):
+            _validated_training(run, work, settings, stop_after_step=stop)
+        resumed, steps = _validated_training(run, work, settings)
+        assert steps == [s for s in straight_steps if s > stop], f"stopped after step {stop}"
+        assert (resumed.best_step, resumed.best_valid_mrr) == (straight.best_step, straight.best_valid_mrr)
+        differing = [n for n in exported if (work / n).read_bytes() != (tmp_path / "straight" / n).read_bytes()]
+        assert not differing, f"stopped after step {stop}: {differing}"
+
+
 def test_train_stopped_after_a_periodic_checkpoint_validates_on_the_same_steps(datasets_dir, tmp_path_factory,
                                                                                tmp_path):
     """#37 item 1: a periodic ``last.ckpt`` written between validations (step 2 and step 6 here; validation every 4
@@ -193,16 +208,9 @@ def test_train_stopped_after_a_periodic_checkpoint_validates_on_the_same_steps(d
         straight, straight_steps = _validated_training(run, tmp_path / "straight", settings)
         # before training, the schedule itself, then the last step (not a validation step)
         assert straight_steps == [0, 4, 8, 9]
-        for stop in (2, 6):
-            work = tmp_path / f"stopped-{stop}"
-            with pytest.raises(_Stop):
-                _validated_training(run, work, settings, stop_after_step=stop)
-            resumed, steps = _validated_training(run, work, settings)
-            assert steps == [s for s in straight_steps if s > stop], f"stopped after step {stop}"
-            assert (resumed.best_step, resumed.best_valid_mrr) == (straight.best_step, straight.best_valid_mrr)
-            exported = sorted(p.name for p in (tmp_path / "straight").glob("*.safetensors"))
-            assert exported and all((work / n).read_bytes() == (tmp_path / "straight" / n).read_bytes()
-                                    for n in exported), f"stopped after step {stop}"
+        exported = sorted(p.name for p in (tmp_path / "straight").glob("*.safetensors"))
+        assert exported
+        _stopped_and_resumed_like_the_straight_run(run, tmp_path, settings, straight, straight_steps, exported)
     finally:
         torch.set_num_threads(threads)
 
@@ -232,14 +240,6 @@ def test_transformer_stopped_after_a_periodic_checkpoint_validates_on_the_same_s
         exported = sorted(str(p.relative_to(tmp_path / "straight")) for p in (tmp_path / "straight").rglob("*")
                           if p.is_file() and "checkpoints" not in p.parts and "logs" not in p.parts)
         assert any(name.endswith(".safetensors") for name in exported), exported
-        for stop in (2, 6):
-            work = tmp_path / f"stopped-{stop}"
-            with pytest.raises(_Stop):
-                _validated_training(run, work, settings, stop_after_step=stop)
-            resumed, steps = _validated_training(run, work, settings)
-            assert steps == [s for s in straight_steps if s > stop], f"stopped after step {stop}"
-            assert (resumed.best_step, resumed.best_valid_mrr) == (straight.best_step, straight.best_valid_mrr)
-            differing = [n for n in exported if (work / n).read_bytes() != (tmp_path / "straight" / n).read_bytes()]
-            assert not differing, f"stopped after step {stop}: {differing}"
+        _stopped_and_resumed_like_the_straight_run(run, tmp_path, settings, straight, straight_steps, exported)
     finally:
         torch.set_num_threads(threads)
