@@ -14,11 +14,13 @@ of each ``--sets`` entry (never a test split), every ``--configs`` entry against
   + fusion, one question at a time) timed in the same run as the peer;
 - build seconds and bytes per passage in memory (the serialized index).
 
-A config is ``TYPE:STORAGE[:key=value...]``, keys ``nlist``, ``nprobe``, ``ef`` (efSearch), ``m`` (HNSW M),
+A config is ``TYPE:STORAGE[:key=value...]`` (``built:run``: the index ``spar index`` built for the run, read from its
+``index/`` folder with its own fold, nothing built), keys ``nlist``, ``nprobe``, ``ef`` (efSearch), ``m`` (HNSW M),
 ``refine`` (re-rank the top refine·k with exact float32 scores read from the embeddings on disk:
 :mod:`spar.index.approximate`), ``fold`` (``mu``: the index holds ``[P, μ₀·PΛ]``, as ``spar index`` builds an
 approximate index; a number: that μ₀, e.g. the geometric middle of the sets' μ; ``1``: unfolded), ``quantizer``
-(``hnsw``: an HNSW coarse quantizer for large ``nlist``).
+(``hnsw``: an HNSW coarse quantizer for large ``nlist``), ``walk`` (:data:`WALKS`: how a set served at its own μ
+walks a folded index).
 ``--subset N`` measures on a seeded N-passage sample of the corpus (exploration); without it every passage is
 searched, streamed from its shards.
 
@@ -42,7 +44,12 @@ import numpy as np  # noqa: E402
 
 from _common import command_line, machine, write_result  # noqa: E402
 
-KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer")
+KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer", "walk")
+
+#: How a folded index is walked for a set served at μ ≠ μ₀: ``served`` with ``[Q, (μ/μ₀)·QΛ]`` (what
+#: ``SparIndex.search`` does), ``mu0`` with ``[Q, QΛ]`` (the query the graph was built for), ``both``: the union of
+#: the two walks' candidates, re-ranked exactly at μ (two searches).
+WALKS = ("served", "mu0", "both")
 
 
 def parse_config(text: str) -> dict:
@@ -55,7 +62,12 @@ def parse_config(text: str) -> dict:
         key, _, value = part.partition("=")
         if key not in KEYS:
             raise SystemExit(f"--configs {text!r}: unknown option {key!r} ({', '.join(KEYS)})")
-        if key in ("fold", "quantizer"):
+        if key == "walk":
+            out[key] = value.split("/") if "/" in value else value
+            for walk in out[key] if isinstance(out[key], list) else [out[key]]:
+                if walk not in WALKS:
+                    raise SystemExit(f"--configs {text!r}: walk={walk!r}: one of {', '.join(WALKS)}")
+        elif key in ("fold", "quantizer"):
             out[key] = value
         elif key in SWEPT and "/" in value:
             out[key] = [int(v) for v in value.split("/")]
@@ -65,7 +77,7 @@ def parse_config(text: str) -> dict:
 
 
 #: Search-time options a config may list several values of (``nprobe=16/64/256``): one build, one row per value.
-SWEPT = ("nprobe", "ef", "refine")
+SWEPT = ("nprobe", "ef", "refine", "walk")
 
 
 def search_settings(c: dict) -> list[dict]:
@@ -196,12 +208,23 @@ def build(c: dict, data, seed: int, threads: int):
     return index
 
 
-def search(index, qvecs: np.ndarray, k: int, refine: int, passage_rows, base_q, lambda_q, mu, subset):
-    """(scores, rows) of the index's top k, re-ranked exactly from refine·k when ``refine``."""
+def search(index, qvecs: np.ndarray, k: int, refine: int, passage_rows, base_q, lambda_q, mu, subset,
+           walk: str = "served"):
+    """(scores, rows) of the index's top k, re-ranked exactly from refine·k when ``refine``; ``walk`` as
+    :data:`WALKS` (``qvecs`` is the served query ``[Q, (μ/μ₀)·QΛ]``; the μ₀ one is made here)."""
     from spar.index.approximate import refine_top_k
+    from spar.index.spar_index import spar_query_vectors
 
+    if walk != "served":
+        at_mu0 = spar_query_vectors(base_q, lambda_q, 1.0, "concat")
+        qvecs = at_mu0 if walk == "mu0" else np.vstack([qvecs, at_mu0])
     scores, rows = index.search(np.ascontiguousarray(qvecs, dtype=np.float32), k * max(1, refine))
+    if walk == "both":  # each question's two candidate lists side by side (refine_top_k drops repeats)
+        half = len(rows) // 2
+        scores, rows = np.hstack([scores[:half], scores[half:]]), np.hstack([rows[:half], rows[half:]])
     if not refine:
+        if walk == "both":
+            raise SystemExit("walk=both needs refine (the two walks' scores are for different queries)")
         return scores, rows
     glob = np.where(rows >= 0, subset[np.maximum(rows, 0)] if subset is not None else rows, -1)
     scores, found = refine_top_k(passage_rows, base_q, lambda_q, mu, glob, k)
@@ -237,6 +260,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--subset", type=int, default=None, help="a seeded sample of N passages (exploration)")
     ap.add_argument("--mu", type=float, default=None, help="μ before `spar tune` ran (every set; folding too)")
     ap.add_argument("--single", type=int, default=100, help="questions timed one at a time")
+    ap.add_argument("--single-every-set", action="store_true",
+                    help="time one question at a time (1 thread) on every set, not only the first")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--no-base", action="store_true", help="skip the base-alone rows")
@@ -342,28 +367,40 @@ def main(argv: list[str] | None = None) -> dict:
     rows_out = []
     for text in args.configs:
         parsed = parse_config(text)
-        if parsed["type"] == "flat":
-            fold = 1.0
-        else:  # "mu": μ₀ as `spar index` folds it; a number: that μ₀ (1: unfolded)
-            fold = mu0 if parsed["fold"] == "mu" else float(parsed["fold"])
-        start = time.perf_counter()
-        index = build(parsed, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
-        built = time.perf_counter() - start
-        size = index_bytes(index)
+        if parsed["type"] == "built":  # the run's own index, as `spar index` built it (its fold, its graph)
+            import json
+
+            if subset is not None:
+                raise SystemExit("built:run holds every passage; drop --subset")
+            index_dir = Path(cfg.output_dir) / "index"
+            built_info = json.loads((index_dir / "index.json").read_text())
+            index, built = faiss.read_index(str(index_dir / "index.faiss")), None
+            fold = float(built_info.get("fold", 1.0))
+            size = (index_dir / "index.faiss").stat().st_size
+            parsed.setdefault("ef", built_info.get("options", {}).get("hnsw_ef_search"))
+        else:
+            if parsed["type"] == "flat":
+                fold = 1.0
+            else:  # "mu": μ₀ as `spar index` folds it; a number: that μ₀ (1: unfolded)
+                fold = mu0 if parsed["fold"] == "mu" else float(parsed["fold"])
+            start = time.perf_counter()
+            index = build(parsed, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
+            built = round(time.perf_counter() - start, 1)
+            size = index_bytes(index)
         bindex = None
-        if not args.no_base:  # the base alone through the same index type
+        if not args.no_base and parsed["type"] != "built":  # the base alone through the same index type
             start = time.perf_counter()
             bindex = build({**parsed, "refine": 0}, base_p, cfg.experiment.seed, args.threads)
             base_built = time.perf_counter() - start
         for c in search_settings(parsed):
             apply_search(index, c)
-            row = {"config": c["text"], "fold": fold, "refine": c["refine"], "build_s": round(built, 1),
+            row = {"config": c["text"], "fold": fold, "refine": c["refine"], "build_s": built,
                    "bytes_per_passage": round(size / n, 1), "sets": {}}
             for name, s in sets.items():
                 q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
                 start = time.perf_counter()
                 scores, found = search(index, q, args.k, c["refine"], passage_rows, s["base_q"], s["lambda_q"],
-                                       s["mu"], subset)
+                                       s["mu"], subset, c.get("walk", "served"))
                 batched = time.perf_counter() - start
                 measured = judge(found, scores, s["dev"], doc_ids, texts_of, ks)
                 overlap = float(np.mean([len(exact[name]["top20"][i] & set(found[i, :20].tolist())) / 20
@@ -372,6 +409,13 @@ def main(argv: list[str] | None = None) -> dict:
                          "Acc@20_loss_points": round(100 * (measured.get("Acc@20", 0)
                                                             - exact[name]["spar"]["Acc@20"]), 2),
                          "ms_batched": round(1000 * batched / len(found), 3)}
+                if c.get("walk", "served") != "served" or args.single_every_set:  # a walk's cost is its set's
+
+                    def one_here(i: int, index=index, q=q, s=s, c=c) -> None:
+                        search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
+                               s["lambda_q"][i:i + 1], s["mu"], subset, c.get("walk", "served"))
+
+                    entry["ms_1_thread"] = timed_single(one_here, min(args.single, len(q)), 1)
                 row["sets"][name] = entry
                 print(c["text"], name, entry, file=sys.stderr, flush=True)
             s = next(iter(sets.values()))
@@ -379,7 +423,7 @@ def main(argv: list[str] | None = None) -> dict:
 
             def one(i: int, index=index, q=q, s=s, c=c) -> None:
                 search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
-                       s["lambda_q"][i:i + 1], s["mu"], subset)
+                       s["lambda_q"][i:i + 1], s["mu"], subset, c.get("walk", "served"))
 
             single = min(args.single, len(q))
             row["ms_1_thread"], row["ms_2_threads"] = timed_single(one, single, 1), timed_single(one, single, 2)
