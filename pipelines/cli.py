@@ -117,6 +117,9 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
     search.add_argument("--mu", type=float, default=None, help="override the tuned mu at query time")
     search.add_argument("--model", default=None, help="the model of an index directory (default: the one it was "
                         "built with, or the run's model/ beside a run's index)")
+    search.add_argument("--backend", choices=("torch", "onnx", "auto"), default="torch",
+                        help="what runs the query encoders' transformers: torch (default), onnx (ONNX Runtime on "
+                        "the CPU, exported once and cached: the same vectors within 1e-6), auto (onnx on the CPU)")
     return parser
 
 

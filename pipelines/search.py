@@ -1,4 +1,4 @@
-"""``spar search PATH "query text" [-k 10] [--mu M] [--model MODEL]``: top-k passages with a published SPAR model.
+"""``spar search PATH "query text" [-k 10] [--mu M] [--model MODEL] [--backend B]``: top-k passages, published model.
 
 ``PATH`` is a published model directory (searching the index copied into it with ``publish.copy_index=true``, or the
 index of the run it was published in), a run's ``index/`` directory (the run's published ``model/`` beside it, or
@@ -21,7 +21,7 @@ def search_command(args: argparse.Namespace) -> int:
     from spar.publish.search import SparSearcher
 
     query = " ".join(args.query)
-    searcher = SparSearcher.open(args.index_dir, model=args.model)
+    searcher = SparSearcher.open(args.index_dir, model=args.model, backend=args.backend)
     mu = searcher.encoder.mu if args.mu is None else args.mu
     hits = searcher.search([query], k=args.k, mu=mu)[0]
     console = Console(highlight=False)

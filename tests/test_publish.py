@@ -450,6 +450,28 @@ def test_search_from_model_dir_and_index_dir(tiny_run, capsys):
     assert ids[int(np.argmax((bq @ base_p.T + MU * lq @ lam_p.T)[0]))] in out and "μ=0.7" in out
 
 
+def test_search_on_onnx_runtime_gives_the_torch_hits(tiny_run, tmp_path, monkeypatch, capsys):
+    """``backend="onnx"`` (``spar search --backend onnx``) runs the base's and the transformer Λ's query encoders in
+    ONNX Runtime after the fingerprint checks (which compare the torch encoders the index was made with): the same
+    hits and scores as torch, from an index torch encoded."""
+    from pipelines import cli
+    from spar.model.onnx_encoder import OnnxBiEncoder
+    from spar.publish.search import SparSearcher
+
+    monkeypatch.setenv("SPAR_CACHE_DIR", str(tmp_path / "cache"))  # never the user's cache
+    query = tiny_run["passages"][5][0]
+    torch_hits = SparSearcher.open(tiny_run["model"]).search([query], k=5)[0]
+    searcher = SparSearcher.open(tiny_run["model"], backend="onnx")
+    assert isinstance(searcher.encoder.base, OnnxBiEncoder)
+    assert isinstance(searcher.encoder.lambda_.encoder, OnnxBiEncoder)
+    onnx_hits = searcher.search([query], k=5)[0]
+    assert [h.id for h in onnx_hits] == [h.id for h in torch_hits]
+    np.testing.assert_allclose([h.score for h in onnx_hits], [h.score for h in torch_hits], atol=1e-4)
+    assert sorted(p.name for p in (tmp_path / "cache" / "onnx").iterdir())  # exported into the given cache
+    assert cli.main(["search", str(tiny_run["model"]), *query.split(), "-k", "1", "--backend", "onnx"]) == 0
+    assert torch_hits[0].id in capsys.readouterr().out
+
+
 def test_a_runs_index_that_reranks_exactly_is_searched_with_the_mu_tuned_against_float32():
     """`spar search MODEL` (the command `spar run` prints) on a run with ``index.type=auto`` above
     ``index.auto_flat_below`` was refused: "stores passages as sq4, but the μ of MODEL was tuned against float32".

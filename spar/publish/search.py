@@ -112,11 +112,18 @@ class SparSearcher:
         return PassagesTable(self.passages)
 
     @classmethod
-    def open(cls, path: str | Path, device: str = "cpu", model: str | Path | None = None) -> "SparSearcher":
+    def open(cls, path: str | Path, device: str = "cpu", model: str | Path | None = None,
+             backend: str = "torch") -> "SparSearcher":
         """Open a model directory (with the index it holds or its run's) or an index directory: a run's
         ``index/`` (its model: ``model`` or the run's ``model/`` beside it) or one ``spar index --model`` built
         (its model: ``model`` or the one it records). An index built with other encoders than the model's is
-        refused in one line."""
+        refused in one line.
+
+        ``backend`` runs the query encoders' transformers (as ``encode.backend``): ``torch``, ``onnx`` (ONNX
+        Runtime on the CPU, exported once and cached; the same vectors within 1e-6, so an index encoded with torch
+        is searched exactly as before) or ``auto`` (onnx on the CPU). One query at a time ONNX Runtime is the
+        faster path on the CPUs measured (``bench/query_latency.py``); a term-based Λ has no transformer and is
+        unchanged."""
         from spar.index.files import INDEX_FILE, is_index_dir
         from spar.index.spar_index import SparIndex
 
@@ -148,6 +155,8 @@ class SparSearcher:
         if index.variant != encoder.variant:
             raise ArtifactError(f"{index_dir} is a '{index.variant}' index but {model_dir} is a "
                                 f"'{encoder.variant}' model")
+        if backend != "torch":  # after the fingerprint checks: those compare the torch encoders the index was made by
+            on_backend(encoder, backend, device)
         return cls(encoder, index, Path(passages) if passages else None, model_dir, index_dir)
 
     def search(self, queries: Sequence[str], k: int = 10, mu: float | None = None) -> list[list[Hit]]:
@@ -182,6 +191,18 @@ class SparSearcher:
                 hits.append(Hit(rank, pid, float(score), passage.get("title", ""), passage.get("text", "")))
             results.append(hits)
         return results
+
+
+def on_backend(encoder: SparEncoder, backend: str, device: str = "cpu") -> SparEncoder:
+    """Put ``encoder``'s transformers (the base, and a transformer Λ's) on ``backend``
+    (:func:`spar.model.onnx_encoder.with_backend`), in place; returns it."""
+    from spar.lexical.transformer import TransformerLambda
+    from spar.model.onnx_encoder import with_backend
+
+    encoder.base = with_backend(encoder.base, backend, device)
+    if isinstance(encoder.lambda_, TransformerLambda):
+        encoder.lambda_.encoder = with_backend(encoder.lambda_.encoder, backend, device)
+    return encoder
 
 
 def _model_of_index(index_dir: Path, model: str | Path | None) -> Path:
