@@ -16,6 +16,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def proc_status(pid: str = "self") -> dict[str, int]:
+    """The byte values of ``/proc/<pid>/status`` (VmRSS, VmHWM, RssAnon, RssFile, ...): the kernel writes them in
+    kB (KiB), so each is multiplied by 1024; benches report GB = 1e9 bytes."""
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            parts = value.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                out[key] = int(parts[0]) * 1024
+    return out
+
+
 def cpu_model() -> str:
     """The CPU's model name from ``/proc/cpuinfo`` (else what :mod:`platform` knows)."""
     cpu = platform.processor() or platform.machine()

@@ -21,19 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import command_line, machine, write_result  # noqa: E402
+from _common import command_line, machine, proc_status, write_result  # noqa: E402
 
 
 def _status() -> dict[str, float]:
-    """VmHWM, VmRSS and RssAnon of this process, in GB."""
-    wanted = {"VmHWM", "VmRSS", "RssAnon"}
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in wanted:
-                out[key] = int(value.split()[0]) / 1e6  # kB
-    return out
+    """VmHWM, VmRSS and RssAnon of this process, in GB (1e9 bytes)."""
+    return {k: v / 1e9 for k, v in proc_status().items() if k in ("VmHWM", "VmRSS", "RssAnon")}
 
 
 def child(args) -> None:

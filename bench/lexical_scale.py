@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import command_line, machine, write_result  # noqa: E402
+from _common import command_line, machine, proc_status, write_result  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "datasets" / "enwiki-2015" / "corpus.jsonl.gz"
 
@@ -51,13 +51,13 @@ def stream(path: Path, limit: int = 0) -> Iterator[tuple[str, str, str]]:
 
 
 def peak_rss_gb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2, 3)
+    """The process's peak RSS in GB (1e9 bytes; ``ru_maxrss`` is in KiB: it was divided by 1024² here, GiB, before
+    the committed results were corrected)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, 3)
 
 
 def current_rss_gb() -> float:
-    with open("/proc/self/status") as fh:
-        kb = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS"))
-    return round(kb / 1024 ** 2, 3)
+    return round(proc_status()["VmRSS"] / 1e9, 3)
 
 
 def fit_statistics(corpus: Path, out: Path) -> dict:

@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import command_line, machine, write_result  # noqa: E402
+from _common import command_line, machine, proc_status, write_result  # noqa: E402
 
 GB, MB = 1e9, 1e6
 LIMIT_GB = 8.0
@@ -56,18 +56,6 @@ SAMPLE_CORPUS = REPO / "data" / "scifact-sample" / "corpus.jsonl"
 # ----------------------------------------------------------------------------------------------------------------
 # In the measured subprocess
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def proc_status() -> dict[str, int]:
-    """Byte values of ``/proc/self/status`` (VmRSS, VmHWM, RssAnon, RssFile, ...)."""
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            parts = value.split()
-            if len(parts) == 2 and parts[1] == "kB":
-                out[key] = int(parts[0]) * 1024
-    return out
 
 
 class Probe:

@@ -21,19 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-from _common import command_line, machine, write_result  # noqa: E402
+from _common import command_line, machine, proc_status, write_result  # noqa: E402
 
 GB = 1e9
 
 
 def status() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
+    return {k: v for k, v in proc_status().items() if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile")}
 
 
 class Sampler(threading.Thread):

@@ -499,7 +499,7 @@ def test_exact_beside_refuses_a_run_it_cannot_serve_in_one_line(tmp_path):
 
 def test_the_bm25_of_tune_and_evaluate_starts_the_jvm_at_the_search_heap(monkeypatch, tmp_path):
     """tune's and evaluate's BM25 (baseline and hybrid) are built and searched with ``label.search_heap`` (1g by
-    default: the same hits as 4g at 667,980 passages with 2.1 GB less peak RSS, bench/jvm_heap.py), not the label
+    default: the same hits as 4g at 667,980 passages with 2.2 GB less peak RSS, bench/jvm_heap.py), not the label
     stage's ``label.java_heap``."""
     from spar.core.config import load_config
     from spar.experiment import inputs as inputs_module

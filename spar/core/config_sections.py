@@ -255,7 +255,7 @@ class LabelSection(Section):
                            "(the teacher's index and searches).")
     search_heap: str = Field("1g", json_schema_extra=RUNTIME, description="JVM -Xmx for the BM25 baseline and "
                              "hybrid of tune and evaluate (a BM25 index of the run's passages and its searches): at "
-                             "667,980 passages 1g returned the same hits as 4g with 2.1 GB less peak RSS "
+                             "667,980 passages 1g returned the same hits as 4g with 2.2 GB less peak RSS "
                              "(bench/jvm_heap.py).")
 
     @model_validator(mode="after")
