@@ -85,14 +85,14 @@ def main(argv: list[str] | None = None) -> dict:
                             sets=sets_wanted, questions=args.questions)
     seconds = time.perf_counter() - started
 
-    from spar.evaluate.evaluation import question_subset
+    from spar.evaluate.evaluation import first_questions
 
     splits = {test.name: test for test in inputs.experiment.test_splits()}
     stem_of = {name: stem for stem, names in context.results_groups.items() for name in names}
     sets = {}
     for name, report in reports.items():
         test = splits[name]
-        part = test if args.questions is None else question_subset(test, test.ids[:args.questions])
+        part = first_questions(test, args.questions)
         runs_dir = context.artifact("evaluation") / "runs" / name if name else context.artifact("evaluation") / "runs"
         served = _served_runs(runs_dir, set(part.ids))
         means = WeightedMeans()

@@ -200,7 +200,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     if missing:
         raise ValueError(f"no test set {missing} in this experiment: {', '.join(map(repr, splits))}")
     for name in sets or list(splits):
-        test = splits[name] if questions is None else question_subset(splits[name], splits[name].ids[:questions])
+        test = first_questions(splits[name], questions)
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
         checkpoint = None if checkpoints is None else Path(checkpoints) / f"{test.name or 'test'}.json"
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,
@@ -294,6 +294,19 @@ def question_subset(queries: SplitQueries, ids: Sequence[str]) -> SplitQueries:
                         None if queries.answers is None else {q: queries.answers[q] for q in ids
                                                               if q in queries.answers},
                         queries.answer_match, queries.name, queries.stored)
+
+
+def first_questions(queries: SplitQueries, n: int | None) -> SplitQueries:
+    """The first ``n`` questions of ``queries`` in file order (all when ``n`` is None): what
+    ``evaluate_sets(questions=n)`` evaluates, so a comparison made beside it takes exactly the same ones.
+
+        >>> from spar.data.question_sets import SplitQueries
+        >>> test = SplitQueries("test", {"b": {"d1": 1}}, {"c": "who?", "b": "what?", "a": "when?"}, {"c": ["x"]})
+        >>> part = first_questions(test, 2)
+        >>> part.ids, part.qrels, part.answers, first_questions(test, None) is test
+        (['c', 'b'], {'b': {'d1': 1}}, {'c': ['x']}, True)
+    """
+    return queries if n is None else question_subset(queries, queries.ids[:n])
 
 
 def _score_runs(runs: dict, part: SplitQueries, metrics: Sequence[str], accuracy_at: Sequence[int], inputs,
