@@ -16,6 +16,7 @@ Throughput: ``--passages`` SciFact abstracts in batches of ``--batch-size``, eac
 alternated; best and median. Latency: ``--single`` queries one at a time, alternated question by question. Vectors:
 cosine and max abs difference to torch fp32 over the timed passages. The CPU's model and bf16 flags are recorded.
 
+    pip install openvino        # not a dependency of spar: only this bench uses it
     python bench/encode_openvino.py --threads 2 --out bench/results/encode_openvino-amd.json
 """
 
