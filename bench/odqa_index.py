@@ -368,16 +368,18 @@ def main(argv: list[str] | None = None) -> dict:
     for text in args.configs:
         parsed = parse_config(text)
         if parsed["type"] == "built":  # the run's own index, as `spar index` built it (its fold, its graph)
-            import json
+            from spar.core.run_context import RunContext
+            from spar.index.files import INDEX_FILE
+            from spar.index.spar_index import SparIndex
 
             if subset is not None:
                 raise SystemExit("built:run holds every passage; drop --subset")
-            index_dir = Path(cfg.output_dir) / "index"
-            built_info = json.loads((index_dir / "index.json").read_text())
-            index, built = faiss.read_index(str(index_dir / "index.faiss")), None
-            fold = float(built_info.get("fold", 1.0))
-            size = (index_dir / "index.faiss").stat().st_size
-            parsed.setdefault("ef", built_info.get("options", {}).get("hnsw_ef_search"))
+            index_dir = RunContext(cfg).artifact("index")
+            served = SparIndex.load(index_dir)  # the index package reads its own files
+            index, built = served.index, None
+            fold = float(served.info.get("fold", 1.0))
+            size = (index_dir / INDEX_FILE).stat().st_size
+            parsed.setdefault("ef", served.info.get("options", {}).get("hnsw_ef_search"))
         else:
             if parsed["type"] == "flat":
                 fold = 1.0
