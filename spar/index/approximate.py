@@ -105,6 +105,23 @@ class PassageRows:
         if len(self.parts[0]) != len(self.parts[1]):
             raise ValueError(f"base and Λ embeddings hold {len(self.parts[0])} and {len(self.parts[1])} passages")
 
+    @classmethod
+    def beside_index(cls, info: dict[str, Any], directory: str | Path) -> "PassageRows":
+        """The rows of the embeddings an index was built from (``info["embeddings"]``: the base and Λ passage
+        embedding directories, relative to the index ``directory``)."""
+        from spar.core.errors import ArtifactError
+        from spar.model.embeddings import load_embeddings
+
+        where = info.get("embeddings")
+        if not where:
+            raise ArtifactError("index.refine needs the passage embeddings the index was built from; this index "
+                                "records none (built from matrices): use index.refine=0")
+        try:
+            parts = {k: load_embeddings(Path(directory) / v).part_files for k, v in where.items()}
+        except ArtifactError as exc:
+            raise ArtifactError(f"index.refine reads the passage embeddings beside the index: {exc}") from None
+        return cls(parts["base"], parts["lambda"])
+
     def __len__(self) -> int:
         return len(self.parts[0])
 

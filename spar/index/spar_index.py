@@ -586,23 +586,11 @@ class SparIndex:
         return refine if self.info.get("type") in APPROXIMATE_TYPES else 0
 
     def passage_rows(self):
-        """The float32 passage vectors exact re-ranking reads (:class:`spar.index.approximate.PassageRows`), from
-        the embeddings the index was built from."""
+        """The float32 passage vectors exact re-ranking reads, from the embeddings the index was built from."""
         if getattr(self, "_passage_rows", None) is None:
             from spar.index.approximate import PassageRows
-            from spar.model.embeddings import load_embeddings
 
-            where = self.info.get("embeddings")
-            if not where:
-                raise ArtifactError("index.refine needs the passage embeddings the index was built from; this index "
-                                    "records none (built from matrices): use index.refine=0")
-            root = getattr(self, "directory", None) or Path(".")
-            dirs = {k: (Path(root) / v) for k, v in where.items()}
-            try:
-                parts = {k: load_embeddings(v).part_files for k, v in dirs.items()}
-            except ArtifactError as exc:
-                raise ArtifactError(f"index.refine reads the passage embeddings beside the index: {exc}") from None
-            self._passage_rows = PassageRows(parts["base"], parts["lambda"])
+            self._passage_rows = PassageRows.beside_index(self.info, getattr(self, "directory", None) or Path("."))
         return self._passage_rows
 
     def search_vectors(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str | None]]]:
