@@ -365,6 +365,16 @@ def main(argv: list[str] | None = None) -> dict:
         print("hybrid", peer, file=sys.stderr, flush=True)
 
     rows_out = []
+
+    def one_query(index, q, s, c):
+        """Search the ``i``-th question of set ``s`` alone (its query vector from ``q``), as configured by ``c``."""
+
+        def one(i: int) -> None:
+            search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
+                   s["lambda_q"][i:i + 1], s["mu"], subset, c.get("walk", "served"))
+
+        return one
+
     for text in args.configs:
         parsed = parse_config(text)
         if parsed["type"] == "built":  # the run's own index, as `spar index` built it (its fold, its graph)
@@ -394,6 +404,7 @@ def main(argv: list[str] | None = None) -> dict:
             start = time.perf_counter()
             bindex = build({**parsed, "refine": 0}, base_p, cfg.experiment.seed, args.threads)
             base_built = time.perf_counter() - start
+
         for c in search_settings(parsed):
             apply_search(index, c)
             row = {"config": c["text"], "fold": fold, "refine": c["refine"], "build_s": built,
@@ -412,21 +423,12 @@ def main(argv: list[str] | None = None) -> dict:
                                                             - exact[name]["spar"]["Acc@20"]), 2),
                          "ms_batched": round(1000 * batched / len(found), 3)}
                 if c.get("walk", "served") != "served" or args.single_every_set:  # a walk's cost is its set's
-
-                    def one_here(i: int, index=index, q=q, s=s, c=c) -> None:
-                        search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
-                               s["lambda_q"][i:i + 1], s["mu"], subset, c.get("walk", "served"))
-
-                    entry["ms_1_thread"] = timed_single(one_here, min(args.single, len(q)), 1)
+                    entry["ms_1_thread"] = timed_single(one_query(index, q, s, c), min(args.single, len(q)), 1)
                 row["sets"][name] = entry
                 print(c["text"], name, entry, file=sys.stderr, flush=True)
             s = next(iter(sets.values()))
             q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
-
-            def one(i: int, index=index, q=q, s=s, c=c) -> None:
-                search(index, q[i:i + 1], args.k, c["refine"], passage_rows, s["base_q"][i:i + 1],
-                       s["lambda_q"][i:i + 1], s["mu"], subset, c.get("walk", "served"))
-
+            one = one_query(index, q, s, c)
             single = min(args.single, len(q))
             row["ms_1_thread"], row["ms_2_threads"] = timed_single(one, single, 1), timed_single(one, single, 2)
             del one

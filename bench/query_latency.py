@@ -62,14 +62,17 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.experiment.inputs import ExperimentInputs
     from spar.experiment.plan import dev_split
     from spar.model.embeddings import load_embeddings
-    from spar.model.onnx_encoder import with_backend
-    from spar.publish.search import SparSearcher
+    from spar.publish.model_dir import SparEncoder
+    from spar.publish.search import SparSearcher, on_backend
 
     cfg = load_config(args.config)
     run = Path(cfg.output_dir)
-    searcher = SparSearcher.open(run / "index")
-    encoder, index = searcher.encoder, searcher.index
-    bases = {backend: with_backend(encoder.base, backend) for backend in args.backends}
+    searcher = SparSearcher.open(run / "index")  # the fingerprint checks, once; then one encoder per backend
+    index = searcher.index
+    # on_backend moves the base and a transformer Λ alike (what `spar search --backend` runs), in place: each
+    # backend gets its own copy of the published encoder
+    encoders = {backend: on_backend(SparEncoder.from_pretrained(searcher.model_dir), backend)
+                for backend in args.backends}
     tuned = read_tuned(run)
     mu, alpha = tuned.for_set(args.set).mu(), tuned.for_set(args.set).alpha
     dev = dev_split(cfg, args.set)
@@ -87,8 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     def spar(backend: str, qid: str, text: str) -> None:
         t0 = time.perf_counter()
-        base_q = bases[backend].encode_query([text])
-        lambda_q = encoder.lambda_.encode_query([text])
+        base_q = encoders[backend].base.encode_query([text])
+        lambda_q = encoders[backend].lambda_.encode_query([text])
         t1 = time.perf_counter()
         index.search(base_q, lambda_q, args.k, mu=mu)
         t2 = time.perf_counter()
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def hybrid(backend: str, qid: str, text: str) -> None:
         t0 = time.perf_counter()
-        q = bases[backend].encode_query([text])
+        q = encoders[backend].base.encode_query([text])
         t1 = time.perf_counter()
         scores, rows = flat.search(q, args.k)
         t2 = time.perf_counter()
