@@ -358,3 +358,32 @@ def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximat
     assert (summed.type, summed.refine) == ("hnsw", 0)
     unencoded = load_config(None, [f"experiment.output_dir={tmp_path / 'none'}", "index.type=auto"])
     assert resolved_index(unencoded).index.type == "auto"  # nothing to count yet: left for the stage to refuse
+
+
+@pytest.mark.parametrize("storage", ["float32", "sq4"])
+def test_a_flat_index_sized_once_holds_the_codes_that_adding_batch_by_batch_gives(storage, monkeypatch):
+    """add_passages fills a flat index's code array in place (sized once, not grown by doubling): the saved index
+    must be byte for byte the one FAISS's own add builds, across several batches and a short last one."""
+    import faiss
+
+    import spar.index.spar_index as spar_index
+
+    monkeypatch.setattr(spar_index, "ADD_BATCH", 64)
+    rng = np.random.default_rng(3)
+    base, lam = rng.standard_normal((301, 8), dtype=np.float32), rng.standard_normal((301, 5), dtype=np.float32)
+
+    def empty():
+        if storage == "float32":
+            return faiss.IndexFlatIP(13)
+        index = faiss.IndexScalarQuantizer(13, faiss.ScalarQuantizer.QT_4bit, faiss.METRIC_INNER_PRODUCT)
+        index.train(np.hstack([base, lam]))
+        return index
+
+    filled = spar_index.add_passages(empty(), [base, lam], "concat")
+    added = empty()
+    for start in range(0, 301, 64):
+        added.add(np.ascontiguousarray(np.hstack([base, lam])[start:start + 64]))
+    assert filled.ntotal == added.ntotal == 301
+    assert np.array_equal(faiss.serialize_index(filled), faiss.serialize_index(added))
+    query = np.hstack([base[:3], lam[:3]])
+    assert np.array_equal(filled.search(query, 5)[1], added.search(query, 5)[1])

@@ -318,8 +318,24 @@ def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, ind
 
 def add_passages(index, matrices: Sequence[np.ndarray], variant: str | None):
     """Add ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices to a trained index, in
-    batches; returns the index."""
-    for chunk in _batches(matrices, variant, matrices[0].shape[0]):
+    batches; returns the index.
+
+    A flat index (float32 or scalar-quantized codes) gets its code array sized once and filled batch by batch: added
+    batch by batch, FAISS grows it by doubling, and each growth holds the old and the new buffer at once (3M sq4
+    codes of 768 dims: 0.48 GB over the codes' own 1.15 GB; sized once: 0.03)."""
+    n = matrices[0].shape[0]
+    faiss = _faiss()
+    if isinstance(index, (faiss.IndexFlatIP, faiss.IndexScalarQuantizer)) and index.ntotal == 0 and n:
+        size = index.code_size
+        index.codes.resize(n * size)
+        codes = faiss.rev_swig_ptr(index.codes.data(), n * size)
+        start = 0
+        for chunk in _batches(matrices, variant, n):
+            codes[start * size:(start + len(chunk)) * size] = index.sa_encode(chunk).ravel()
+            start += len(chunk)
+        index.ntotal = n
+        return index
+    for chunk in _batches(matrices, variant, n):
         index.add(chunk)
     return index
 
