@@ -19,11 +19,20 @@ and file-backed (``RssFile``: memory-mapped files, e.g. embedding shards) reside
     shards and saves it. A flat index must itself hold N × 768 × 4 bytes; the JSON separates that from overhead.
     Run at each ``--index-passages`` (default 250k and 1M) to show how the peak scales.
 
+(c) **Search** (``--search-queries Q``): after each index of (b), a fresh process opens it as a searcher does
+    (:meth:`~spar.index.spar_index.SparIndex.load`, its own efSearch and exact re-ranking, whose float32 rows are
+    read from the embeddings by ``pread``) and answers Q random queries one at a time, then in one batch.
+    ``--index-type auto`` builds what ``index.type: auto`` serves at each size (a flat scan below
+    ``index.auto_flat_below``, HNSW over sq4 codes above); synthetic vectors have no tuned μ, so nothing is folded
+    (``index.fold=never``: a factor on Λ's half, the same bytes). ``bench/memory_curve.py`` draws the rows.
+
 Everything is written under a temporary directory (``--workdir``, default under ``$TMPDIR`` or /tmp), removed
 after each size. N is reduced (and the JSON says so) when the disk or the available memory cannot hold it.
 
     OMP_NUM_THREADS=1 python bench/memory.py                    # (a) 2k/4k/8k, (b) 250k and 1M flat
     OMP_NUM_THREADS=1 python bench/memory.py --index-type ivfpq --index-passages 1000000
+    OMP_NUM_THREADS=2 python bench/memory.py --encode-passages --index-passages 400000 1000000 2000000 \
+        --index-type auto --index-override index.hnsw_ef_construction=40 --search-queries 200 --threads 2
 """
 
 from __future__ import annotations
@@ -157,8 +166,12 @@ def child(kind: str, a: dict) -> dict:
         import pipelines.index
 
         faiss.omp_set_num_threads(a["threads"])
-        overrides += [f"index.type={a['index_type']}"]
+        # synthetic vectors have no tuned μ to fold into an approximate index (a factor on Λ's half: the same bytes
+        # and build), so the stage is told not to look for one
+        overrides += [f"index.type={a['index_type']}", "index.fold=never", *a.get("index_overrides", [])]
         run = pipelines.index.run
+    elif kind == "search":
+        return search_child(a)
     else:
         raise ValueError(kind)
     cfg = load_config(None, overrides)
@@ -174,6 +187,38 @@ def child(kind: str, a: dict) -> dict:
         stats = read_manifest(out_dir / "embeddings" / "base" / "passages")["stats"]
         figures.update(shards=stats["shards"], count=stats["count"], truncated=stats["truncated"],
                        items_per_second=stats["items_per_second"])
+    return figures
+
+
+def search_child(a: dict) -> dict:
+    """Open the saved index as a searcher does (:meth:`SparIndex.load`, its own search settings: efSearch,
+    exact re-ranking of ``refine·k`` candidates read by ``pread`` from the embeddings) and answer ``queries``
+    random queries one at a time, then all of them in one batch; peak RSS and milliseconds per query."""
+    import faiss
+    import numpy as np
+
+    from spar.index.spar_index import SparIndex
+
+    faiss.omp_set_num_threads(a["threads"])
+    probe = Probe()
+    start = time.perf_counter()
+    index = SparIndex.load(Path(a["dir"]) / "index")
+    opened = time.perf_counter() - start
+    rng = np.random.default_rng(7)
+    base_q, lambda_q = (rng.standard_normal((a["queries"], a["dim"]), dtype=np.float32) for _ in range(2))
+    one_at_a_time = []
+    for i in range(a["queries"]):
+        tick = time.perf_counter()
+        index.search(base_q[i:i + 1], lambda_q[i:i + 1], k=20, mu=a["mu"])
+        one_at_a_time.append(time.perf_counter() - tick)
+    tick = time.perf_counter()
+    index.search(base_q, lambda_q, k=20, mu=a["mu"])
+    batched = time.perf_counter() - tick
+    figures = probe.stop()
+    figures.update(seconds=round(time.perf_counter() - start, 1), open_seconds=round(opened, 1),
+                   queries=a["queries"], refine=index.refine, type=index.info.get("type"),
+                   storage=index.storage, ms_per_query_one_at_a_time=round(1e3 * float(np.median(one_at_a_time)), 2),
+                   ms_per_query_batched=round(1e3 * batched / a["queries"], 2))
     return figures
 
 
@@ -248,121 +293,36 @@ def fit_slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
 
 
-def index_own_bytes(n: int, dim: int, index_type: str, hnsw_m: int = 32, pq_m: int = 16) -> int:
-    """Bytes the index structure must hold for ``n`` vectors of ``dim`` (vectors, graph links or codes + ids)."""
+#: Bytes per dimension of each passage-vector storage (spar.index.storage); fast-scan codes as sq4.
+STORAGE_BYTES_PER_DIM = {"float32": 4.0, "fp16": 2.0, "sq8": 1.0, "sq4": 0.5, "fs4": 0.5}
+
+
+def index_own_bytes(n: int, dim: int, index_type: str, storage: str = "float32", hnsw_m: int = 32,
+                    pq_m: int = 16) -> int:
+    """Bytes the index structure must hold for ``n`` vectors of ``dim`` (codes, graph links, ids): an estimate for
+    the disk and memory checks before a build (the rows record the built ``index.faiss``'s own size).
+
+    ``auto`` is what ``index.type: auto`` builds at these sizes (``AUTO_APPROXIMATE``: HNSW over sq4 codes, M 16)."""
+    codes = int(n * dim * STORAGE_BYTES_PER_DIM.get(storage, 4.0))
     if index_type == "flat":
-        return n * dim * 4
+        return codes
     if index_type == "hnsw":
-        return n * dim * 4 + n * 2 * hnsw_m * 4  # level-0 links (2M per node); upper levels are ~1/M of that
+        return codes + n * 2 * hnsw_m * 4  # level-0 links (2M per node); upper levels are ~1/M of that
+    if index_type == "auto":
+        return n * dim // 2 + n * 2 * 16 * 4  # sq4: half a byte per dimension; level-0 links of M 16
     return n * (pq_m + 8)  # IVF-PQ: codes + 64-bit ids
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--encode-passages", type=int, nargs="+", default=[2000, 4000, 8000],
-                    help="(a) corpus sizes encoded with the real model, each in a fresh process")
-    ap.add_argument("--encode-max-length", type=int, default=32, help="(a) passage max length in tokens (cost)")
-    ap.add_argument("--encode-shard-size", type=int, default=2000,
-                    help="(a) encode.shard_size, small so that the sizes span several shards")
-    ap.add_argument("--encode-batch-size", type=int, default=32, help="(a) encode.batch_size (the config's)")
-    ap.add_argument("--index-passages", type=int, nargs="+", default=[250_000, 1_000_000],
-                    help="(b) corpus sizes written (synthetic vectors) and indexed, each in fresh processes")
-    ap.add_argument("--index-type", default="flat", choices=["flat", "hnsw", "ivfpq"],
-                    help="(b) index.type (hnsw builds slowly on one thread at 1M)")
-    ap.add_argument("--write-shard-size", type=int, default=100_000, help="(b) encode.shard_size (spar's default)")
-    ap.add_argument("--write-batch-size", type=int, default=4096, help="(b) encode.batch_size of the stub model")
-    ap.add_argument("--dim", type=int, default=384, help="(b) base and Λ dimension (MiniLM: 384)")
-    ap.add_argument("--threads", type=int, default=1, help="torch / FAISS threads in the measured processes")
-    ap.add_argument("--workdir", type=Path, default=None, help="parent of the temporary directory (default: $TMPDIR)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    ap.add_argument("--child-timeout", type=int, default=1800)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "memory.json")
-    ap.add_argument("--child", choices=["encode", "write", "index"], help=argparse.SUPPRESS)
-    ap.add_argument("--child-args", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-
-    if args.child:
-        print(RESULT_PREFIX + json.dumps(child(args.child, json.loads(args.child_args))), flush=True)
-        return {}
-
-    base_dir = args.workdir or Path(tempfile.gettempdir())
-    base_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="spar-bench-memory-", dir=base_dir))
-    logs = work / "logs"
-    logs.mkdir()
-    spar_dim = 2 * args.dim
-    notes: list[str] = []
-    try:
-        # (a) encoding scaling with the real model.
-        encode_rows = []
-        for n in args.encode_passages:
-            d = work / f"encode-n{n}"
-            write_passages(d / "queries" / "passages.arrow", n, SAMPLE_CORPUS)
-            figures = run_child("encode", {"n": n, "dir": str(d), "threads": args.threads,
-                                           "max_length": args.encode_max_length, "shard_size": args.encode_shard_size,
-                                           "batch_size": args.encode_batch_size}, args.child_timeout, logs)
-            figures.pop("summary", None)
-            encode_rows.append({"passages": n, **figures})
-            shutil.rmtree(d)
-        slope = fit_slope([r["passages"] / 1000 for r in encode_rows],
-                          [r["peak_rss_gb"] * GB / MB for r in encode_rows])
-
-        # (b) write synthetic vectors through the encode stage, then index them; at each size.
-        index_rows = []
-        for requested in args.index_passages:
-            n = requested
-            need_disk = n * (2 * args.dim * 4 + 40) + index_own_bytes(n, spar_dim, args.index_type)
-            free = shutil.disk_usage(work).free
-            if need_disk > 0.9 * free:
-                n = int(0.9 * free / (need_disk / n)) // 10_000 * 10_000
-                notes.append(f"{requested:,} passages need ~{need_disk / GB:.1f} GB of disk, {free / GB:.1f} GB free "
-                             f"under {work.parent}: reduced to {n:,}")
-            need_mem = index_own_bytes(n, spar_dim, args.index_type) + int(1.5 * GB)
-            avail = mem_available()
-            if need_mem > 0.8 * avail:
-                per_passage = index_own_bytes(n, spar_dim, args.index_type) / n
-                n2 = int((0.8 * avail - 1.5 * GB) / per_passage) // 10_000 * 10_000
-                notes.append(f"{n:,} passages need ~{need_mem / GB:.1f} GB of memory, {avail / GB:.1f} GB "
-                             f"available: reduced to {n2:,}")
-                n = n2
-            if n <= 0:
-                continue
-            d = work / f"index-n{n}"
-            write_passages(d / "queries" / "passages.arrow", n, None)
-            common = {"n": n, "dir": str(d), "threads": args.threads, "dim": args.dim}
-            write = run_child("write", {**common, "shard_size": args.write_shard_size,
-                                        "batch_size": args.write_batch_size}, args.child_timeout, logs)
-            write.pop("summary", None)
-            emb_bytes = dir_bytes(d / "embeddings")
-            index = run_child("index", {**common, "index_type": args.index_type}, args.child_timeout, logs)
-            index.pop("summary", None)
-            index_file = d / "index" / "index.faiss"
-            own = index_own_bytes(n, spar_dim, args.index_type)
-            row = {
-                "passages": n, "requested": requested, "index_type": args.index_type, "dim": spar_dim,
-                "write": write, "index": index,
-                "embeddings_bytes": emb_bytes,
-                "index_faiss_bytes": index_file.stat().st_size,
-                "index_dir_bytes": dir_bytes(d / "index"),
-                "index_own_bytes": own,
-                "index_own_definition": {"flat": "N x 768 x 4 (the vectors)",
-                                         "hnsw": "N x 768 x 4 + level-0 links N x 2M x 4",
-                                         "ivfpq": "N x (pq_m + 8): codes and ids"}[args.index_type],
-                "index_overhead_gb": round(index["peak_rss_gb"] - own / GB, 3),
-                "index_anon_overhead_gb": round(index["peak_anon_gb_sampled"] - own / GB, 3),
-            }
-            index_rows.append(row)
-            shutil.rmtree(d)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-
-    encode_peak = max(r["peak_rss_gb"] for r in encode_rows)
+def summarize(args, argv, encode_rows: list, slope: float | None, index_rows: list, notes: list,
+              spar_dim: int, storage: str) -> dict:
+    """The result JSON of the rows measured so far (written after each size, so a stopped run keeps them)."""
     largest = max(index_rows, key=lambda r: r["passages"]) if index_rows else None
-    peaks = {"encode_model_max_over_N": encode_peak}
+    peaks = {"encode_model_max_over_N": max(r["peak_rss_gb"] for r in encode_rows)} if encode_rows else {}
     if largest:
         peaks[f"write_{largest['passages']}"] = largest["write"]["peak_rss_gb"]
         peaks[f"index_{largest['passages']}"] = largest["index"]["peak_rss_gb"]
+        if "search" in largest:
+            peaks[f"search_{largest['passages']}"] = largest["search"]["peak_rss_gb"]
     spar = max(peaks.values())
     if len(index_rows) >= 2:
         lo, hi = index_rows[0], index_rows[-1]
@@ -373,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict:
             "index_peak_rss_gb_per_1m": per_million(("index", "peak_rss_gb")),
             "index_peak_anon_gb_per_1m": per_million(("index", "peak_anon_gb_sampled")),
             "index_peak_file_backed_gb_per_1m": per_million(("index", "peak_file_backed_gb_sampled")),
-            "index_own_gb_per_1m": round(index_own_bytes(1_000_000, spar_dim, args.index_type) / GB, 3),
+            "index_own_gb_per_1m": round(index_own_bytes(1_000_000, spar_dim, args.index_type, storage) / GB, 3),
             "write_peak_rss_gb_per_1m": per_million(("write", "peak_rss_gb")),
         }
     else:
@@ -392,7 +352,7 @@ def main(argv: list[str] | None = None) -> dict:
         "peaks_gb": peaks,
         "encode": {
             "rows": encode_rows,
-            "slope_mb_per_1k_passages": round(slope, 2),
+            "slope_mb_per_1k_passages": round(slope, 2) if slope is not None else None,
             "model": "all-MiniLM-L6-v2 (bundled; base encoder of the embedded config: mean pooling, normalised)",
             "stage": "pipelines.encode.run (spar encode), base encoder, passages only",
             "passages": f"{SAMPLE_CORPUS.relative_to(REPO)} (600 abstracts) repeated to N, as queries/passages.arrow",
@@ -405,6 +365,7 @@ def main(argv: list[str] | None = None) -> dict:
             "vectors": f"synthetic unit vectors, base {args.dim}-d + Λ {args.dim}-d, written by pipelines.encode.run "
                        "(spar encode) with a stub model; indexed by pipelines.index.run (spar index), variant concat",
             "write_shard_size": args.write_shard_size, "type": args.index_type, "threads": args.threads,
+            "overrides": args.index_override, "search_queries": args.search_queries,
         },
         "notes": notes + [
             "peak_rss_gb counts file-backed pages too. The index stage reads the embedding shards' rows with "
@@ -418,6 +379,128 @@ def main(argv: list[str] | None = None) -> dict:
             "and vectors (~0.15 GB of float32 at 384-d) in memory; (b)'s write rows measure that shard size.",
         ],
     }
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--encode-passages", type=int, nargs="*", default=[2000, 4000, 8000],
+                    help="(a) corpus sizes encoded with the real model, each in a fresh process (none: skip (a))")
+    ap.add_argument("--encode-max-length", type=int, default=32, help="(a) passage max length in tokens (cost)")
+    ap.add_argument("--encode-shard-size", type=int, default=2000,
+                    help="(a) encode.shard_size, small so that the sizes span several shards")
+    ap.add_argument("--encode-batch-size", type=int, default=32, help="(a) encode.batch_size (the config's)")
+    ap.add_argument("--index-passages", type=int, nargs="+", default=[250_000, 1_000_000],
+                    help="(b) corpus sizes written (synthetic vectors) and indexed, each in fresh processes")
+    ap.add_argument("--index-type", default="flat", choices=["flat", "hnsw", "ivfpq", "auto"],
+                    help="(b) index.type (hnsw builds slowly on one thread at 1M; auto: what spar serves above "
+                         "index.auto_flat_below passages, HNSW over sq4 codes with exact re-ranking)")
+    ap.add_argument("--index-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="(b) more index settings for the index process, e.g. index.hnsw_ef_construction=40: the "
+                         "graph's size is set by M, not by efConstruction, which only buys build time")
+    ap.add_argument("--search-queries", type=int, default=0,
+                    help="(b) after each index, a search process answers this many random queries (0: none)")
+    ap.add_argument("--write-shard-size", type=int, default=100_000, help="(b) encode.shard_size (spar's default)")
+    ap.add_argument("--write-batch-size", type=int, default=4096, help="(b) encode.batch_size of the stub model")
+    ap.add_argument("--dim", type=int, default=384, help="(b) base and Λ dimension (MiniLM: 384)")
+    ap.add_argument("--threads", type=int, default=1, help="torch / FAISS threads in the measured processes")
+    ap.add_argument("--workdir", type=Path, default=None, help="parent of the temporary directory (default: $TMPDIR)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--child-timeout", type=int, default=1800)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "memory.json")
+    ap.add_argument("--child", choices=["encode", "write", "index", "search"], help=argparse.SUPPRESS)
+    ap.add_argument("--child-args", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child:
+        print(RESULT_PREFIX + json.dumps(child(args.child, json.loads(args.child_args))), flush=True)
+        return {}
+
+    base_dir = args.workdir or Path(tempfile.gettempdir())
+    base_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="spar-bench-memory-", dir=base_dir))
+    logs = work / "logs"
+    logs.mkdir()
+    spar_dim = 2 * args.dim
+    from spar.core.config import load_config
+
+    storage = "sq4" if args.index_type == "auto" else load_config(None).index.storage  # the embedded config's
+    notes: list[str] = []
+    try:
+        # (a) encoding scaling with the real model.
+        encode_rows = []
+        for n in args.encode_passages:
+            d = work / f"encode-n{n}"
+            write_passages(d / "queries" / "passages.arrow", n, SAMPLE_CORPUS)
+            figures = run_child("encode", {"n": n, "dir": str(d), "threads": args.threads,
+                                           "max_length": args.encode_max_length, "shard_size": args.encode_shard_size,
+                                           "batch_size": args.encode_batch_size}, args.child_timeout, logs)
+            figures.pop("summary", None)
+            encode_rows.append({"passages": n, **figures})
+            shutil.rmtree(d)
+        slope = fit_slope([r["passages"] / 1000 for r in encode_rows],
+                          [r["peak_rss_gb"] * GB / MB for r in encode_rows]) if encode_rows else None
+
+        # (b) write synthetic vectors through the encode stage, then index them; at each size.
+        index_rows = []
+        for requested in args.index_passages:
+            n = requested
+            need_disk = n * (2 * args.dim * 4 + 40) + index_own_bytes(n, spar_dim, args.index_type, storage)
+            free = shutil.disk_usage(work).free
+            if need_disk > 0.9 * free:
+                n = int(0.9 * free / (need_disk / n)) // 10_000 * 10_000
+                notes.append(f"{requested:,} passages need ~{need_disk / GB:.1f} GB of disk, {free / GB:.1f} GB free "
+                             f"under {work.parent}: reduced to {n:,}")
+            need_mem = index_own_bytes(n, spar_dim, args.index_type, storage) + int(1.5 * GB)
+            avail = mem_available()
+            if need_mem > 0.8 * avail:
+                per_passage = index_own_bytes(n, spar_dim, args.index_type, storage) / n
+                n2 = int((0.8 * avail - 1.5 * GB) / per_passage) // 10_000 * 10_000
+                notes.append(f"{n:,} passages need ~{need_mem / GB:.1f} GB of memory, {avail / GB:.1f} GB "
+                             f"available: reduced to {n2:,}")
+                n = n2
+            if n <= 0:
+                continue
+            d = work / f"index-n{n}"
+            write_passages(d / "queries" / "passages.arrow", n, None)
+            common = {"n": n, "dir": str(d), "threads": args.threads, "dim": args.dim}
+            write = run_child("write", {**common, "shard_size": args.write_shard_size,
+                                        "batch_size": args.write_batch_size}, args.child_timeout, logs)
+            write.pop("summary", None)
+            emb_bytes = dir_bytes(d / "embeddings")
+            index = run_child("index", {**common, "index_type": args.index_type,
+                                        "index_overrides": args.index_override}, args.child_timeout, logs)
+            index.pop("summary", None)
+            search = None
+            if args.search_queries:
+                search = run_child("search", {**common, "queries": args.search_queries, "mu": 0.02},
+                                   args.child_timeout, logs)
+            index_file = d / "index" / "index.faiss"
+            own = index_file.stat().st_size  # what FAISS holds in memory: codes (+ graph links)
+            row = {
+                "passages": n, "requested": requested, "index_type": args.index_type, "dim": spar_dim,
+                "write": write, "index": index, **({"search": search} if search else {}),
+                "index_manifest": {k: v for k, v in json.loads((d / "index" / "index.json").read_text()).items()
+                                   if k in ("type", "storage", "options", "fold", "count", "dim")},
+                "embeddings_bytes": emb_bytes,
+                "index_faiss_bytes": index_file.stat().st_size,
+                "index_dir_bytes": dir_bytes(d / "index"),
+                "index_own_bytes": own,
+                "index_own_definition": "the size of index.faiss: the codes (and graph links) FAISS holds in "
+                                        "memory to search",
+                "index_overhead_gb": round(index["peak_rss_gb"] - own / GB, 3),
+                "index_anon_overhead_gb": round(index["peak_anon_gb_sampled"] - own / GB, 3),
+            }
+            index_rows.append(row)
+            shutil.rmtree(d)
+            partial = summarize(args, argv, encode_rows, slope, index_rows, notes, spar_dim, storage)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({**partial, "partial": "sizes still to come"}, indent=2) + "\n")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    result = summarize(args, argv, encode_rows, slope, index_rows, notes, spar_dim, storage)
     return write_result(result, args.out)
 
 
