@@ -88,7 +88,9 @@ def tiny_run(tmp_path_factory):
                              "experiment.name=tiny", "publish.data_license=CC BY-NC 2.0",
                              "publish.dataset=BeIR/scifact", "publish.push_to_hub=null",
                              f"encode.base.passage_max_length={PASSAGE_TOKENS}", "index.storage=float32",
-                             f"train.encoder.passage_max_length={PASSAGE_TOKENS}"])
+                             f"train.encoder.passage_max_length={PASSAGE_TOKENS}",
+                             # fp32 on every CPU class: the tests compare with the encoders' own fp32 vectors
+                             "encode.precision=32"])
     pipelines.sample.run(cfg)
     table = read_table(run / "queries" / "passages.arrow")
     passages = list(zip(table.column("title").to_pylist(), table.column("text").to_pylist()))
@@ -933,8 +935,9 @@ def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, c
     start = N_INDEXED  # passages the run never indexed
     corpus = _beir_dir(tiny_run, tmp_path / "my-corpus", start, INDEXED_ELSEWHERE)
     out = tmp_path / "indexes" / "mine"
+    # encode.precision=32: the brute-force reference below is the encoders' fp32 vectors, on every CPU class
     assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
-                     "--storage", "float32", "--type", "flat"]) == 0
+                     "--storage", "float32", "--type", "flat", "encode.precision=32"]) == 0
     printed = capsys.readouterr().out
     assert f"{INDEXED_ELSEWHERE:,} records read" in printed and "B/passage" in printed
     assert sorted(p.name for p in out.iterdir()) == ["ids.arrow", "index.faiss", "index.json", "manifest.json",
@@ -959,9 +962,10 @@ def test_a_copied_model_indexes_any_corpus_and_searches_it(tiny_run, tmp_path, c
     # (shipped in spar_config.yaml: the index it was published with, float32 and flat here, where
     # configs/default.yaml says sq4), so that index is up to date too.
     assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
-                     "--storage", "float32", "--type", "flat"]) == 0
+                     "--storage", "float32", "--type", "flat", "encode.precision=32"]) == 0
     assert "skipped (up to date)" in capsys.readouterr().out
-    assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out)]) == 0
+    assert cli.main(["index", "--model", str(moved), "--corpus", str(corpus), "--output", str(out),
+                     "encode.precision=32"]) == 0
     assert "skipped (up to date)" in capsys.readouterr().out
     info = json.loads((out / "index.json").read_text())
     assert (info["storage"], info["type"]) == (tiny_run["cfg"].index.storage, tiny_run["cfg"].index.type) == (

@@ -135,3 +135,30 @@ def relative_paths(tree: Any, model: type[BaseModel], base: Path) -> None:
 
 def _relative(value: Any, base: Path) -> Any:
     return os.path.relpath(value, base) if isinstance(value, str) and value and Path(value).is_absolute() else value
+
+
+#: The spellings of a precision that ``train.precision`` and ``encode.precision`` accept, and what each means.
+#: YAML and ``key=value`` overrides read ``32`` and ``16`` as numbers: they are accepted as such.
+PRECISION_SPELLINGS = {
+    "auto": "auto",
+    "32": "32", "32-true": "32", "fp32": "32", "float32": "32",
+    "bf16-mixed": "bf16-mixed", "bf16": "bf16-mixed",
+    "16-mixed": "16-mixed", "16": "16-mixed", "fp16": "16-mixed",
+}
+
+
+def canonical_precision(value: Any) -> Any:
+    """``encode.precision`` / ``train.precision`` as one canonical value (``auto``, ``32``, ``bf16-mixed``,
+    ``16-mixed``), from any spelling of :data:`PRECISION_SPELLINGS` or the numbers 32 and 16; anything else is left
+    for the field's type to refuse.
+
+        >>> [canonical_precision(v) for v in (32, "32", "fp32", "bf16", 16, "auto")]
+        ['32', '32', '32', 'bf16-mixed', '16-mixed', 'auto']
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        value = str(int(value))
+    if isinstance(value, str):
+        return PRECISION_SPELLINGS.get(value.strip().lower(), value)
+    return value

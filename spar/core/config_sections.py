@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from spar.core.config_fields import ADDED_LATER, PATH, PATH_OR_ID, RUNTIME
+from spar.core.config_fields import ADDED_LATER, PATH, PATH_OR_ID, RUNTIME, canonical_precision
 
 # Names written once: the packages that implement them read these (tests/test_owners.py checks that they agree).
 #: Λ kinds: each is the module ``spar/lexical/<kind>.py`` (:data:`spar.lexical.base.REGISTRY` derives from this).
@@ -49,6 +49,10 @@ def stored_set_name(name: str) -> str:
     ``tune.json``'s ``sets``): its own, but none (``""``) for the default set, whose outputs have always been
     unsuffixed."""
     return "" if name == DEFAULT_SET else name
+
+#: ``train.precision`` / ``encode.precision``: ``32`` (also ``fp32``, the number 32), ``bf16-mixed`` (``bf16``),
+#: ``16-mixed`` (``fp16``) or ``auto`` (:func:`spar.core.config_fields.canonical_precision`).
+Precision = Annotated[Literal["auto", "32", "bf16-mixed", "16-mixed"], BeforeValidator(canonical_precision)]
 
 
 class Section(BaseModel):
@@ -363,7 +367,7 @@ class TrainSection(Section):
             raise ValueError(f"must be -1 (run max_epochs) or at least 1, not {value}")
         return value
     gradient_clip: float = Field(2.0, ge=0)
-    precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
+    precision: Precision = Field(
         "auto", description="'auto': bf16-mixed on GPUs that support it, else 32."
     )
     accelerator: str = Field("auto", description="Lightning accelerator.")
@@ -462,7 +466,7 @@ class EncodeSection(Section):
         description="'auto': a plain loop on one device (Lightning's predict loop measured no faster on "
         "one CPU), Lightning's predict loop (ddp_spawn) on several; 'lightning' forces the predict loop."
     )
-    precision: Literal["auto", "32", "bf16-mixed", "16-mixed"] = Field(
+    precision: Precision = Field(
         "auto", description="'auto': bf16 autocast on GPUs that support it (fp16 on older ones) and on CPUs with "
         "native bf16 (AMX or AVX-512 BF16, detected from the CPU's flags), fp32 on other CPUs; an explicit precision "
         "the device cannot run natively is refused. Part of the embeddings' fingerprint, except fp32."

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,21 +132,58 @@ def resolve_devices(accelerator: str, devices: int | str) -> tuple[str, int]:
 
 #: /proc/cpuinfo flags of native bf16 arithmetic: Intel AMX tiles, AVX-512 BF16 (Intel Cooper Lake+, AMD Zen 4+).
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+#: Overrides the detected CPU class: ``none``, ``avx512_bf16`` or ``amx_bf16``. The test suite pins it (so no test
+#: depends on the CPU it runs on, and either class can be exercised anywhere); a user can set it to see what
+#: ``precision: auto`` would do on another CPU. Unset: the flags are read from ``/proc/cpuinfo``.
+CPU_CLASS_ENV = "SPAR_CPU_CLASS"
+CPU_CLASSES = ("none", *CPU_BF16_FLAGS)
 
 
-@functools.lru_cache(maxsize=1)
 def cpu_bf16_support() -> str | None:
     """The CPU's native bf16 instructions (``amx_bf16`` or ``avx512_bf16`` as ``/proc/cpuinfo`` names them), or None.
 
     Detected, not assumed: without them torch's CPU autocast still runs bf16, emulated, slower than fp32. A system
-    without ``/proc/cpuinfo`` (macOS, Windows) reports None.
+    without ``/proc/cpuinfo`` (macOS, Windows) reports None. ``$SPAR_CPU_CLASS`` (:data:`CPU_CLASS_ENV`) overrides
+    the detection:
+
+        >>> import os
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"SPAR_CPU_CLASS": "avx512_bf16"}):
+        ...     cpu_bf16_support(), resolve_precision("cpu", "auto")
+        ('avx512_bf16', 'bf16-mixed')
+        >>> with mock.patch.dict(os.environ, {"SPAR_CPU_CLASS": "none"}):
+        ...     cpu_bf16_support(), resolve_precision("cpu", "auto")
+        (None, '32')
     """
+    faked = os.environ.get(CPU_CLASS_ENV, "").strip()
+    if faked:
+        if faked not in CPU_CLASSES:
+            raise ConfigError(f"${CPU_CLASS_ENV}={faked!r}: expected one of {', '.join(CPU_CLASSES)} (or unset: "
+                              "read the CPU's flags)")
+        return None if faked == "none" else faked
+    return detected_cpu_bf16()
+
+
+@functools.lru_cache(maxsize=1)
+def detected_cpu_bf16() -> str | None:
+    """:func:`cpu_bf16_support` as ``/proc/cpuinfo`` says, ignoring ``$SPAR_CPU_CLASS``."""
     try:
         with open("/proc/cpuinfo") as fh:
             flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
     except OSError:
         return None
     return next((flag for flag in CPU_BF16_FLAGS if flag in flags), None)
+
+
+def cpu_report() -> str:
+    """One line: the CPU, its detected class, any ``$SPAR_CPU_CLASS`` override, and what ``precision: auto`` resolves
+    to on it (CI logs and the test header print it, so a log says where it ran)."""
+    detected = detected_cpu_bf16() or "none"
+    faked = os.environ.get(CPU_CLASS_ENV, "").strip()
+    used = f"; ${CPU_CLASS_ENV}={faked} overrides it" if faked else ""
+    resolved = resolve_precision("cpu", "auto")
+    return (f"CPU: {_cpu_name()}; native bf16: {detected}{used}; encode.precision auto -> {resolved} "
+            f"({'bf16 autocast' if resolved == 'bf16-mixed' else 'fp32'})")
 
 
 def resolve_precision(device: str, precision: str) -> str:
