@@ -50,6 +50,65 @@ def _cpu_class(request, monkeypatch):
     yield
 
 
+# ---- The precision guard (issue #45 item 3) ------------------------------------------------------------------------
+# A test that compares vectors (numpy.testing.assert_allclose) after spar resolved `precision: auto` on the CPU, in the
+# test or in a fixture it uses, passes on one CPU class and fails on another: it must say which precision it expects
+# (pin precision=32, or mark it cpu_class(...) / precision_independent("why")). Resolving `auto` (or bf16) on the CPU
+# is the one call of spar.model.engines.cpu_bf16_support; in-process only (a subprocess's vectors are not seen).
+_AUTO_RESOLUTIONS = [0]
+_AUTO_FIXTURES: set[str] = set()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_class(name): run the test as on a CPU of that class (none, avx512_bf16, "
+                            "amx_bf16)")
+    config.addinivalue_line("markers", "precision_independent(why): compares vectors after `precision: auto` was "
+                            "resolved, and holds on every CPU class")
+    from spar.model import engines
+
+    detect = engines.cpu_bf16_support
+    if getattr(detect, "counted", False):
+        return
+
+    def counted() -> str | None:
+        _AUTO_RESOLUTIONS[0] += 1
+        return detect()
+
+    counted.counted = True  # type: ignore[attr-defined]
+    engines.cpu_bf16_support = counted
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    before = _AUTO_RESOLUTIONS[0]
+    yield
+    if _AUTO_RESOLUTIONS[0] != before:
+        _AUTO_FIXTURES.add(fixturedef.argname)
+
+
+@pytest.fixture(autouse=True)
+def _precision_guard(request, monkeypatch):
+    import numpy as np
+
+    declared = any(request.node.get_closest_marker(m) for m in ("cpu_class", "precision_independent"))
+    compared = [0]
+    real_allclose = np.testing.assert_allclose
+
+    def allclose(*args, **kwargs):
+        compared[0] += 1
+        return real_allclose(*args, **kwargs)
+
+    monkeypatch.setattr(np.testing, "assert_allclose", allclose)
+    before = _AUTO_RESOLUTIONS[0]
+    yield
+    auto_fixtures = sorted(_AUTO_FIXTURES & set(request.fixturenames))
+    if compared[0] and not declared and (_AUTO_RESOLUTIONS[0] != before or auto_fixtures):
+        where = f"fixture {', '.join(auto_fixtures)}" if auto_fixtures else "the test"
+        pytest.fail(f"{request.node.nodeid} compares vectors after {where} resolved `precision: auto` on the CPU: "
+                    "its vectors differ by CPU class (bf16 on AMX / AVX-512 BF16 CPUs). Pin precision=32, or mark "
+                    "it @pytest.mark.cpu_class(...) or @pytest.mark.precision_independent('why')", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def datasets_dir() -> Path:
     # A missing dataset fails the test instead of skipping it: a skip would let CI pass without running the sample,

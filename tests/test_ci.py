@@ -54,3 +54,15 @@ def test_readme_install_and_ci_install_agree():
     assert _pip_installs(block) == expected
     assert _pip_installs(ci) == expected
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in block
+
+
+def test_ci_says_where_it_ran_and_how_long_each_phase_took():
+    """Issue #45 item 2: the CPU, its class and what `precision: auto` resolves to are printed before the tests;
+    issue #49 item 5: each phase's duration is printed."""
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    report = ci.index('python -c "from spar.model.engines import cpu_report; print(cpu_report())"')
+    first_tests = ci.index("\nrun_tests\n")
+    assert report < first_tests
+    for name in ("install", "lint and types", "CPU class", "tests (README: Tests)", "non-editable install"):
+        assert f'phase "{name}' in ci, name
+    assert ci.rstrip().endswith('echo "== .ci/run took $((SECONDS / 60))m$((SECONDS % 60))s"')

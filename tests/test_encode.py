@@ -131,7 +131,8 @@ def test_changed_config_discards_partial_work(base_encoder, passages, tmp_path):
 
 
 def test_lightning_predict_loop_matches_plain_loop(base_encoder, passages, tmp_path):
-    opts = EncodeOptions(batch_size=8, engine="lightning", accelerator="cpu", devices=1, show_progress=False)
+    opts = EncodeOptions(batch_size=8, engine="lightning", accelerator="cpu", devices=1, show_progress=False,
+                         precision="32")
     stats = encode_passages(base_encoder, passages[:16], tmp_path / "l", options=opts)
     encode_passages(base_encoder, passages[:16], tmp_path / "p", options=QUIET)
     assert stats["engine"] == "lightning"
