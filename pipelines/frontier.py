@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from spar.core.artifacts import ensure_writable, write_json_atomic
+from spar.core.config_sections import MAX_SEED
 from spar.core.errors import ConfigError
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"
@@ -88,8 +89,9 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
     if any(d < 1 for d in dims):
         raise ConfigError(f"--dims must be positive, got {', '.join(str(d) for d in dims if d < 1)}")
     seeds = _listed("--seeds", seeds)
-    if any(s < 0 for s in seeds):  # NumPy's generators take none (a traceback from random_tables.py, #37)
-        raise ConfigError(f"--seeds must be non-negative, got {', '.join(str(s) for s in seeds if s < 0)}")
+    bad = [s for s in seeds if not 0 <= s <= MAX_SEED]  # numpy's generators and Lightning's seed_everything take
+    if bad:  # 0 ... 2**32 - 1: past that a traceback after the first point's work (#37, #48)
+        raise ConfigError(f"--seeds must be between 0 and {MAX_SEED:,}, got {', '.join(str(s) for s in bad)}")
     return (tuple(KINDS) if kinds is None else kinds, dims, seeds,
             _listed("--storages", storages, STORAGES), _listed("--indexes", index_types, INDEX_TYPES))
 

@@ -240,3 +240,28 @@ def test_the_default_set_keeps_its_fingerprint_spelling(tmp_path: Path):
         "nq": {"answer_match": "string", "dev_sample": 5, "own_mu": False}}}
     assert named.dev_keys() == ["dev-nq"] and named.test_keys() == ["test-nq"]
     assert "question_sets" not in data_settings(cfg.data) and data_settings(named.data)["queries"] is None
+
+
+@pytest.mark.parametrize("spelling, canonical", [("32", "32"), ("fp32", "32"), ("'32'", "32"), ("32-true", "32"),
+                                                ("bf16", "bf16-mixed"), ("bf16-mixed", "bf16-mixed"),
+                                                ("fp16", "16-mixed"), ("16", "16-mixed"), ("auto", "auto")])
+def test_precision_spellings_the_docs_name_are_accepted(spelling, canonical):
+    """#48 item 2: `encode.precision=32` (read as a number by YAML and the overrides) was refused."""
+    cfg = load_config(None, [f"encode.precision={spelling}", f"train.precision={spelling}"])
+    assert cfg.encode.precision == cfg.train.precision == canonical
+
+
+@pytest.mark.parametrize("override, words", [
+    ("label.search_heap=abc", "'label.search_heap': Value error, 'abc' is not a JVM heap size"),
+    ("label.search_heap=100t", "'label.search_heap': Value error, '100t' is not a JVM heap size"),
+    ("label.java_heap=8m", "'label.java_heap': Value error, '8m' is below the 16m a JVM needs"),
+    ("label.java_heap=99999g", "'label.java_heap': Value error, '99999g' is more than a JVM heap can be"),
+    ("experiment.seed=99999999999999999999999", "'experiment.seed': Input should be less than or equal to 4294967295"),
+    ("train.lexical.seed=-1", "'train.lexical.seed': Input should be greater than or equal to 0"),
+])
+def test_values_that_reach_the_jvm_or_a_generator_are_checked_at_load(override, words):
+    """#48 item 3: a bad heap was a 59-line traceback from the JVM's start (or an exit from inside it, leaving
+    temporaries); a seed past 2**32 - 1 a traceback after minutes of work."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert words in str(err.value)

@@ -143,7 +143,9 @@ def test_non_integer_dims_and_seeds_are_a_usage_error_not_a_traceback(flag, valu
     (["--dims", "64,64"], "--dims lists 64 more than once"),
     (["--seeds", "0,1,0"], "--seeds lists 0 more than once"),
     (["--dims", "0"], "--dims must be positive"),
-    (["--seeds", "-1"], "--seeds must be non-negative, got -1"),  # #37 item 8: NumPy's traceback
+    (["--seeds", "-1"], "--seeds must be between 0 and 4,294,967,295, got -1"),  # #37 item 8: NumPy's traceback
+    (["--seeds", "99999999999999999999999"],  # #48 item 3: seed_everything's traceback after 26 s of work
+     "--seeds must be between 0 and 4,294,967,295, got 99999999999999999999999"),
     (["--kinds", "projection,transformer"], "--kinds transformer: the frontier scores the run's own trained "
                                             "transformer Λ, but"),
 ])

@@ -565,6 +565,12 @@ def test_copy_index_makes_the_model_dir_self_contained(tiny_run, tmp_path):
     searcher = SparSearcher.open(moved)
     assert searcher.index_dir == Path(moved) / "index" and searcher.passages == Path(moved) / "index" / "passages.arrow"
     assert len(searcher.search(["scurvy"], k=3)[0]) == 3
+    # #48 item 6: one string is one query (it returned one hit list per character, and a space was "query 8 is empty")
+    one = searcher.search("vitamin c deficiency", k=2)
+    assert [h.id for h in one] == [h.id for h in searcher.search(["vitamin c deficiency"], k=2)[0]] and len(one) == 2
+    from spar.core.errors import ConfigError
+    with pytest.raises(ConfigError, match="not bytes"):
+        searcher.search(b"scurvy", k=2)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -162,3 +162,34 @@ def canonical_precision(value: Any) -> Any:
     if isinstance(value, str):
         return PRECISION_SPELLINGS.get(value.strip().lower(), value)
     return value
+
+
+_HEAP_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def java_heap(value: Any) -> Any:
+    """A JVM heap size as ``-Xmx`` takes it (``512m``, ``4g``, bytes as a number), checked before any JVM starts: the
+    JVM's own refusal of ``abc`` or ``100t`` is a traceback from inside its start-up, or an exit from inside the
+    process that leaves temporaries behind. At least 16m, at most 16384g; units k, m, g (a JVM's ``t`` is refused).
+
+        >>> java_heap("4g"), java_heap("512M")
+        ('4g', '512M')
+        >>> java_heap("abc")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'abc' is not a JVM heap size: a number with an optional unit k, m or g (e.g. 1g, 512m)
+    """
+    import re
+
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return value
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+)([kKmMgG]?)", text)
+    if not match:
+        raise ValueError(f"{text!r} is not a JVM heap size: a number with an optional unit k, m or g (e.g. 1g, 512m)")
+    size = int(match.group(1)) * _HEAP_UNITS[match.group(2).lower()]
+    if size < 16 << 20:
+        raise ValueError(f"{text!r} is below the 16m a JVM needs to start")
+    if size > 16 << 40:  # not this machine's memory: a config (and a published model's) travels between machines
+        raise ValueError(f"{text!r} is more than a JVM heap can be (16384g at most)")
+    return text

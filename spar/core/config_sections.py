@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from spar.core.config_fields import ADDED_LATER, PATH, PATH_OR_ID, RUNTIME, canonical_precision
+from spar.core.config_fields import ADDED_LATER, PATH, PATH_OR_ID, RUNTIME, canonical_precision, java_heap
 
 # Names written once: the packages that implement them read these (tests/test_owners.py checks that they agree).
 #: Λ kinds: each is the module ``spar/lexical/<kind>.py`` (:data:`spar.lexical.base.REGISTRY` derives from this).
@@ -53,6 +53,11 @@ def stored_set_name(name: str) -> str:
 #: ``train.precision`` / ``encode.precision``: ``32`` (also ``fp32``, the number 32), ``bf16-mixed`` (``bf16``),
 #: ``16-mixed`` (``fp16``) or ``auto`` (:func:`spar.core.config_fields.canonical_precision`).
 Precision = Annotated[Literal["auto", "32", "bf16-mixed", "16-mixed"], BeforeValidator(canonical_precision)]
+#: A JVM ``-Xmx`` (``label.java_heap``, ``label.search_heap``), checked at load
+#: (:func:`~spar.core.config_fields.java_heap`).
+JavaHeap = Annotated[str, BeforeValidator(java_heap)]
+#: The largest seed spar takes: numpy's generators and Lightning's ``seed_everything`` take 0 ... 2**32 - 1.
+MAX_SEED = 2**32 - 1
 
 
 class Section(BaseModel):
@@ -73,7 +78,7 @@ class ExperimentSection(Section):
         description="Where evaluate writes <name>.json and <name>.md (default: <output_dir>/results, so a run "
         "leaves the checkout clean; the experiment configs behind the committed tables set '../../results')."
     )
-    seed: int = Field(42, description="Global random seed (sampling, training, negatives).")
+    seed: int = Field(42, ge=0, le=MAX_SEED, description="Global random seed (sampling, training, negatives).")
     on_bad_record: Literal["fail", "skip"] = Field(
         "fail", description="On malformed input: fail with file and line, or skip, count and report."
     )
@@ -255,9 +260,9 @@ class LabelSection(Section):
         "labels-part-<i>-of-<N>/; once all N are in one output_dir they are merged into "
         "labels/ ...")
     shard_index: int = Field(0, json_schema_extra=RUNTIME, ge=0, description="... and run this machine's part.")
-    java_heap: str = Field("4g", json_schema_extra=RUNTIME, description="JVM -Xmx for Pyserini in the label stage "
+    java_heap: JavaHeap = Field("4g", json_schema_extra=RUNTIME, description="JVM -Xmx for Pyserini in the label stage "
                            "(the teacher's index and searches).")
-    search_heap: str = Field("1g", json_schema_extra=RUNTIME, description="JVM -Xmx for the BM25 baseline and "
+    search_heap: JavaHeap = Field("1g", json_schema_extra=RUNTIME, description="JVM -Xmx for the BM25 baseline and "
                              "hybrid of tune and evaluate (a BM25 index of the run's passages and its searches): at "
                              "667,980 passages 1g returned the same hits as 4g with 2.2 GB less peak RSS "
                              "(bench/jvm_heap.py).")
@@ -318,7 +323,8 @@ class LexicalSection(Section):
     )
     nonzeros: int = Field(8, ge=1, json_schema_extra=ADDED_LATER,
                           description="Entries per term of projection 'sparse' (one per block of dim/nonzeros).")
-    seed: int | None = Field(None, description="Seed of the random matrix (default: experiment.seed).")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED,
+                             description="Seed of the random matrix (default: experiment.seed).")
     objective: Literal["kl", "mse"] = Field(
         "kl", description="Static Λ: listwise KL between the teacher's and Λ's softmax over the batch's passages "
         "(exact teacher scores), or squared error of the scores."

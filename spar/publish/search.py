@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, overload
 
 from spar.core.artifacts import PASSAGES_FILE
 from spar.core.errors import ArtifactError, ConfigError
@@ -159,11 +159,23 @@ class SparSearcher:
             on_backend(encoder, backend, device)
         return cls(encoder, index, Path(passages) if passages else None, model_dir, index_dir)
 
-    def search(self, queries: Sequence[str], k: int = 10, mu: float | None = None) -> list[list[Hit]]:
-        """Top-``k`` passages per query by ``sim + μ·simΛ`` (μ: ``mu``, else the model's tuned μ).
+    @overload
+    def search(self, queries: str, k: int = 10, mu: float | None = None) -> list[Hit]: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def search(self, queries: Sequence[str], k: int = 10, mu: float | None = None) -> list[list[Hit]]: ...
+
+    def search(self, queries: str | Sequence[str], k: int = 10,
+               mu: float | None = None) -> list[Hit] | list[list[Hit]]:
+        """Top-``k`` passages by ``sim + μ·simΛ`` (μ: ``mu``, else the model's tuned μ): for one query string its
+        hits, for a list of queries one list of hits per query (as ``SentenceTransformer.encode`` takes either).
 
         An empty (or whitespace-only) query, a query that is not valid UTF-8 text, and ``k < 1`` are refused: they
         would return arbitrary passages or fail deep inside a tokenizer."""
+        if isinstance(queries, str):
+            return self.search([queries], k=k, mu=mu)[0]
+        if isinstance(queries, (bytes, bytearray)):
+            raise ConfigError("queries must be text (str) or a list of texts, not bytes: decode them first")
         queries = list(queries)
         if k < 1:
             raise ConfigError(f"k must be at least 1, got {k}")
