@@ -87,9 +87,13 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     results_text = results_md.read_text(encoding="utf-8") if results_md.exists() else None
     if results_text is not None:  # the results table ends with the command that made it
         results_text = results_text.replace(command, _portable_command(command))
+    results_json = results_md.with_suffix(".json")
+    encoding = RunContext(cfg).encoding()
+    encoder.metadata["provenance"]["encoding"] = encoding  # spar_model.json: the precision the index was made in
     facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.tune_split(), encoder,
                               tuned.payload, manifests, results_text, _portable_command(command), config_yaml,
-                              source.describe())
+                              source.describe(), encoding=encoding,
+                              results=json.loads(results_json.read_text()) if results_json.exists() else None)
     passages = RunContext(cfg).passages
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spar.core.run_context import RunContext, published_model_dir
+from spar.core.run_context import RunContext, describe_encoding, published_model_dir
 
 
 def _manifest_stats(path: Path) -> dict[str, Any]:
@@ -167,6 +167,9 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     console.print(_timing_table(stages, stage_losses(cfg, next(iter(payloads.values()), None))))
     lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
     index = index_summary(cfg)
+    encoding = context.encoding()  # which precision ran (#48): bf16 on CPUs with native bf16 under `auto`
+    if encoding:
+        index = ", ".join(filter(None, [index, f"vectors {describe_encoding(encoding)}"]))
     for stem, payload in payloads.items():
         named = f" {stem}" if stem != cfg.experiment.name else ""
         if "sets" in payload:

@@ -37,6 +37,7 @@ def plan(cfg, force: bool = False) -> Unit:
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     report = tune_experiment(cfg, unit.payload)
     tuned = report.payload
+    tuned["encoding"] = RunContext(cfg).encoding()  # the vectors μ was tuned on: precision and backend (#48)
     write_json_atomic(w.path / "tune.json", tuned)
     dev = tuned["dev_scores"]
     plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",
@@ -44,8 +45,9 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
                {"base": dev["base"], "Λ": dev["lambda"], "BM25": dev["bm25"]})
     plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, cfg.tune.metric, "α",
                f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
-    w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage")}
-    w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants"}
+    w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage",
+                                     "encoding")}
+    w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants, encoding"}
     curve_rows = [[variant, float(mu), float(score)] for variant, search in report.mu_searches.items()
                   for mu, score in sorted(search.scores.items())]
     alpha_rows = [[float(a), float(s)] for a, s in sorted(report.alpha_search.scores.items())]

@@ -1060,3 +1060,70 @@ def test_corpus_index_bad_input_is_one_line_and_deletes_nothing(tiny_run, tmp_pa
     other.save_pretrained(tmp_path / "other-model")
     err = _one_line_error(capsys, ["search", str(out), "scurvy", "--model", str(tmp_path / "other-model")])
     assert f"{out} was built with another model" in err
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# #47 items 2-3: files users can trust, no side without a task
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_published_files_are_readable_by_all_and_name_no_machine_path(tiny_run):
+    """transformers writes model.safetensors 0600 (a copied model was unreadable to other users); the results'
+    'Cost per stage' rows held the absolute output directory; the card's metadata lacked `language`."""
+    from spar.experiment.costs import stage_costs
+
+    model = tiny_run["model"]
+    files = [p for p in model.rglob("*") if p.is_file()]
+    unreadable = {str(p.relative_to(model)): oct(p.stat().st_mode & 0o777) for p in files
+                  if p.stat().st_mode & 0o044 != 0o044}
+    assert files and not unreadable, unreadable
+    run = str(tiny_run["run"].resolve())
+    for path in files:
+        if path.suffix in (".json", ".md", ".yaml", ".py", ".txt"):
+            assert run not in path.read_text(encoding="utf-8", errors="replace"), path
+    rows = stage_costs([tiny_run["run"]])
+    assert rows and {row["run"] for row in rows} == {tiny_run["run"].name}
+    meta = yaml.safe_load((model / "README.md").read_text().split("---\n")[1])
+    assert meta["language"] == ["en"]
+
+
+def test_the_card_states_the_index_precision_and_its_results_as_model_index(tiny_run):
+    from dataclasses import replace
+
+    from spar.publish.card import ModelCardFacts, render_model_card
+
+    facts = ModelCardFacts(name="scifact", base_model="all-MiniLM-L6-v2", base_pooling="mean", base_normalize=True,
+                           lambda_init="all-MiniLM-L6-v2", lambda_pooling="cls", lambda_normalize=False,
+                           variant="concat", mu=0.7, dim=768, dataset="BeIR/scifact")
+    bf16 = {"base": {"precision": "bf16-mixed", "backend": "torch"}, "lambda": {"precision": "32", "backend": "sparse"}}
+    card = render_model_card(replace(facts, encoding=bf16, results={
+        "dataset": "scifact", "systems": {"spar": {"nDCG@10": 0.87594, "R@100": 0.97}, "bm25": {"nDCG@10": 0.85}}}))
+    meta = yaml.safe_load(card.split("---\n")[1])
+    (entry,) = meta["model-index"][0]["results"]
+    assert meta["model-index"][0]["name"] == "scifact"
+    assert entry["dataset"] == {"name": "BeIR/scifact", "type": "BeIR/scifact", "split": "test"}
+    assert entry["metrics"] == [{"type": "ndcg_at_10", "value": 0.8759, "name": "nDCG@10"},
+                                {"type": "r_at_100", "value": 0.97, "name": "R@100"}]
+    assert "## Precision" in card and "base bf16 (torch), Λ fp32 (sparse)" in card
+    assert "encode.precision=32" in card
+    sets = render_model_card(replace(facts, results={"sets": {
+        "nq": {"dataset": "odqa: nq", "systems": {"spar": {"Acc@20": 0.8}}},
+        "trivia": {"dataset": "odqa: trivia", "systems": {"spar": {"Acc@20": 0.7}}}}}))
+    entries = yaml.safe_load(sets.split("---\n")[1])["model-index"][0]["results"]
+    assert [(e["dataset"]["name"], e["metrics"][0]["type"]) for e in entries] == [
+        ("BeIR/scifact (nq)", "acc_at_20"), ("BeIR/scifact (trivia)", "acc_at_20")]
+    assert "## Precision" not in sets  # no encoding record: nothing claimed
+
+
+def test_sentence_transformers_encode_without_a_task_is_refused(tiny_run):
+    """#47 item 3: `model.encode(question)` returned the passage side's vector (the Router's default route)."""
+    from spar.lexical.st_modules import load_sentence_transformer
+
+    st = load_sentence_transformer(str(tiny_run["model"]), device="cpu")
+    with pytest.raises(ValueError, match="task"):
+        st.encode(["what causes scurvy"])
+    query, document = st.encode_query(["what causes scurvy"]), st.encode_document(["what causes scurvy"])
+    assert np.abs(query - document).max() > 1e-3  # the two sides really differ
+    router = json.loads((tiny_run["model"] / "router_config.json").read_text())["parameters"]
+    assert router["default_route"] is None and router["allow_empty_key"] is False
+    assert "`model.encode(text)` without `task=` is refused" in (tiny_run["model"] / "README.md").read_text()

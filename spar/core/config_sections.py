@@ -613,6 +613,8 @@ class PublishSection(Section):
         None, description="Licence of the training corpus, stated in the model card (e.g. 'CC BY-NC 2.0' for SciFact)."
     )
     dataset: str | None = Field(None, description="Hub id of the training corpus for the card (e.g. 'BeIR/scifact').")
+    language: list[str] = Field(["en"], json_schema_extra=ADDED_LATER,
+                                description="ISO 639-1 codes of the card's `language` metadata (the corpus's).")
     copy_index: bool = Field(
         False, description="Copy the FAISS index and passages.arrow into the model dir (else their paths are "
         "recorded); an index that re-ranks exactly (index.refine) takes the float32 passage embeddings it reads along."

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Mapping
 
-from spar.core.artifacts import PASSAGES_FILE, RUN_COMMAND_ENV, artifact_dir
+from spar.core.artifacts import PASSAGES_FILE, RUN_COMMAND_ENV, artifact_dir, is_complete, read_manifest
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,20 @@ class RunContext:
         """``embeddings/<encoder>/<split>``: encoder in {base, lambda}; split ``passages``, ``queries-dev`` or
         ``queries-test``."""
         return self.artifact("embeddings") / encoder / split
+
+    def encoding(self) -> dict[str, dict[str, str]]:
+        """How each encoder's passage vectors were made, from the embeddings' manifests: ``{"base": {"precision":
+        "32", "backend": "torch"}, "lambda": {...}}`` (encoders not encoded yet are left out). Results, ``tune.json``,
+        the summary and the model card state it: bf16 vectors (``precision: auto`` on a CPU with native bf16) move
+        scores in the third decimal (:func:`describe_encoding`)."""
+        out = {}
+        for encoder in ("base", "lambda"):
+            directory = self.embeddings(encoder)
+            if is_complete(directory):
+                stats = read_manifest(directory).get("stats", {})
+                out[encoder] = {"precision": str(stats.get("precision", "32")),
+                                "backend": str(stats.get("backend", "sparse"))}
+        return out
 
     @property
     def results(self) -> tuple[Path, Path]:
@@ -128,6 +142,22 @@ class RunContext:
             return str(run.dir)
         finally:
             run.finish()
+
+
+#: How a precision reads in results and cards.
+PRECISION_NAMES = {"32": "fp32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+
+
+def describe_encoding(encoding: Mapping[str, Mapping[str, str]]) -> str:
+    """:meth:`RunContext.encoding` in one phrase.
+
+        >>> describe_encoding({"base": {"precision": "bf16-mixed", "backend": "torch"},
+        ...                    "lambda": {"precision": "32", "backend": "sparse"}})
+        'base bf16 (torch), Λ fp32 (sparse)'
+    """
+    names = {"base": "base", "lambda": "Λ"}
+    return ", ".join(f"{names.get(k, k)} {PRECISION_NAMES.get(v['precision'], v['precision'])} ({v['backend']})"
+                     for k, v in encoding.items())
 
 
 def published_model_dir(cfg) -> Path:

@@ -49,7 +49,7 @@ from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
 from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run
 from spar.evaluate.published import Published
-from spar.core.run_context import RunContext
+from spar.core.run_context import RunContext, describe_encoding
 from spar.evaluate.candidates import hybrid_fuse
 from spar.evaluate.tuning import read_tuned, resolve_candidates
 
@@ -122,7 +122,9 @@ class EvaluationReport:
                  f"μ = {self.mu:g}" + (f", α = {self.alpha:g}" if self.alpha is not None else "")
                  + (f"; SPAR index: {self.details['index']['type']}, passages stored as "
                     f"{self.details['index']['storage']} ({self.details['index']['code_bytes']:,} B/passage)"
-                    if self.details.get("index", {}).get("code_bytes") else ""),
+                    if self.details.get("index", {}).get("code_bytes") else "")
+                 + (f"; vectors: {describe_encoding(self.details['encoding'])}" if self.details.get("encoding")
+                    else ""),
                  "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
         for name, values in self.systems.items():
             cells = [name] + [f"{values[m]:.4f}" if m in values else "" for m in self.metrics + extra]
@@ -500,6 +502,8 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
                   "fold": spar_index.info.get("fold", 1.0),
                   **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
+        # The vectors' precision and backend (#48): bf16 vectors score otherwise in the third decimal.
+        "encoding": RunContext(cfg).encoding(),
         # What was never scored (the rankings themselves may be gone: written chunk by chunk and dropped).
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in means},
     }

@@ -31,8 +31,9 @@ STAGE_ARTIFACTS = (("sample", "queries"), ("label", "teacher_index"), ("label", 
 
 def stage_costs(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
     """One row per complete artifact of each run directory: stage, artifact (``embeddings/<encoder>/passages``;
-    an encoder's query splits summed as ``embeddings/<encoder>/queries-*``), run, seconds, peak RSS in GB (None
-    where the manifests predate the record)."""
+    an encoder's query splits summed as ``embeddings/<encoder>/queries-*``), run (its directory's name: results
+    and model cards travel, a machine's paths stay home), seconds, peak RSS in GB (None where the manifests predate
+    the record)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for run in dict.fromkeys(Path(r) for r in run_dirs):
         context = RunContext.at(run)
@@ -45,8 +46,9 @@ def stage_costs(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
                 artifact = str(d.relative_to(run))
                 if name == "embeddings" and d.name.startswith("queries-"):
                     artifact = str(d.parent.relative_to(run) / "queries-*")
-                row = rows.setdefault((str(run), artifact), {"stage": stage, "artifact": artifact, "run": str(run),
-                                                             "seconds": 0.0, "peak_rss_gb": None})
+                row = rows.setdefault((str(run), artifact), {"stage": stage, "artifact": artifact,
+                                                             "run": run.resolve().name, "seconds": 0.0,
+                                                             "peak_rss_gb": None})
                 row["seconds"] = round(row["seconds"] + float(manifest.get("seconds") or 0.0), 3)
                 if manifest.get("peak_rss_bytes") is not None:
                     peak = round(manifest["peak_rss_bytes"] / 1e9, 2)

@@ -68,6 +68,11 @@ class ModelCardFacts:
     command: str | None = None
     config_yaml: str | None = None
     repo_id: str | None = None
+    language: list[str] = field(default_factory=lambda: ["en"])
+    #: How the run's passage vectors were made (:meth:`spar.core.run_context.RunContext.encoding`).
+    encoding: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: ``results/<name>.json`` of the run (the card's ``model-index``).
+    results: dict[str, Any] | None = None
 
 
 def _hub_id(model: str) -> str:
@@ -90,7 +95,54 @@ def _yaml_front_matter(f: ModelCardFacts) -> str:
         meta["base_model"] = base_ids[0] if len(base_ids) == 1 else base_ids
     if f.dataset:
         meta["datasets"] = [f.dataset]
+    if f.language:
+        meta["language"] = list(f.language)
+    model_index = _model_index(f)
+    if model_index:
+        meta["model-index"] = model_index
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _metric_type(measure: str) -> str:
+    """``nDCG@10`` -> ``ndcg_at_10``, ``Acc@20`` -> ``acc_at_20`` (the hub's metric type spelling)."""
+    return measure.lower().replace("@", "_at_").replace(" ", "_")
+
+
+def _model_index(f: ModelCardFacts) -> list[dict[str, Any]]:
+    """The hub's ``model-index``: SPAR's test figures per evaluated set, from the run's results file."""
+    if not f.results:
+        return []
+    sets = f.results.get("sets") or {"": f.results}
+    entries = []
+    for name, report in sets.items():
+        values = (report.get("systems") or {}).get("spar") or {}
+        if not values:
+            continue
+        dataset = f.dataset or str(report.get("dataset", f.name)).split(":")[0]
+        entries.append({
+            "task": {"type": "text-retrieval", "name": "Retrieval"},
+            "dataset": {"name": f"{dataset} ({name})" if name else dataset, "type": dataset, "split": "test"},
+            "metrics": [{"type": _metric_type(m), "value": round(float(v), 4), "name": m} for m, v in values.items()
+                        if isinstance(v, (int, float))]})
+    return [{"name": f.name, "results": entries}] if entries else []
+
+
+def _precision_paragraph(f: ModelCardFacts) -> list[str]:
+    """What the card says of the precision the index was encoded in, and what it means for scores."""
+    if not f.encoding:
+        return []
+    from spar.core.run_context import describe_encoding
+
+    mixed = any(v.get("precision") != "32" for v in f.encoding.values())
+    text = (f"The evaluation's index was encoded with {describe_encoding(f.encoding)}. This model encodes in fp32 "
+            "unless asked otherwise. ")
+    text += ("Passages encoded in bf16 (`encode.precision: auto` on a CPU with AMX or AVX-512 BF16, or a GPU) score "
+             "within about 1e-2 of their fp32 vectors, which moves rankings and results in the third decimal: "
+             "encode with `encode.precision=32` (`spar index --model ... encode.precision=32`) to reproduce fp32 "
+             "figures exactly." if mixed else
+             "Vectors encoded in bf16 elsewhere (`encode.precision: auto` on a CPU with AMX or AVX-512 BF16, or a "
+             "GPU) score within about 1e-2 of these, which can move results in the third decimal.")
+    return ["", "## Precision", "", text]
 
 
 def _demote_headings(markdown: str, levels: int = 2) -> str:
@@ -123,6 +175,14 @@ def render_model_card(f: ModelCardFacts) -> str:
         'p = model.encode_document([("Scurvy", "Scurvy is caused by a lack of vitamin C.")])',
         "scores = model.similarity(q, p)  # dot product = sim + mu * sim_lambda",
         "```",
+        "",
+        "`trust_remote_code=True` runs `spar_modules.py` from this directory: the module that combines the two "
+        "encoders (and, for a term-based Λ, its analyzer: `spar_analysis.py`, `spar_random_tables.py`). Read it "
+        "before you trust it. With spar installed, `spar.lexical.st_modules.load_sentence_transformer(path)` builds "
+        "the same `SentenceTransformer` from spar's installed code instead, without `trust_remote_code`.",
+        "",
+        "Queries and passages are encoded by different sides: `model.encode(text)` without `task=` is refused "
+        "(sentence-transformers' own error); use `encode_query` and `encode_document`.",
         "",
         "With spar installed (no `trust_remote_code`; passages as `(title, text)` pairs are encoded "
         "`title [SEP] text`, exactly as in training):",
@@ -192,6 +252,7 @@ def render_model_card(f: ModelCardFacts) -> str:
     lines += ["", "## Evaluation", ""]
     lines.append(_demote_headings(f.evaluation_markdown.strip()) if f.evaluation_markdown else
                  "No evaluation results were found when this model was published (run `spar evaluate`).")
+    lines += _precision_paragraph(f)
     if f.command or f.config_yaml:
         lines += ["", "## Reproduce", ""]
         if f.command:
@@ -230,7 +291,8 @@ def _count(value: Any) -> int | None:
 def gather_card_facts(run: RunFacts, base: EncoderSection, publish: PublishSection, tune_split: str | None,
                       encoder, tune: dict[str, Any], manifests: dict[str, dict[str, Any]], results_md: str | None,
                       command: str | None, config_yaml: str,
-                      lambda_source: dict[str, Any] | None = None) -> ModelCardFacts:
+                      lambda_source: dict[str, Any] | None = None, encoding: dict[str, dict[str, str]] | None = None,
+                      results: dict[str, Any] | None = None) -> ModelCardFacts:
     """Collect the model card's facts from what the run says of itself (``run``, the base encoder's and the publish
     sections, what μ was tuned on: :func:`tune_split`), the tuning record and the input manifests."""
     kind = encoder.lambda_.kind  # the published Λ's, not the config's
@@ -265,7 +327,8 @@ def gather_card_facts(run: RunFacts, base: EncoderSection, publish: PublishSecti
         tune_scores={str(k): float(v) for k, v in scores.items()} if isinstance(scores, dict) else None,
         tune_split=tune_split, tune_confirmed=tune.get("confirmed"),
         evaluation_markdown=results_md, command=command, config_yaml=config_yaml,
-        repo_id=publish.push_to_hub,
+        repo_id=publish.push_to_hub, language=list(publish.language), encoding=dict(encoding or {}),
+        results=results,
     )
 
 

@@ -179,7 +179,10 @@ class SparEncoder:
         _write_json(d / "router_config.json", {
             "types": {ROUTES[r]: st_modules.SHIPPED_CLASS_REF for r in ROUTES},
             "structure": {r: [ROUTES[r]] for r in ROUTES},
-            "parameters": {"default_route": "document", "allow_empty_key": True, "route_mappings": {}},
+            # No default route (#47): `model.encode(text)` without a task raised nothing and returned the passage
+            # side's vector for a question. Now it is sentence-transformers' own refusal, naming the `task`;
+            # encode_query / encode_document (or task=) pick the side.
+            "parameters": {"default_route": None, "allow_empty_key": False, "route_mappings": {}},
         })
         _write_json(d / "config_sentence_transformers.json", {
             "__version__": {"sentence_transformers": sentence_transformers.__version__,
@@ -208,6 +211,10 @@ class SparEncoder:
         })
         if model_card is not None:
             (d / "README.md").write_text(model_card, encoding="utf-8")
+        written = ["modules.json", "router_config.json", "config_sentence_transformers.json", MODEL_CONFIG,
+                   st_modules.SHIPPED_MODULE_FILE, st_modules.SHIPPED_ANALYSIS_FILE, st_modules.SHIPPED_TABLES_FILE,
+                   "README.md", *(ROUTES[route] for route in ROUTES), *shared]
+        readable_by_all(*(d / name for name in written if (d / name).exists()))
         return d
 
     @classmethod
@@ -244,7 +251,8 @@ class SparEncoder:
                     shared[name] = modules[name]
             routes[route] = SparCombination(specs, self.variant, {n: m for n, (m, _) in modules.items()},
                                             {n: t for n, (_, t) in modules.items() if t is not None})
-        router = Router.for_query_document([routes["query"]], [routes["document"]])
+        router = Router.for_query_document([routes["query"]], [routes["document"]], default_route=None,
+                                           allow_empty_key=False)  # no side without a task (save_pretrained)
         return SentenceTransformer(modules=[router], device=device or str(self.base.device),
                                    similarity_fn_name="dot")
 
@@ -256,6 +264,18 @@ def _save_module(module, tokenizer, target: Path) -> None:
         return
     module.save_pretrained(target, safe_serialization=True)
     tokenizer.save_pretrained(target)
+
+
+def readable_by_all(*roots: Path) -> None:
+    """The files spar wrote (``roots``: files, or directories taken whole) readable as a plain file would be (0644
+    under the usual umask): transformers writes ``model.safetensors`` 0600 (through a temporary file), so a model
+    copied to a shared disk or served by another user was unreadable there (#47)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for root in roots:
+        for path in [root, *root.rglob("*")] if root.is_dir() else [root]:
+            if path.is_file() and not path.is_symlink():
+                path.chmod(0o666 & ~umask)
 
 
 def _write_json(path: Path, payload: Any) -> None:
@@ -444,6 +464,7 @@ def publish_model(encoder: SparEncoder, directory: str | Path, facts: ModelCardF
         config = json.loads((d / MODEL_CONFIG).read_text())
         config["index"] = {"index_dir": "index", "passages": "index/passages.arrow" if passages else None}
         _write_json(d / MODEL_CONFIG, config)
+        readable_by_all(d / "index")
     return d
 
 
