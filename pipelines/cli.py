@@ -221,6 +221,14 @@ def run_stages(cfg, stages: Sequence[str], force: bool = False) -> dict[str, dic
     return results
 
 
+#: What Ctrl-C prints (exit 130, as a shell reports SIGINT): one line, no traceback.
+INTERRUPTED = "spar: interrupted: nothing written; re-run to continue"
+
+
+class _StageInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a stage process of ``spar run`` ran: that process printed :data:`INTERRUPTED`."""
+
+
 def _run_stage_process(stage: str, args: argparse.Namespace, stats_file: Path) -> int:
     """Run one stage of ``spar run`` in its own process.
 
@@ -246,7 +254,16 @@ def _run_stage_process(stage: str, args: argparse.Namespace, stats_file: Path) -
     if args.quiet:
         cmd.append("--quiet")
     env = {**os.environ, STAGE_STATS_ENV: str(stats_file)}
-    return subprocess.call(cmd + overrides, env=env)
+    child = subprocess.Popen(cmd + overrides, env=env)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the stage's process too: let it clean up and say so (one line)
+        try:
+            child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.terminate()
+            child.wait()
+        raise _StageInterrupted from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -262,8 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from spar.core import interrupts
     from spar.core.console import configure
 
+    interrupts.install()  # Ctrl-C stops every stage, in one line (#48)
     configure("verbose" if getattr(args, "verbose", False) else "quiet" if getattr(args, "quiet", False)
               else "normal")
     previous_run_command, lock = os.environ.get(RUN_COMMAND_ENV), None
@@ -317,6 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SparError as exc:
         print(f"spar: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: writers removed their temporaries (a resumable one keeps its parts)
+        if not isinstance(exc, _StageInterrupted):  # a stage process of `spar run` has said it already
+            print(INTERRUPTED, file=sys.stderr)
+        return 130
     except Exception as exc:  # a full disk surfaces from any library (OSError, pyarrow, safetensors, torch)
         full = no_space_left(exc)
         if full is None:

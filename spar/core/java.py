@@ -74,7 +74,10 @@ def start_jvm(heap: str = "4g") -> None:
         # Quiet by default: log4j2 and SLF4J's own status lines at WARN; a JVM crash report goes to the temporary
         # directory, never into the user's working directory (-XX:ErrorFile).
         error_file = Path(tempfile.gettempdir()) / "spar-jvm-hs_err_pid%p.log"
-        options = [f"-Xmx{heap}", "-Dlog4j2.level=warn", "-Dslf4j.internal.verbosity=WARN",
+        # -Xrs: the JVM installs no SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers of its own. Without it its SIGINT
+        # handler replaced Python's, so Ctrl-C in tune or evaluate (whose BM25 runs in-process) was ignored or hung
+        # the process in the JVM's shutdown (#48); with it Ctrl-C is Python's KeyboardInterrupt, as everywhere.
+        options = [f"-Xmx{heap}", "-Xrs", "-Dlog4j2.level=warn", "-Dslf4j.internal.verbosity=WARN",
                    "-Djava.awt.headless=true", f"-XX:ErrorFile={error_file}"]
         if _runtime_has_vector_module(home):
             options.append("--add-modules=jdk.incubator.vector")
