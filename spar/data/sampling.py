@@ -453,14 +453,14 @@ def write_query_set(
     queries are the same either way.
     """
     o = options or SampleSection()
-    from tqdm.auto import tqdm
+    from spar.core.console import progress_bar
 
     out_dir = Path(out_dir)
     read_stats = read_stats if read_stats is not None else ReadStats()
     positions = ArticlePositions(o.position_field, corpus_name) if o.strategy == "wiki" else None
     passages_path = out_dir / PASSAGES_FILE
     n_passages, raw_positions, from_field = write_passages(
-        tqdm(passages, desc="reading corpus", unit=" passages", disable=not progress, mininterval=1.0),
+        progress_bar(passages, desc="reading corpus", unit=" passages", enabled=progress),
         passages_path, positions, on_bad_record, read_stats,
     )
     if n_passages == 0:
@@ -505,7 +505,7 @@ def write_query_set(
                       local=chunks if executor is None or executor.kind == "local" else None,
                       needs={"passages table": passages_path})
     totals = SamplingStats()
-    bar = tqdm(total=n_passages, desc="sampling sentences", unit=" passages", disable=not progress, mininterval=1.0)
+    bar = progress_bar(total=n_passages, desc="sampling sentences", unit=" passages", enabled=progress)
     try:
         for task, (table, chunk_stats) in (executor or LocalExecutor()).map(spec, tasks(), ordered=True):
             ids, texts, sources, rows = (table.column(n).to_pylist() for n in

@@ -465,9 +465,9 @@ class _NoProgress:
 def _progress(show: bool, total: int | None, desc: str):
     if not show:
         return _NoProgress()
-    from tqdm.auto import tqdm
+    from spar.core.console import progress_bar
 
-    return tqdm(total=total, desc=desc, unit="item", mininterval=2.0)
+    return progress_bar(total=total, desc=desc, unit="item", mininterval=2.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -260,13 +260,12 @@ def _analysed_postings(table: PassagesTable, fields: Sequence[str], tokens: Luce
                        progress: bool) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Analyse every passage: (vocabulary, passage and term frequency of each posting sorted by term then passage,
     term offsets ``indptr``, each passage's length in terms)."""
-    from tqdm.auto import tqdm
+    from spar.core.console import progress_bar
 
     vocab: dict[str, int] = {}
     doc_parts, term_parts, tf_parts, length_parts = [], [], [], []
     base = 0
-    bar = tqdm(total=len(table), desc="analysing passages", unit=" passages", disable=not progress,
-               mininterval=1.0)
+    bar = progress_bar(total=len(table), desc="analysing passages", unit=" passages", enabled=progress)
     for batch in table.iter_columns(columns=list(fields), batch_rows=batch_rows):
         contents = [indexed_text(values) for values in zip(*(batch[f] for f in fields))]
         flat, lengths = tokens.analyze_flat(contents)

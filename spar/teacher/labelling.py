@@ -246,7 +246,7 @@ def label_queries(
     ``on_shard(shard, counts)`` is called as each shard is written. Returns stats: queries (input), labelled,
     dropped, shards written / reused, seconds and queries/s of this run, and where it ran.
     """
-    from tqdm.auto import tqdm
+    from spar.core.console import progress_bar
 
     queries_dir, out_dir = Path(queries_dir), Path(out_dir)
     executor = executor if executor is not None else LocalExecutor()
@@ -276,8 +276,8 @@ def label_queries(
 
     searched = 0
     started = time.perf_counter()
-    bar = tqdm(total=sum(shard_bounds(s)[1] - shard_bounds(s)[0] for s in todo), desc="labelling",
-               unit=" q", disable=not progress, mininterval=1.0, smoothing=0.1)
+    bar = progress_bar(total=sum(shard_bounds(s)[1] - shard_bounds(s)[0] for s in todo), desc="labelling",
+                       unit=" q", enabled=progress)
     local = executor.kind == "local"
     if not local and hasattr(teacher, "search"):
         raise ConfigError("label: a Ray executor builds a teacher on each worker; pass a factory of the teacher "

@@ -342,11 +342,11 @@ def build_impact_index(passages_arrow: Path, index_dir: Path, encoder: SparseEnc
                        threads: int = 2, fields: Sequence[str] = ("title", "text"), max_length: int = 256,
                        batch_size: int = 32, heap: str = "4g", progress: bool = True) -> Path:
     """Encode every passage with ``encoder`` and build an Anserini impact index (``-impact -pretokenized``)."""
-    from tqdm.auto import tqdm
+    from spar.core.console import progress_bar
 
     fields = _check_fields(fields)
-    bar = tqdm(total=len(PassagesTable(passages_arrow)), desc=f"encoding passages ({encoder.name})",
-               unit=" passages", disable=not progress)
+    bar = progress_bar(total=len(PassagesTable(passages_arrow)), desc=f"encoding passages ({encoder.name})",
+                       unit=" passages", enabled=progress)
 
     def documents(batch: dict[str, list]) -> Iterator[dict[str, Any]]:
         texts = passage_contents(fields, batch)
