@@ -112,8 +112,15 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
     _add_common(frontier)
     search = sub.add_parser("search", help="search a published SPAR model's index from the command line")
     search.add_argument("index_dir", help="index directory written by `spar index` (or a published model dir)")
-    search.add_argument("query", nargs="+", help="query text")
-    search.add_argument("-k", type=int, default=10, help="hits to print")
+    search.add_argument("query", nargs="*", help="query text (or --topics FILE for a batch search)")
+    search.add_argument("-k", type=int, default=None, help="hits per query (default: 10 printed; 1000 per topic "
+                        "with --topics, as Pyserini)")
+    search.add_argument("--topics", default=None, help="batch search: a topics file (BEIR queries.jsonl, "
+                        "id<TAB>text TSV, or a question-set file), written as a TREC run to --output")
+    search.add_argument("--output", default=None, help="the TREC run a batch search writes (qid Q0 docid rank "
+                        "score tag)")
+    search.add_argument("--run-tag", default="spar", help="the run's tag, its sixth column (default: spar)")
+    search.add_argument("--batch-size", type=int, default=64, help="topics encoded and searched at once")
     search.add_argument("--mu", type=float, default=None, help="override the tuned mu at query time")
     search.add_argument("--model", default=None, help="the model of an index directory (default: the one it was "
                         "built with, or the run's model/ beside a run's index)")

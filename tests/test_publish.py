@@ -1127,3 +1127,60 @@ def test_sentence_transformers_encode_without_a_task_is_refused(tiny_run):
     router = json.loads((tiny_run["model"] / "router_config.json").read_text())["parameters"]
     assert router["default_route"] is None and router["allow_empty_key"] is False
     assert "`model.encode(text)` without `task=` is refused" in (tiny_run["model"] / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# #47 item 5: Pyserini-style batch search
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_batch_search_writes_a_trec_run_that_ir_measures_reads(tiny_run, tmp_path, capsys):
+    import ir_measures
+
+    from pipelines import cli
+    from spar.publish.search import SparSearcher
+
+    texts = ["what causes scurvy", "vitamin c deficiency", "bone density in older women"]
+    jsonl = tmp_path / "topics.jsonl"
+    jsonl.write_text("".join(json.dumps({"_id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    tsv = tmp_path / "topics.tsv"
+    tsv.write_text("".join(f"t{i}\t{t}\n" for i, t in enumerate(texts)))
+    expected = SparSearcher.open(tiny_run["model"]).search(texts, k=5)
+    for topics in (jsonl, tsv):
+        run = tmp_path / "runs" / f"{topics.suffix[1:]}.trec"  # its directory is made
+        assert cli.main(["search", str(tiny_run["model"]), "--topics", str(topics), "--output", str(run), "-k", "5",
+                         "--run-tag", "spar-test", "--batch-size", "2"]) == 0
+        assert f"3 topics, 15 hits (k=5, μ={MU:g}) -> {run}" in capsys.readouterr().out
+        lines = run.read_text().splitlines()
+        assert lines[0].split()[1::2] == ["Q0", "1", "spar-test"]
+        read = {}
+        for row in ir_measures.read_trec_run(str(run)):
+            read.setdefault(row.query_id, []).append((row.doc_id, row.score))
+        for i, hits in enumerate(expected):
+            assert [d for d, _ in read[f"t{i}"]] == [h.id for h in hits]
+            np.testing.assert_allclose([s for _, s in read[f"t{i}"]], [h.score for h in hits], atol=1e-5)
+        assert [int(line.split()[3]) for line in lines[:5]] == [1, 2, 3, 4, 5]
+    assert not list(tmp_path.glob("runs/.*.tmp-*"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--topics", "TOPICS"], "--topics needs --output RUN.trec"),
+    (["scurvy", "--output", "RUN"], "--output writes the run of a batch search: give --topics FILE too"),
+    (["scurvy", "--topics", "TOPICS", "--output", "RUN"], "give a query or --topics FILE, not both"),
+    ([], "nothing to search for"),
+    (["--topics", "TOPICS", "--output", "RUN", "--run-tag", "two words"], "--run-tag must be one word"),
+    (["--topics", "BAD", "--output", "RUN"], "BAD_NAME:2: empty text in query 't2'"),
+])
+def test_batch_search_errors_are_one_line_and_write_nothing(tiny_run, tmp_path, capsys, args, message):
+    from pipelines import cli
+
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("t1\tscurvy\n")
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("t1\tscurvy\nt2\t   \n")
+    run = tmp_path / "run.trec"
+    names = {"TOPICS": str(topics), "BAD": str(bad), "RUN": str(run)}
+    assert cli.main(["search", str(tiny_run["model"]), *[names.get(a, a) for a in args]]) == 2
+    err = capsys.readouterr().err
+    assert message.replace("BAD_NAME", str(bad)) in err and err.count("\n") == 1, err
+    assert not run.exists()

@@ -239,7 +239,9 @@ def test_dpr_question_tsv_numbers_questions_and_parses_answer_lists(tmp_path: Pa
     ('{"_id": "q1", "question": "a?", "answers": ["x"]}\n{"_id": "q2", "question": "b?", "answers": [""]}\n',
      2, "empty answer"),
     ('{"_id": "q1", "question": "a?", "answers": []}\n', 1, "empty answer"),
-    ('{"_id": "q1", "answers": ["x"]}\n', 1, "missing id or text"),
+    ('{"_id": "q1", "answers": ["x"]}\n', 1, "missing text in query 'q1'"),
+    ('{"_id": "q1", "question": " ", "answers": ["x"]}\n', 1, "empty text in query 'q1'"),
+    ('{"question": "who?", "answers": ["x"]}\n', 1, "missing id in query"),
 ])
 def test_bad_question_records_name_file_and_line(tmp_path: Path, content, line, reason):
     from spar.data.readers import read_questions

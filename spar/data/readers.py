@@ -398,8 +398,12 @@ def read_questions(path: str | Path, on_bad_record: OnBad = "fail", stats: ReadS
         else:
             qid, text = item
         position += 1
-        if qid is None or str(qid).strip() == "" or text is None or not str(text).strip():
-            _bad(BadRecordError(str(p), number, "missing id or text in query"), on_bad_record, stats)
+        if qid is None or str(qid).strip() == "":
+            _bad(BadRecordError(str(p), number, "missing id in query"), on_bad_record, stats)
+            continue
+        if text is None or not str(text).strip():  # named as such (#48: it read "missing id or text")
+            what = "missing text" if text is None else "empty text"
+            _bad(BadRecordError(str(p), number, f"{what} in query {str(qid)!r}"), on_bad_record, stats)
             continue
         if _has_whitespace(str(qid)):
             _bad(_whitespace_error(p, number, "query", str(qid)), on_bad_record, stats)
