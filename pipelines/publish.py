@@ -60,7 +60,9 @@ def plan(cfg, force: bool = False) -> Unit:
     # where it is written (publish.output), and the manifest that ships with the model names no directory.
     publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
     config = {"publish": publish, "base": settings(cfg.encode.base)}
-    return Unit(model_output(cfg), kind="model", config=config, inputs=inputs,
+    # verify_content: a weight file damaged in place (same size) is not "up to date" (#48: publish skipped it while
+    # `spar search` refused the same model as damaged).
+    return Unit(model_output(cfg), kind="model", config=config, inputs=inputs, verify_content=True,
                 payload=(source, tuned, index_dir, results_md), sources=sources)
 
 

@@ -30,7 +30,9 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     # records skipped are counted in the manifest's stats ('read').
     source = _passages_source(cfg)
     config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
-    return Unit(RunContext(cfg).artifact("queries"), kind="queries", config=config,
+    # verify_content: an edited passages table is not "up to date" (#48: `spar run` skipped the sample as up to date,
+    # then label refused the sample's own, edited, table).
+    return Unit(RunContext(cfg).artifact("queries"), kind="queries", config=config, verify_content=True,
                 inputs={"corpus": source["corpus"]},
                 sources=[lineage_source(path, "file") for path in corpus_files(cfg.data.corpus)])
 

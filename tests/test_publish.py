@@ -411,6 +411,51 @@ def test_a_damaged_weight_file_of_the_same_size_is_refused_at_load(tiny_run, tmp
     assert err.count("\n") == 1 and f"{broken / damaged}: content changed" in err, err
 
 
+def test_a_model_without_its_manifest_is_checked_by_spar_model_json(tiny_run, tmp_path, capsys):
+    """#48 item 4: with manifest.json gone, damaged weights were indexed by `spar index --model` without a word
+    (spar_model.json held no checksums). Now format 2 records them; a model with neither is refused."""
+    from pipelines import cli
+    from spar.publish.model_dir import MODEL_CONFIG, SparEncoder
+
+    bare = _linked_copy(tiny_run["model"], tmp_path / "bare")
+    (bare / "manifest.json").unlink()
+    config = json.loads((bare / MODEL_CONFIG).read_text())
+    assert config["format_version"] == 2 and "base/model.safetensors" in config["checksums"]
+    SparEncoder.from_pretrained(bare)  # intact: loads
+    damaged = bare / "base" / "model.safetensors"
+    data = bytearray(damaged.read_bytes())
+    damaged.unlink()  # a hard link: the original model must stay intact
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=rf"^{damaged}: content changed since `spar publish` wrote it \(its "
+                                            rf"{MODEL_CONFIG} records another size or SHA-256\)"):
+        SparEncoder.from_pretrained(bare)
+    corpus = _beir_dir(tiny_run, tmp_path / "corpus", 0, 10)
+    assert cli.main(["index", "--model", str(bare), "--corpus", str(corpus), "--output", str(tmp_path / "i")]) == 2
+    assert f"{damaged}: content changed" in capsys.readouterr().err
+    del config["checksums"]
+    (bare / MODEL_CONFIG).unlink()
+    (bare / MODEL_CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match="no manifest.json and no checksums in spar_model.json"):
+        SparEncoder.from_pretrained(bare)
+
+
+def test_publish_is_not_up_to_date_over_a_damaged_model(tiny_run, tmp_path):
+    """#48 item 4: with a weight file damaged in place (same size), `spar publish` said 'skipped (up to date)'."""
+    import pipelines.publish
+
+    cfg = tiny_run["cfg"].model_copy(deep=True)
+    cfg.publish.output = str(tmp_path / "model")
+    pipelines.publish.run(cfg)
+    assert pipelines.publish.run(cfg).get("skipped") is True
+    weights = tmp_path / "model" / "base" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    again = pipelines.publish.run(cfg)
+    assert not again.get("skipped") and weights.read_bytes() != bytes(data)
+
+
 def test_an_edited_model_card_still_loads_and_a_garbled_manifest_is_one_line(tiny_run, tmp_path):
     """The card is documentation (edited on the hub, say): the load-time check leaves it out. A manifest that is not a
     JSON object is refused in one line (it was an AttributeError)."""

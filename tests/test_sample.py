@@ -198,6 +198,13 @@ def test_sample_stage_writes_manifest_and_skips_when_complete(scifact_slice, tmp
     table = schemas.read_shards(tmp_path / "queries", "queries").to_pandas()
     assert set(table["split"]) == {"train", "dev"} and table["query_id"].is_unique
     assert stage.run(cfg) == {"skipped": True}
+    # #48 item 4: an edited passages table (same size) is not up to date: it was skipped, then refused by label.
+    table_file = tmp_path / "queries" / "passages.arrow"
+    original = table_file.read_bytes()
+    edited = bytearray(original)
+    edited[len(edited) // 2] ^= 0x20
+    table_file.write_bytes(bytes(edited))
+    assert "skipped" not in stage.run(cfg) and table_file.read_bytes() == original
     by_split = defaultdict(int)
     for split in table["split"]:
         by_split[split] += 1

@@ -63,7 +63,13 @@ from spar.publish.card import ModelCardFacts, render_model_card
 
 MODEL_CONFIG = "spar_model.json"
 MODEL_FORMAT = "spar-model"
-MODEL_FORMAT_VERSION = 1
+#: 2: ``spar_model.json`` records every file's checksum (a model without ``manifest.json`` is still checked).
+MODEL_FORMAT_VERSION = 2
+#: ``spar_model.json``'s record of each file's size and SHA-256 (format 2 on).
+CHECKSUMS = "checksums"
+#: Keys of ``spar_model.json`` that the writing spar sets: a loaded model's metadata never carries them over.
+OWN_KEYS = ("format", "format_version", "spar_version", CHECKSUMS, "variant", "mu", "similarity", "dims", "routes",
+            "encoders")
 ROUTES = {"query": "query", "document": "document"}
 #: The side of the input each route encodes.
 SIDES = {"query": "query", "document": "passage"}
@@ -197,9 +203,20 @@ class SparEncoder:
 
         shutil.copyfile(analysis.__file__, d / st_modules.SHIPPED_ANALYSIS_FILE)
         shutil.copyfile(random_tables.__file__, d / st_modules.SHIPPED_TABLES_FILE)
+        written = ["modules.json", "router_config.json", "config_sentence_transformers.json",
+                   st_modules.SHIPPED_MODULE_FILE, st_modules.SHIPPED_ANALYSIS_FILE, st_modules.SHIPPED_TABLES_FILE,
+                   *(ROUTES[route] for route in ROUTES), *shared]
+        readable_by_all(*(d / name for name in written if (d / name).exists()))
+        from spar.core.artifacts import file_checksums
+
+        files = sorted(p.relative_to(d).as_posix() for name in written for p in
+                       ([d / name, *(d / name).rglob("*")] if (d / name).is_dir() else [d / name]) if p.is_file())
         _write_json(d / MODEL_CONFIG, {
             "format": MODEL_FORMAT,
             "format_version": MODEL_FORMAT_VERSION,
+            # Each file's size and SHA-256, so a model that travels without its manifest.json is still checked
+            # (check_model_files): a damaged weight file would load and give other vectors (#48).
+            CHECKSUMS: file_checksums(d, files),
             "spar_version": __version__,
             "variant": self.variant,
             "mu": self.mu,
@@ -207,14 +224,11 @@ class SparEncoder:
             "dims": {"base": self.base.dim, "lambda": self.lambda_.dim, "combined": self.dim},
             "routes": ROUTES,
             "encoders": {name: enc.published_config() for name, enc in encoders.items()},
-            **{k: v for k, v in self.metadata.items() if k not in ("variant", "mu")},
+            **{k: v for k, v in self.metadata.items() if k not in OWN_KEYS},
         })
         if model_card is not None:
             (d / "README.md").write_text(model_card, encoding="utf-8")
-        written = ["modules.json", "router_config.json", "config_sentence_transformers.json", MODEL_CONFIG,
-                   st_modules.SHIPPED_MODULE_FILE, st_modules.SHIPPED_ANALYSIS_FILE, st_modules.SHIPPED_TABLES_FILE,
-                   "README.md", *(ROUTES[route] for route in ROUTES), *shared]
-        readable_by_all(*(d / name for name in written if (d / name).exists()))
+        readable_by_all(*(d / name for name in (MODEL_CONFIG, "README.md") if (d / name).exists()))
         return d
 
     @classmethod
@@ -368,23 +382,30 @@ def check_model_files(path: str | Path) -> None:
     """Every file a model directory's ``manifest.json`` records (written by ``spar publish``; it travels with the
     model to and from the hub), but its card ``README.md``, has its recorded size and SHA-256: a weight file damaged
     in transfer or on disk (same size, other bytes) would load and give other vectors. A directory without
-    ``manifest.json`` (:meth:`SparEncoder.save_pretrained` alone, or a model published before manifests) is not
-    checked.
+    ``manifest.json`` (:meth:`SparEncoder.save_pretrained` alone, a copy without it) is checked by the checksums
+    ``spar_model.json`` records (format 2), or refused without them; one published before either is not checked.
 
     Costs one read of every file at load, hashed once per process and file version (0.28 s of a 0.63 s load for a
     275 MB model: MiniLM base and a transformer Λ, warm page cache)."""
     from spar.core.artifacts import MANIFEST, changed_files, read_manifest
 
     d = Path(path)
-    if not (d / MANIFEST).is_file():
-        return
-    recorded = read_manifest(d).get("checksums") or {}
+    if (d / MANIFEST).is_file():
+        recorded, by = read_manifest(d).get("checksums") or {}, MANIFEST
+    else:  # travelling without its manifest: spar_model.json's own record (format 2 on)
+        config = json.loads((d / MODEL_CONFIG).read_text(encoding="utf-8"))
+        recorded, by = config.get(CHECKSUMS), MODEL_CONFIG
+        if not isinstance(recorded, dict):
+            if config.get("format_version", 0) < 2:
+                return  # published before checksums: nothing to check it by (loaded as it always was)
+            raise ArtifactError(f"{d}: no manifest.json and no checksums in {MODEL_CONFIG}, so its files cannot be "
+                                "checked: copy the model directory whole, or publish it again")
     # The model card is documentation (often edited on the hub): the vectors do not depend on it.
     changed = changed_files(d, {"checksums": {k: v for k, v in recorded.items() if k != "README.md"}}, content=True)
     if changed:
         name, why = changed[0].split(" (", 1)
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise ArtifactError(f"{d / name}: {why[:-1]} since `spar publish` wrote it (its {MANIFEST} records another "
+        raise ArtifactError(f"{d / name}: {why[:-1]} since `spar publish` wrote it (its {by} records another "
                             f"size or SHA-256){more}: the model directory is damaged; publish or download it again")
 
 
