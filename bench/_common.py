@@ -70,10 +70,70 @@ def command_line(script: str | Path, argv: list[str] | None = None) -> str:
 
 
 def write_result(result: dict, out: str | Path) -> dict:
-    """Write ``result`` to ``out`` as pretty JSON (parents created), print the same JSON, return ``result``."""
+    """Write ``result`` to ``out`` as pretty JSON, print the same JSON, return ``result``. The directory must exist
+    (:func:`output_file` checks it before the work): a bench creates no directory it was not asked to."""
     text = json.dumps(result, indent=2)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = output_file(str(out))
     out.write_text(text + "\n")
     print(text)
     return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Arguments: bad ones are one line (argparse's usage error or spar's), before any work
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1 (``--questions 0`` or ``-5`` silently meant other questions)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def existing_file(text: str) -> Path:
+    """An argparse type: a file that exists."""
+    import argparse
+
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return path
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a file to write, in a directory that exists (``--out`` created any directory asked)."""
+    import argparse
+
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: its directory {path.parent} does not exist (create it first)")
+    return path
+
+
+def run_cli(main) -> None:
+    """``if __name__ == "__main__": run_cli(main)``: spar's errors (a missing file, a bad record, a bad option) and
+    argparse's are one line and exit 2, instead of a traceback or a usage block around the message."""
+    import argparse
+
+    from spar.core.errors import SparError
+
+    def one_line(parser: argparse.ArgumentParser, message: str):
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)  # no usage block: `--help` has it
+        raise SystemExit(2)
+
+    argparse.ArgumentParser.error = one_line  # type: ignore[method-assign,assignment]  # this process is a bench
+    try:
+        main()
+    except SparError as exc:
+        print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import command_line, write_result  # noqa: E402
+from _common import command_line, existing_file, output_file, write_result  # noqa: E402
 
 
 def lambda_summary(run_dir: Path) -> dict:
@@ -49,11 +49,11 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.evaluate.metrics import as_scored, per_query_values, read_trec_run
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--qrels", type=Path, required=True, help="the test qrels the runs were evaluated on")
+    ap.add_argument("--qrels", type=existing_file, required=True, help="the test qrels the runs were evaluated on")
     ap.add_argument("--runs", type=Path, nargs="+", required=True, help="run directories; the first is the reference")
     ap.add_argument("--systems", nargs="+", default=["spar"], help="evaluation/runs/<system>.trec of each run")
     ap.add_argument("--measure", default="nDCG@10")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=output_file, required=True)
     args = ap.parse_args(argv)
 
     qrels = read_qrels(args.qrels)
@@ -88,4 +88,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run_cli
+
+    run_cli(main)

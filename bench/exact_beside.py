@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import command_line, machine, write_result  # noqa: E402
+from _common import command_line, machine, output_file, positive_int, write_result  # noqa: E402
 
 
 SERVED = ("spar", "hybrid", "base", "bm25")
@@ -61,11 +61,11 @@ def _served_runs(runs_dir: Path, wanted: set[str]) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", "--config", required=True)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=output_file, required=True)
     ap.add_argument("--work", type=Path, help="rankings and progress (default: <output_dir>/exact-beside[-<N>])")
     ap.add_argument("--sets", help="comma-separated test sets, in this order (default: every one)")
-    ap.add_argument("--questions", type=int, help="each set's first N test questions (default: all); the served "
-                    "systems are re-scored from the run's rankings on exactly these questions")
+    ap.add_argument("--questions", type=positive_int, help="each set's first N test questions (default: all); the "
+                    "served systems are re-scored from the run's rankings on exactly these questions")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
 
@@ -77,8 +77,13 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = resolved_index(load_config(args.config, args.overrides))  # index.type auto made concrete, as evaluate does
     context = RunContext(cfg)
     work = args.work or Path(cfg.output_dir) / ("exact-beside" + (f"-{args.questions}" if args.questions else ""))
-    sets_wanted = args.sets.split(",") if args.sets else None
+    sets_wanted = [name.strip() for name in args.sets.split(",") if name.strip()] if args.sets else None
     inputs = ExperimentInputs(cfg)
+    known = [test.name for test in inputs.experiment.test_splits()]
+    unknown = [name for name in sets_wanted or () if name not in known]
+    if sets_wanted is not None and (unknown or not sets_wanted):
+        ap.error(f"--sets: unknown {', '.join(repr(n) for n in unknown) or 'empty list'}; the config's test sets: "
+                 f"{', '.join(repr(n) for n in known)}")
     started = time.perf_counter()
     reports = evaluate_sets(cfg, inputs, runs_dir=work / "runs", keep_runs=False, checkpoints=work / "progress",
                             progress=lambda line: print(line, flush=True), systems=("spar_exact",),
@@ -138,9 +143,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from spar.core.errors import SparError
+    from _common import run_cli
 
-    try:
-        main()
-    except SparError as exc:  # spar's refusals (no index, an override the index cannot honour): one line
-        raise SystemExit(f"exact_beside.py: error: {exc}") from None
+    run_cli(main)

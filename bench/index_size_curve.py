@@ -158,4 +158,6 @@ def _plot(result: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run_cli
+
+    run_cli(main)

@@ -154,4 +154,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run_cli
+
+    run_cli(main)

@@ -83,4 +83,6 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import run_cli
+
+    run_cli(main)

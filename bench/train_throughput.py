@@ -108,5 +108,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from _common import run_cli
+
     np.set_printoptions(precision=3)
-    main()
+    run_cli(main)

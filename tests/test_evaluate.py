@@ -491,9 +491,43 @@ def test_exact_beside_refuses_a_run_it_cannot_serve_in_one_line(tmp_path):
                            str(repo / "configs" / "default.yaml"), "--out", str(tmp_path / "out.json"),
                            f"experiment.output_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.startswith("exact_beside.py: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "run" / "exact-beside").exists()
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("compare_runs.py", ["--qrels", "MISSING", "--runs", "RUN", "--out", "OUT"],
+     "compare_runs.py: error: argument --qrels: MISSING: no such file"),
+    ("compare_runs.py", ["--qrels", "QRELS", "--runs", "RUN", "--out", "NODIR/out.json"],
+     "compare_runs.py: error: argument --out: NODIR/out.json: its directory NODIR does not exist"),
+    ("exact_beside.py", ["-c", "CONFIG", "--out", "OUT", "--questions", "0"],
+     "exact_beside.py: error: argument --questions: must be at least 1, got 0"),
+    ("exact_beside.py", ["-c", "CONFIG", "--out", "OUT", "--questions", "-5"],
+     "exact_beside.py: error: argument --questions: must be at least 1, got -5"),
+    ("exact_beside.py", ["-c", "CONFIG", "--out", "OUT", "--sets", "nosuch"],
+     "exact_beside.py: error: --sets: unknown 'nosuch'; the config's test sets: ''"),
+])
+def test_bench_scripts_answer_bad_arguments_in_one_line(tmp_path, script, args, message):
+    """#48 item 5: a missing --qrels was an 11-line traceback around the right message, --questions 0 a KeyError,
+    --questions -5 silently the first 75 of 80 questions, --sets nosuch a traceback, --out created any directory."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    names = {"MISSING": str(tmp_path / "missing.tsv"), "QRELS": str(repo / "data" / "scifact-sample" / "qrels" /
+                                                                    "test.tsv"),
+             "RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out.json"), "NODIR/out.json":
+             str(tmp_path / "nodir" / "out.json"), "CONFIG": str(repo / "configs" / "default.yaml")}
+    done = subprocess.run([sys.executable, str(repo / "bench" / script), *[names.get(a, a) for a in args],
+                           f"experiment.output_dir={tmp_path / 'run'}"] if script == "exact_beside.py" else
+                          [sys.executable, str(repo / "bench" / script), *[names.get(a, a) for a in args]],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    expected = message.replace("MISSING", names["MISSING"]).replace("NODIR/out.json", names["NODIR/out.json"])
+    expected = expected.replace("directory NODIR", f"directory {tmp_path / 'nodir'}")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr.startswith(expected), done.stderr
+    assert not (tmp_path / "nodir").exists() and not (tmp_path / "out.json").exists()
 
 
 
