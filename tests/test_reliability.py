@@ -562,3 +562,19 @@ def test_a_question_without_answers_is_named_at_preflight(tmp_path):
     none = _questions(tmp_path / "none.jsonl", [None, None])
     with pytest.raises(SparError, match="carry no answers and no qrels_dev is set"):
         check_inputs(_question_set_config(files, tmp_path / "run", none))
+
+
+def test_a_preflight_refusal_leaves_no_empty_run_directory(tmp_path, capsys):
+    """#48 item 7: `spar run` refused a missing corpus and left an empty runs/<name>/ behind (the lock's directory).
+    What existed before stays, and so does a run directory that holds anything."""
+    from pipelines import cli
+
+    out = tmp_path / "runs" / "fresh"
+    assert cli.main(["run", f"experiment.output_dir={out}", f"data.corpus={tmp_path / 'missing.jsonl'}"]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither runs/ nor runs/fresh/
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine\n")
+    assert cli.main(["run", f"experiment.output_dir={kept}", f"data.corpus={tmp_path / 'missing.jsonl'}"]) == 2
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]

@@ -466,6 +466,11 @@ def run_lock_name(command: str, cfg: Any) -> str:
     return LOCK_FILE
 
 
+#: The directories :func:`acquire_output_lock` created for each lock (innermost first): a run refused before any
+#: work leaves no empty ``runs/<name>/`` behind (#48).
+_MADE_FOR_LOCK: dict[str, list[Path]] = {}
+
+
 def acquire_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | None:
     """Take ``<directory>/.spar.lock`` for this process, or fail naming the run that holds it.
 
@@ -473,8 +478,10 @@ def acquire_output_lock(directory: str | Path, name: str = LOCK_FILE) -> Path | 
     started by ``spar run`` shares its parent's lock (see :data:`LOCK_ENV`); then nothing is taken and None is
     returned.
     """
+    made = [a for a in (Path(directory).absolute(), *Path(directory).absolute().parents) if not a.exists()]
     d = ensure_writable(directory)
     lock = d / name
+    _MADE_FOR_LOCK[str(lock)] = made  # removed again at release while still empty (a refusal before any work)
     host = socket.gethostname()
     deadline = time.time() + 2 * _UNREADABLE_LOCK_SECONDS
     while time.time() < deadline:
@@ -524,6 +531,11 @@ def release_output_lock(lock: Path | None) -> None:
     owner = _read_lock(lock)
     if owner is not None and owner["pid"] == os.getpid():
         lock.unlink(missing_ok=True)
+        for made in _MADE_FOR_LOCK.pop(str(lock), []):  # innermost first; a directory with anything in it stays
+            try:
+                made.rmdir()
+            except OSError:
+                break
     if os.environ.get(LOCK_ENV, "").endswith(f"|{os.getpid()}"):
         os.environ.pop(LOCK_ENV, None)
 
