@@ -44,9 +44,12 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
     device = resolve_devices(enc.accelerator, enc.devices)[0]
     queries = {split.key: split.pairs() for split in experiment.question_splits}  # read (and checked) up front
+    # Every encoder resolved before the first one runs: a bad encode.lambda was found only after the base had
+    # encoded every passage (#48).
+    specs = {name: experiment.encoder(name) for name in enc.encoders}
     with make_executor(cfg.executor) as executor:
         for name in enc.encoders:
-            spec = experiment.encoder(name)
+            spec = specs[name]
             # Exported (or found in the cache) once for all splits; `auto` may fall back to torch: the splits
             # follow. A Ray worker loads the encoder itself (spec.make) and puts it on the same backend
             # (spar/model/encode_workers.py).

@@ -301,3 +301,17 @@ def test_the_lambda_card_names_the_teacher_the_labels_came_from():
         card = lambda_card({"kind": cfg.train.kind, "dim": 384}, facts)
         assert f"| teacher | {teacher}" in card, card
         assert "| training queries | 1,500 |" in card and "| manifest fingerprint | `f00d` |" in card
+
+
+def test_a_bad_encode_lambda_is_refused_before_any_encoder_runs(tmp_path):
+    """#48 item 7: a bad `encode.lambda` path was found only after the base encoder had encoded every passage."""
+    import pipelines.encode
+    import pipelines.sample
+    from spar.core.config import load_config
+    from spar.core.errors import ArtifactError
+
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path / 'run'}", f"encode.lambda={tmp_path / 'nope'}"])
+    pipelines.sample.run(cfg)
+    with pytest.raises(ArtifactError, match="encode.lambda: no such directory"):
+        pipelines.encode.run(cfg)
+    assert not (tmp_path / "run" / "embeddings").exists()
