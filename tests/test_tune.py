@@ -319,3 +319,15 @@ def test_tune_stage_writes_tune_json_and_curve_and_reads_only_dev_qrels(sample_e
     assert (out / "mu_curve.png").stat().st_size > 1000 and (out / "alpha_curve.png").exists()
     assert stats["mu"] == tuned["mu"]
     assert tune_stage.run(cfg) == {"skipped": True}
+
+
+def test_the_confirmation_warning_names_only_the_causes_that_apply():
+    """#48 item 7: on a flat sq4 index the warning named approximate indexes and fast-scan tables."""
+    from types import SimpleNamespace
+
+    from spar.evaluate.tuning import _why_confirmation_differs
+
+    flat_sq4 = _why_confirmation_differs((None, None, "flat", SimpleNamespace(storage="sq4")))
+    assert flat_sq4 == "the sweep re-scores only the top tune.candidates passages of each question: raise it"
+    hnsw_fs4 = _why_confirmation_differs((None, None, "hnsw", SimpleNamespace(storage="fs4")))
+    assert hnsw_fs4.startswith("the hnsw index is approximate") and "fs4 scores with rounded look-up tables" in hnsw_fs4

@@ -169,13 +169,28 @@ def tune_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lambda
         confirmed, _ = confirm_mu(base_q, lambda_q, served_p, served_l, query_ids, doc_ids, qrels, search.best,
                                   metric, variant, index_type=index_type, options=options, judge=judge)
         if abs(confirmed - search.best_score) > 1e-4:
-            log.warning("%s: the real search at μ=%g gives %s=%.4f, the re-scored candidates %.4f (an approximate "
-                        "index or fast-scan's rounded tables score otherwise; else raise tune.candidates)", variant,
-                        search.best, metric, confirmed, search.best_score)
+            log.warning("%s: the real search at μ=%g gives %s=%.4f, the re-scored candidates %.4f (%s)", variant,
+                        search.best, metric, confirmed, search.best_score, _why_confirmation_differs(confirm_with))
     done = time.perf_counter()
     seconds = {"candidates": round(gathered - start, 3), "sweep": round(swept - gathered, 3),
                "confirm": round(done - swept, 3)}
     return MuTuning(variant, search, confirmed, cands.stats, seconds)
+
+
+def _why_confirmation_differs(confirm_with) -> str:
+    """The causes that apply to the index the confirming search ran on (#48: a flat sq4 index was told of approximate
+    indexes and fast-scan tables, neither of which it has)."""
+    from spar.index.storage import FAST_SCAN
+
+    index_type, options = (confirm_with[2], confirm_with[3]) if confirm_with else ("flat", None)
+    storage = getattr(options, "storage", "float32")
+    causes = []
+    if index_type != "flat":
+        causes.append(f"the {index_type} index is approximate: it misses passages the sweep scored")
+    if storage in FAST_SCAN:
+        causes.append(f"{storage} scores with rounded look-up tables")
+    causes.append("the sweep re-scores only the top tune.candidates passages of each question: raise it")
+    return "; ".join(causes)
 
 
 def choose_mu(cfg, base_q: np.ndarray, lambda_q: np.ndarray, served_base: np.ndarray, served_lambda: np.ndarray,
