@@ -50,11 +50,19 @@ def _stage(name: str):
 def _options_epilog(sections: Sequence[str]) -> str:
     from spar.core.config import SparConfig, describe_options
 
+    import shutil
+    import textwrap
+
+    # One heading per section, each option's description wrapped to the terminal (#47: lines of up to 442
+    # characters, no headings).
+    width = max(80, min(shutil.get_terminal_size((100, 24)).columns, 120))
     lines = ["options (override any as section.key=value; values are YAML):"]
     for section in sections:
         model = SparConfig.model_fields[section].annotation
+        lines += ["", f"{section}:"]
         for key, default, desc in describe_options(model, f"{section}."):
-            lines.append(f"  {key:<34} {desc} [default: {default}]")
+            lines.append(f"  {key}  [default: {default}]")
+            lines += textwrap.wrap(desc, width=width, initial_indent="      ", subsequent_indent="      ")
     return "\n".join(lines)
 
 

@@ -25,6 +25,9 @@ def test_stage_help_documents_its_options(stage, capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert f"{stage}." in out and "[default:" in out and "data.corpus" in out
+    # #47: a heading per section, lines wrapped (they ran to 442 characters)
+    assert "\nexperiment:\n" in out and "\ndata:\n" in out
+    assert max(len(line) for line in out.splitlines()) <= 120
 
 
 def test_unknown_key_is_a_clean_error(capsys):

@@ -23,7 +23,9 @@ def test_every_example_config_loads_and_writes_under_runs():
     assert names == ["beir.yaml", "dpr-tsv.yaml"]
     for name in names:
         cfg = load_config(EXAMPLES / name)
-        assert cfg.output_dir == REPO / "runs" / cfg.experiment.name  # relative to the YAML, not the shell
+        # runs/<name> where spar runs, as the embedded default: a copy beside the user's data wrote two levels
+        # above it (#47)
+        assert cfg.output_dir == Path("runs") / cfg.experiment.name
 
 
 def test_the_beir_example_reads_a_beir_directory(datasets_dir):

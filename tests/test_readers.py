@@ -132,7 +132,8 @@ def test_a_title_only_passage_is_valid_and_an_empty_one_is_not(tmp_path: Path):
     passages = list(read_corpus(p, on_bad_record="skip", stats=stats))
     assert [x.id for x in passages] == ["1", "t"] and passages[1].contents() == "Title only"
     assert stats.read == 2 and stats.total_skipped == 1
-    with pytest.raises(BadRecordError, match=r":3: empty text and title: passage 'e'"):
+    with pytest.raises(BadRecordError, match=r":3: empty text and title: passage 'e' \(--on-bad-record skip counts "
+                                             r"and skips such passages\)$"):
         list(read_corpus(p))
 
 

@@ -94,14 +94,15 @@ class RunContext:
 
     @property
     def dataset(self) -> str:
-        """The collection's name: the corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``); the
-        experiment's name for a corpus of several files."""
+        """The collection's name: a BEIR corpus file's directory (``.../scifact/corpus.jsonl`` -> ``scifact``); the
+        experiment's name otherwise (a ``passages.tsv`` headed the results as "passages", #47), and for a corpus of
+        several files."""
         from spar.core.artifacts import plain_name
 
         if not isinstance(self.cfg.data.corpus, str):
             return self.cfg.experiment.name
         corpus = plain_name(self.cfg.data.corpus)
-        return corpus.parent.name if corpus.stem == "corpus" else corpus.stem
+        return corpus.parent.name if corpus.stem == "corpus" else self.cfg.experiment.name
 
     def command_line(self, stage: str) -> str:
         """The ``spar`` command that produced a result: the ``spar run`` that started this stage, else this

@@ -258,8 +258,9 @@ def read_corpus(
                 _bad(_whitespace_error(p, number, "passage", passage.id), on_bad_record, stats)
                 continue
             if not passage.text.strip() and not passage.title.strip():  # a title-only record is a valid passage
-                _bad(BadRecordError(str(p), number, f"empty text and title: passage {passage.id!r}"), on_bad_record,
-                     stats)
+                hint = " (--on-bad-record skip counts and skips such passages)" if on_bad_record == "fail" else ""
+                _bad(BadRecordError(str(p), number, f"empty text and title: passage {passage.id!r}{hint}"),
+                     on_bad_record, stats)
                 continue
             if seen is not None:
                 first = seen.get(passage.id)
