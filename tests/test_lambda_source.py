@@ -315,3 +315,107 @@ def test_a_bad_encode_lambda_is_refused_before_any_encoder_runs(tmp_path):
     with pytest.raises(ArtifactError, match="encode.lambda: no such directory"):
         pipelines.encode.run(cfg)
     assert not (tmp_path / "run" / "embeddings").exists()
+
+
+# ---- #47 item 6: a Hugging Face dual encoder (the paper's released Λ, a Tevatron pair) as encode.lambda -------------
+
+
+@pytest.fixture(scope="module")
+def hf_pair(tmp_path_factory):
+    """A query and a context encoder saved as the paper's checkpoints are (BertModel, pytorch_model.bin, a
+    tokenizer beside each), made from the bundled MiniLM; the context side's weights differ."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from spar.model.resolve import resolve_model
+
+    root = tmp_path_factory.mktemp("hf-pair")
+    source = str(resolve_model("all-MiniLM-L6-v2"))
+    for side, scale in (("query-encoder", 1.0), ("context-encoder", 1.5)):
+        model = AutoModel.from_pretrained(source)
+        with torch.no_grad():
+            model.embeddings.word_embeddings.weight.mul_(scale)
+        # The pickled state dict older checkpoints ship (transformers 5 writes safetensors only)
+        (root / side).mkdir()
+        model.config.save_pretrained(root / side)
+        torch.save(model.state_dict(), root / side / "pytorch_model.bin")
+        AutoTokenizer.from_pretrained(source).save_pretrained(root / side)
+    assert (root / "query-encoder" / "pytorch_model.bin").exists()
+    assert not (root / "query-encoder" / "model.safetensors").exists()
+    return root
+
+
+def _cls(directory, texts):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, model = AutoTokenizer.from_pretrained(str(directory)), AutoModel.from_pretrained(str(directory)).eval()
+    with torch.no_grad():
+        return model(**tok(texts, padding=True, truncation=True, max_length=64,
+                           return_tensors="pt")).last_hidden_state[:, 0].numpy()
+
+
+def test_a_hugging_face_dual_encoder_is_a_transformer_lambda(hf_pair, tmp_path):
+    from spar.experiment.lambda_source import resolve_lambda
+
+    spec = {"path": str(hf_pair / "query-encoder"), "passage_path": str(hf_pair / "context-encoder")}
+    source = resolve_lambda(spec, output_dir=tmp_path / "run")
+    assert (source.origin, source.kind, source.dim) == ("huggingface", "transformer", 384)
+    assert source.location == tmp_path / "run" / "lambda-imported"
+    lam = source.load()
+    texts = ["what causes scurvy", "vitamin C deficiency"]
+    np.testing.assert_allclose(lam.encode_query(texts), _cls(hf_pair / "query-encoder", texts), atol=1e-5)
+    np.testing.assert_allclose(lam.encode_passage(texts), _cls(hf_pair / "context-encoder", texts), atol=1e-5)
+    assert np.abs(lam.encode_query(texts) - lam.encode_passage(texts)).max() > 1e-2  # two sides, two encoders
+    fingerprint = source.fingerprint()
+    converted = (source.location / "manifest.json").stat().st_mtime_ns
+    again = resolve_lambda(spec, output_dir=tmp_path / "run")  # converted once
+    assert again.fingerprint() == fingerprint and (again.location / "manifest.json").stat().st_mtime_ns == converted
+    assert source.describe()["spec"] == str(hf_pair / "query-encoder")
+
+
+def test_another_context_encoder_converts_again_with_another_fingerprint(hf_pair, tmp_path):
+    import shutil
+
+    from spar.experiment.lambda_source import resolve_lambda
+
+    first = resolve_lambda({"path": str(hf_pair / "query-encoder"), "passage_path": str(hf_pair / "context-encoder")},
+                           output_dir=tmp_path / "run").fingerprint()
+    other = shutil.copytree(hf_pair / "query-encoder", tmp_path / "other-context")
+    second = resolve_lambda({"path": str(hf_pair / "query-encoder"), "passage_path": str(other)},
+                            output_dir=tmp_path / "run").fingerprint()
+    assert first != second
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"path": "QUERY", "passage_path": "MISSING"}, "MISSING: encode.lambda.passage_path: no such directory"),
+    ({"path": "SPAR_LAMBDA", "passage_path": "CONTEXT"}, "encode.lambda.passage_path is for a Hugging Face dual "
+                                                         "encoder, but encode.lambda.path is not a Hugging Face model"),
+    ({"path": "QUERY", "passage_path": "EMPTY"}, "EMPTY: encode.lambda.passage_path is not a Hugging Face model"),
+])
+def test_a_dual_encoder_that_cannot_be_read_is_one_line(hf_pair, tmp_path, spec, message):
+    from spar.core.errors import ArtifactError
+    from spar.experiment.lambda_source import resolve_lambda
+    from spar.lexical.projection import ProjectionLambda
+
+    ProjectionLambda.fit(["sparse retrieval", "dense retrieval"], dim=8).save(tmp_path / "spar-lambda")
+    (tmp_path / "empty").mkdir()
+    names = {"QUERY": str(hf_pair / "query-encoder"), "CONTEXT": str(hf_pair / "context-encoder"),
+             "MISSING": str(tmp_path / "missing"), "SPAR_LAMBDA": str(tmp_path / "spar-lambda"),
+             "EMPTY": str(tmp_path / "empty")}
+    with pytest.raises(ArtifactError) as err:
+        resolve_lambda({k: names[v] for k, v in spec.items()}, output_dir=tmp_path / "run")
+    expected = message.replace("MISSING", names["MISSING"]).replace("EMPTY", names["EMPTY"])
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "run" / "lambda-imported").exists()
+
+
+def test_the_config_takes_a_dual_encoder_and_runs_made_before_keep_their_fingerprints(hf_pair):
+    from spar.core.config import load_config
+    from spar.core.stage import settings
+
+    cfg = load_config(None, [f"encode.lambda.path={hf_pair / 'query-encoder'}",
+                             f"encode.lambda.passage_path={hf_pair / 'context-encoder'}", "encode.lambda.pooling=cls"])
+    assert cfg.encode.lambda_.passage_path == str(hf_pair / "context-encoder")
+    before = load_config(None, ["encode.lambda=/some/lambda"])
+    assert set(settings(before.encode.lambda_)) == {"path", "kind", "dim", "statistics"}  # ADDED_LATER at defaults

@@ -12,6 +12,8 @@ a Λ directory               it (``spar_lambda.json``; copied from any run: Λ d
 a spar run's output dir     its ``lambda/``
 a published spar model      its Λ route modules (``spar publish`` output)
 a hub id (``owner/name``)   the published spar model or Λ directory downloaded from the Hugging Face Hub
+a Hugging Face model        with ``passage_path`` (the context encoder): a DPR-style dual encoder, such as the
+                            paper's released Λ, converted once (:mod:`spar.experiment.hf_lambda`)
 ==========================  ==================================================================================
 
 ``encode.lambda.kind`` / ``dim``, when given, are checked against what is found; ``statistics: target`` refits a
@@ -47,6 +49,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from spar.core.errors import ArtifactError
 from spar.core.run_context import RunContext
 from spar.data.readers import OnBad
+from spar.experiment.hf_lambda import import_dual_encoder, is_hf_model_dir
 from spar.model.resolve import HUB_ID as _HUB_ID  # a hub id: ``owner/name`` (when no such local path exists)
 
 
@@ -55,7 +58,7 @@ class LambdaSource:
     """A resolved Λ: where it is, what it is, and how to open it."""
 
     location: Path
-    origin: str  # "run" (this run's lambda/), "directory", "published", "hub"
+    origin: str  # "run" (this run's lambda/), "directory", "published", "hub", "huggingface"
     kind: str
     dim: int
     statistics: str = "carried"
@@ -150,7 +153,28 @@ def _download(hub_id: str) -> Path:
                             f"Hub failed ({first[:160]})") from None
 
 
-def _locate(path: str | None, output_dir: str | Path) -> tuple[Path, str]:
+def _local_or_hub(path: str, what: str) -> Path:
+    d = Path(path).expanduser()
+    if d.exists():
+        return d
+    if _HUB_ID.match(path) and not path.startswith((".", "/")):
+        return _download(path)
+    raise ArtifactError(f"{d}: encode.lambda.{what}: no such directory")
+
+
+def _locate(path: str | None, output_dir: str | Path, fields: Mapping[str, Any] | None = None) -> tuple[Path, str]:
+    fields = fields or {}
+    if fields.get("passage_path") or (path and is_hf_model_dir(Path(path).expanduser())):
+        # A Hugging Face dual encoder (the paper's released Λ, a Tevatron pair): converted once (hf_lambda.py).
+        query = _local_or_hub(str(path), "path")
+        if not is_hf_model_dir(query):
+            raise ArtifactError(f"{query}: encode.lambda.passage_path is for a Hugging Face dual encoder, but "
+                                "encode.lambda.path is not a Hugging Face model (config.json and weights)")
+        passage = _local_or_hub(str(fields["passage_path"]), "passage_path") if fields.get("passage_path") else None
+        if passage is not None and not is_hf_model_dir(passage):
+            raise ArtifactError(f"{passage}: encode.lambda.passage_path is not a Hugging Face model (config.json and "
+                                "weights)")
+        return import_dual_encoder(query, passage, dict(fields), output_dir), "huggingface"
     if path is None:
         lam = RunContext.at(output_dir).artifact("lambda")
         if not _is_lambda_dir(lam):
@@ -213,7 +237,7 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
     """Find the Λ ``spec`` (``encode.lambda``: a path/hub id, or a mapping with ``path``, ``kind``, ``dim``,
     ``statistics``) names, check the expected kind and dimension, and return it unopened."""
     fields = _spec_fields(spec)
-    location, origin = _locate(fields.get("path"), output_dir)
+    location, origin = _locate(fields.get("path"), output_dir, fields)
     try:
         kind, dim = _kind_and_dim(location)
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
