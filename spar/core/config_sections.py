@@ -451,8 +451,9 @@ class LambdaSourceSection(Section):
         "df, passage count, average length); 'target' refits them on this experiment's corpus (new terms appended).")
     passage_path: str | None = Field(
         None, json_schema_extra={**PATH_OR_ID, **ADDED_LATER},
-        description="A Hugging Face dual encoder as Λ: `path` is its query encoder, this its context encoder (e.g. the paper's facebook/spar-wiki-bm25-lexmodel-*-encoder); converted "
-        "once into <output_dir>/lambda-imported/. Without it, a plain Hugging Face `path` serves both sides.")
+        description="A Hugging Face dual encoder as Λ: `path` is its query encoder, this its context encoder "
+        "(e.g. the paper's facebook/spar-wiki-bm25-lexmodel-*-encoder); converted once into "
+        "<output_dir>/lambda-imported/. Without it, a plain Hugging Face `path` serves both sides.")
     pooling: Literal["cls", "mean"] = Field("cls", json_schema_extra=ADDED_LATER,
                                             description="A Hugging Face dual encoder's pooling (DPR: cls).")
     normalize: bool = Field(False, json_schema_extra=ADDED_LATER,
