@@ -168,8 +168,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
     lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
     index = index_summary(cfg)
     encoding = context.encoding()  # which precision ran (#48): bf16 on CPUs with native bf16 under `auto`
-    if encoding:
-        index = ", ".join(filter(None, [index, f"vectors {describe_encoding(encoding)}"]))
+    vectors = [f"vectors {describe_encoding(encoding)}"] if encoding else []
     for stem, payload in payloads.items():
         named = f" {stem}" if stem != cfg.experiment.name else ""
         if "sets" in payload:
@@ -178,7 +177,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         else:
             phrases = [f"results{named} ({payload.get('dataset', '')} test)", f"Λ {lam}",
                        f"μ = {payload.get('mu')}, α = {payload.get('alpha')}"]
-        heading(phrases + ([index] if index else []))
+        heading(phrases + ([index] if index else []) + vectors)
         console.print(_sets_table(payload) if "sets" in payload else _results_table(payload))
     if skipped:
         from spar.experiment.preflight import describe_skipped

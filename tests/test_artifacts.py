@@ -303,10 +303,10 @@ def test_manifests_record_time_and_peak_memory_and_the_results_read_them_per_sta
     (carried / "tune").mkdir()  # not complete: not a cost
     rows = stage_costs([run, carried, run])
     assert [(r["stage"], r["artifact"], r["run"]) for r in rows] == [
-        ("encode", "embeddings/base/passages", str(run)), ("encode", "embeddings/base/queries-*", str(run)),
-        ("tune", "tune", str(run)), ("label", "labels", str(carried))]
+        ("encode", "embeddings/base/passages", "wiki-200k"), ("encode", "embeddings/base/queries-*", "wiki-200k"),
+        ("tune", "tune", "wiki-200k"), ("label", "labels", "wiki")]  # the run's name: no machine path (#47)
     queries = [read_manifest(run / "embeddings" / "base" / split)["seconds"]
                for split in ("queries-test-nq", "queries-test-wq")]
     assert rows[1]["seconds"] == pytest.approx(sum(queries), abs=2e-3)
     assert all(r["peak_rss_gb"] >= 0.3 for r in rows)
-    assert f"| tune | tune | {run} |" in costs_markdown(rows)
+    assert "| tune | tune | wiki-200k |" in costs_markdown(rows) and str(tmp_path) not in costs_markdown(rows)

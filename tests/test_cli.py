@@ -41,7 +41,14 @@ def test_run_chains_stages_in_order(monkeypatch):
 
     import subprocess as sp
 
-    monkeypatch.setattr(sp, "call", lambda cmd, **kwargs: called.append(cmd[3:]) or 0)
+    class Stage:  # a stage process that ends at once
+        def __init__(self, cmd, **kwargs):
+            called.append(cmd[3:])
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(sp, "Popen", Stage)
     assert cli.main(["run", "--from", "label", "--to", "encode", "label.k=30", "--force"]) == 0
     assert called == [[s, "--force", "label.k=30"] for s in ("label", "train", "encode")]
 

@@ -17,7 +17,8 @@ from spar.core.errors import ArtifactError
 from spar.index.spar_index import SparIndex, build_spar_index, default_nlist, spar_query_vectors
 from spar.data.readers import read_corpus, read_queries
 
-QUIET = EncodeOptions(batch_size=16, show_progress=False)
+#: fp32 on every CPU class: the index scores are checked against these vectors (issue #45).
+QUIET = EncodeOptions(batch_size=16, show_progress=False, precision="32")
 MUS = [0.0, 0.3, 1.0, 3.7]
 
 

@@ -38,8 +38,10 @@ def finished_run(tmp_path):
     _artifact(out / "queries", "queries", {"read": {"read": 599, "skipped": {"malformed JSON": 1}},
                                            "sampling": {"fragments_dropped": 172}})
     _artifact(out / "labels", "labels", {"queries": 5258, "labelled": 5256, "dropped": 2, "dropped_dev": 1})
-    _artifact(out / "embeddings" / "base" / "passages", "embeddings", {"truncated": 3, "max_length": 256})
-    _artifact(out / "embeddings" / "lambda" / "passages", "embeddings", {"truncated": 0, "max_length": None})
+    _artifact(out / "embeddings" / "base" / "passages", "embeddings", {"truncated": 3, "max_length": 256,
+                                                                         "precision": "32", "backend": "torch"})
+    _artifact(out / "embeddings" / "lambda" / "passages", "embeddings", {"truncated": 0, "max_length": None,
+                                                                           "precision": "32"})
     _artifact(out / "index", "index", {"type": "flat", "storage": "sq4", "code_bytes": 2880,
                                        "bytes_per_passage": 2904.3})
     cfg.results_dir.mkdir(parents=True)
@@ -91,7 +93,8 @@ def test_summary_headings_never_wrap_inside_a_phrase_at_80_columns(finished_run)
     assert max(len(line) for line in lines) <= 80
     for phrase in ("results (scifact-sample test)", "Λ projection", "μ = 0.3, α = 0.5",
                    "index flat, sq4: 2,880 B/passage (2,904 B/passage on disk)", "experiment demo",
-                   "time: each stage's own, and with its process's start-up"):
+                   "time: each stage's own, and with its process's start-up",
+                   "vectors base fp32 (torch), Λ fp32 (sparse)"):  # which precision ran (#48)
         assert any(phrase in line for line in lines), phrase  # whole, on one line
 
 
