@@ -126,13 +126,11 @@ class RunContext:
             return None
         import wandb
 
-        from spar.core.config import dump_config
-
         self.output_dir.mkdir(parents=True, exist_ok=True)  # wandb adds wandb/: every stage's runs in one place
         run = wandb.init(project=project, name=f"{cfg.experiment.name}-{job_type}",
                          job_type=job_type, group=cfg.experiment.name, mode=mode,  # type: ignore[arg-type]
                          dir=str(self.output_dir),
-                         reinit="finish_previous", config={"spar": dump_config(cfg)})
+                         reinit="finish_previous", config=cfg.model_dump(mode="json"))  # nested: filterable (#47)
         try:
             for name, (columns, rows) in (tables or {}).items():
                 run.log({name: wandb.Table(columns=columns, data=rows)})
