@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from spar.core.artifacts import ensure_writable, write_json_atomic
-from spar.core.config_sections import MAX_SEED
+from spar.core.config_fields import MAX_SEED
 from spar.core.errors import ConfigError
 
 SUMMARY = "Λ kinds × dimensions × seeds: Λ fidelity and SPAR nDCG@10 against index size -> frontier/, results/"

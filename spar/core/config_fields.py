@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 from pydantic.config import JsonDict
 
 #: ``json_schema_extra`` of a config option that names a file or directory: relative values written in a YAML
@@ -193,3 +193,12 @@ def java_heap(value: Any) -> Any:
     if size > 16 << 40:  # not this machine's memory: a config (and a published model's) travels between machines
         raise ValueError(f"{text!r} is more than a JVM heap can be (16384g at most)")
     return text
+
+
+#: ``train.precision`` / ``encode.precision``: ``32`` (also ``fp32``, the number 32), ``bf16-mixed`` (``bf16``),
+#: ``16-mixed`` (``fp16``) or ``auto`` (:func:`canonical_precision`).
+Precision = Annotated[Literal["auto", "32", "bf16-mixed", "16-mixed"], BeforeValidator(canonical_precision)]
+#: A JVM ``-Xmx`` (``label.java_heap``, ``label.search_heap``), checked at load (:func:`java_heap`).
+JavaHeap = Annotated[str, BeforeValidator(java_heap)]
+#: The largest seed spar takes: numpy's generators and Lightning's ``seed_everything`` take 0 ... 2**32 - 1.
+MAX_SEED = 2**32 - 1

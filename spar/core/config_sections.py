@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from spar.core.config_fields import ADDED_LATER, PATH, PATH_OR_ID, RUNTIME, canonical_precision, java_heap
+from spar.core.config_fields import ADDED_LATER, MAX_SEED, PATH, PATH_OR_ID, RUNTIME, JavaHeap, Precision
 
 # Names written once: the packages that implement them read these (tests/test_owners.py checks that they agree).
 #: Λ kinds: each is the module ``spar/lexical/<kind>.py`` (:data:`spar.lexical.base.REGISTRY` derives from this).
@@ -50,14 +50,6 @@ def stored_set_name(name: str) -> str:
     unsuffixed."""
     return "" if name == DEFAULT_SET else name
 
-#: ``train.precision`` / ``encode.precision``: ``32`` (also ``fp32``, the number 32), ``bf16-mixed`` (``bf16``),
-#: ``16-mixed`` (``fp16``) or ``auto`` (:func:`spar.core.config_fields.canonical_precision`).
-Precision = Annotated[Literal["auto", "32", "bf16-mixed", "16-mixed"], BeforeValidator(canonical_precision)]
-#: A JVM ``-Xmx`` (``label.java_heap``, ``label.search_heap``), checked at load
-#: (:func:`~spar.core.config_fields.java_heap`).
-JavaHeap = Annotated[str, BeforeValidator(java_heap)]
-#: The largest seed spar takes: numpy's generators and Lightning's ``seed_everything`` take 0 ... 2**32 - 1.
-MAX_SEED = 2**32 - 1
 
 
 class Section(BaseModel):
