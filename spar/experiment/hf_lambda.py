@@ -80,5 +80,5 @@ def import_dual_encoder(query_dir: Path, passage_dir: Path | None, fields: dict[
         raise ArtifactError(f"{query_dir}: encode.lambda has no tokenizer beside the query encoder ({exc})") from None
     with ArtifactWriter(out, kind="lambda", config=config, inputs=inputs) as w:
         TransformerLambda(BiEncoder(query, passage, tokenizer, settings).eval()).save(w.path)
-        w.stats = {"kind": "transformer", "dim": int(query.config.hidden_size), "imported_from": config}
+        w.stats = {"kind": TransformerLambda.kind, "dim": int(query.config.hidden_size), "imported_from": config}
     return out
