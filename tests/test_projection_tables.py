@@ -217,6 +217,9 @@ def test_a_model_published_with_the_whole_table_still_loads(texts, base, tmp_pat
     (folder / "lexical_bag.json").write_text(json.dumps(config))
     save_file({"embeddings": lam.dense_matrix(), "df": load_file(str(folder / "model.safetensors"))["df"]},
               str(folder / "model.safetensors"))
+    model = json.loads((d / "spar_model.json").read_text())  # as such a model was written: format 1, no checksums
+    del model["checksums"]
+    (d / "spar_model.json").write_text(json.dumps({**model, "format_version": 1}))
     back = SparEncoder.from_pretrained(d)
     assert back.lambda_.kind == "static"  # the stored table, served as term embeddings
     enc = SparEncoder(base, lam, mu=0.5)
@@ -236,6 +239,13 @@ def test_a_regenerated_table_that_fails_its_checksum_is_refused_naming_the_file(
     config = json.loads(path.read_text())
     config["table"][edit] = 2 if edit == "seed" else "0" * 64
     path.write_text(json.dumps(config))
+    # The edit recorded in spar_model.json too (its own file checksums would refuse it first): the table's check,
+    # regenerating it from the seed and comparing its SHA-256, is what must refuse it here.
+    from spar.core.artifacts import file_checksums
+
+    model = json.loads((d / "spar_model.json").read_text())
+    model["checksums"].update(file_checksums(d, ["lambda/lexical_bag.json"]))
+    (d / "spar_model.json").write_text(json.dumps(model))
     with pytest.raises(ArtifactError, match="checksum") as error:
         SparEncoder.from_pretrained(d)
     assert str(path) in str(error.value) and "\n" not in str(error.value)
