@@ -51,7 +51,6 @@ def stored_set_name(name: str) -> str:
     return "" if name == DEFAULT_SET else name
 
 
-
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are validated on assignment."""
 

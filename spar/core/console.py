@@ -52,8 +52,7 @@ def configure(verbosity: Verbosity = "normal") -> None:
     """Set the loudness of spar's dependencies for this process (see the module docstring)."""
     global _configured
     verbose = verbosity == "verbose"
-    # quiet: errors and the final summary only (#47), so spar's own warnings go too.
-    level = logging.INFO if verbose else logging.ERROR if verbosity == "quiet" else logging.WARNING
+    level = _level(verbosity)
     root = logging.getLogger()
     handler = next((h for h in root.handlers if getattr(h, "spar", False)), None)
     if handler is None:
@@ -98,8 +97,12 @@ def adopt_library_loggers() -> None:
         if type(handler) is logging.StreamHandler:
             logger.removeHandler(handler)
     for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.INFO if _configured == "verbose" else
-                                         logging.ERROR if _configured == "quiet" else logging.WARNING)
+        logging.getLogger(name).setLevel(_level(_configured))
+
+
+def _level(verbosity: Verbosity) -> int:
+    """The logging level of spar's and the libraries' loggers: quiet is errors and the final summary only (#47)."""
+    return {"verbose": logging.INFO, "quiet": logging.ERROR}.get(verbosity, logging.WARNING)
 
 
 def _quiet_transformers(verbose: bool) -> None:
