@@ -69,6 +69,7 @@ def batch_search(args: argparse.Namespace) -> int:
     from spar.core.console import progress_bar, verbosity
     from spar.core.errors import ConfigError
     from spar.data.readers import read_queries
+    from spar.evaluate.metrics import trec_lines
     from spar.publish.search import SparSearcher
 
     if args.output is None:
@@ -90,10 +91,10 @@ def batch_search(args: argparse.Namespace) -> int:
         bar = progress_bar(total=len(topics), desc="searching", unit=" topics")
         for start in range(0, len(topics), args.batch_size):
             batch = topics[start:start + args.batch_size]
-            for topic, hits in zip(batch, searcher.search([t.text for t in batch], k=k, mu=mu)):
-                for rank, hit in enumerate(hits, start=1):  # ranks 1..n, as trec_eval expects
-                    fh.write(f"{topic.id} Q0 {hit.id} {rank} {hit.score:.6f} {args.run_tag}\n")
-                    written += 1
+            found = searcher.search([t.text for t in batch], k=k, mu=mu)
+            ranked = {topic.id: [(hit.id, hit.score) for hit in hits] for topic, hits in zip(batch, found)}
+            fh.writelines(trec_lines(ranked, args.run_tag))  # ranks 1..n, as trec_eval expects
+            written += sum(len(hits) for hits in found)
             bar.update(len(batch))
         bar.close()
     if verbosity() != "quiet":

@@ -47,7 +47,7 @@ from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
 from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
-from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run
+from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run, trec_lines
 from spar.evaluate.published import Published
 from spar.core.run_context import RunContext, describe_encoding
 from spar.evaluate.candidates import hybrid_fuse
@@ -350,9 +350,7 @@ class TrecWriters:
                     self.files[name] = path.open("a", encoding="utf-8")
                 else:
                     self.files[name] = path.open("w", encoding="utf-8")
-            for qid, hits in run.items():
-                for rank, (doc, score) in enumerate(hits, start=1):
-                    self.files[name].write(f"{qid} Q0 {doc} {rank} {float(score):.6f} spar-{name}\n")
+            self.files[name].writelines(trec_lines(run, f"spar-{name}"))
 
     def sizes(self) -> dict[str, int]:
         """``{system: bytes}`` written so far, flushed to disk (what a checkpoint records)."""

@@ -28,7 +28,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from spar.core.errors import BadRecordError
 from spar.data.answers import has_answer
@@ -116,14 +116,24 @@ def evaluate_run(qrels: Qrels, ranked: Ranked, measures: Iterable[str]) -> dict[
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def trec_lines(ranked: Ranked, tag: str) -> Iterator[str]:
+    """The TREC run lines of ``ranked``: ``qid Q0 docid rank score tag``, queries in the given order, ranks from 1
+    (the one spelling of a run line: evaluate's runs, :func:`write_trec_run`, ``spar search --topics``).
+
+        >>> list(trec_lines({"q1": [("d3", 2.5), ("d1", 1.0)]}, "spar"))
+        ['q1 Q0 d3 1 2.500000 spar\\n', 'q1 Q0 d1 2 1.000000 spar\\n']
+    """
+    for qid, hits in ranked.items():
+        for rank, (doc, score) in enumerate(hits, start=1):
+            yield f"{qid} Q0 {doc} {rank} {float(score):.6f} {tag}\n"
+
+
 def write_trec_run(path: str | Path, ranked: Ranked, tag: str) -> None:
-    """Write ``qid Q0 docid rank score tag`` lines, queries in the given order, ranks from 1."""
+    """Write ``ranked`` as a TREC run (:func:`trec_lines`)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", encoding="utf-8") as fh:
-        for qid, hits in ranked.items():
-            for rank, (doc, score) in enumerate(hits, start=1):
-                fh.write(f"{qid} Q0 {doc} {rank} {float(score):.6f} {tag}\n")
+        fh.writelines(trec_lines(ranked, tag))
 
 
 def read_trec_run(path: str | Path) -> dict[str, list[tuple[str, float]]]:
