@@ -354,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # Ctrl-C: writers removed their temporaries (a resumable one keeps its parts)
         if not isinstance(exc, _StageInterrupted):  # a stage process of `spar run` has said it already
             print(INTERRUPTED, file=sys.stderr)
+        interrupts.settle()  # or CPython may end the process by SIGINT (-2) all the same
         return 130
     except Exception as exc:  # a full disk surfaces from any library (OSError, pyarrow, safetensors, torch)
         full = no_space_left(exc)

@@ -36,6 +36,17 @@ def on_sigint(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def settle() -> None:
+    """Record that an interrupt was handled, so that the process ends with the exit code it chose.
+
+    CPython marks a ``KeyboardInterrupt`` that escaped an ``exec()`` of a string as unhandled, even when it is caught
+    further up, and then ends the interpreter by SIGINT instead of the code passed to ``sys.exit`` (scipy's
+    array-API shim imports numpy through such an ``exec``: a Ctrl-C during ``spar publish``'s imports exited -2
+    instead of 130). A string ``exec`` that completes clears that mark; nothing else that Python exposes does.
+    """
+    exec("pass")  # noqa: S102  (the one public way to clear CPython's unhandled-interrupt mark)
+
+
 def install() -> Any:
     """Make :func:`on_sigint` the SIGINT handler of this process (main thread only); returns the previous one."""
     if threading.current_thread() is not threading.main_thread():
