@@ -32,7 +32,7 @@ def plan(cfg, force: bool = False) -> Unit:
     for d in (base_dir, lambda_dir):
         if not is_complete(d):
             raise ArtifactError(f"{d}: passage embeddings are missing (run `spar encode`)")
-    ExperimentInputs(cfg).check_lambda_embeddings()  # never index vectors of a Λ that has since changed
+    ExperimentInputs(cfg).check_embeddings()  # never index vectors encode would not make now
     inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
               "seed": str(cfg.experiment.seed)}
     sources = [source(base_dir), source(lambda_dir)]

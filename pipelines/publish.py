@@ -40,6 +40,7 @@ def plan(cfg, force: bool = False) -> Unit:
     index_dir = RunContext(cfg).artifact("index")
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     require_index(index_dir)
+    ExperimentInputs(cfg).check_embeddings()  # vectors encode would not make now: `spar encode`, named first
     # An override the index cannot honour is refused, also when the model is up to date (as evaluate does).
     _check_served(cfg, tuned, index_dir)
     results_md = RunContext(cfg).results[1]
@@ -182,7 +183,7 @@ def _check_index_is_current(cfg, index_dir: Path) -> None:
     inputs = ExperimentInputs(cfg)
     if not all(is_complete(inputs.passage_dir(name)) for name in ("base", "lambda")):
         return  # a run without passage embeddings (an index built elsewhere): nothing to compare with
-    inputs.check_lambda_embeddings()
+    inputs.check_embeddings()
     inputs.check_index(index_dir)
 
 

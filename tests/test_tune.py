@@ -331,3 +331,23 @@ def test_the_confirmation_warning_names_only_the_causes_that_apply():
     assert flat_sq4 == "the sweep re-scores only the top tune.candidates passages of each question: raise it"
     hnsw_fs4 = _why_confirmation_differs((None, None, "hnsw", SimpleNamespace(storage="fs4")))
     assert hnsw_fs4.startswith("the hnsw index is approximate") and "fs4 scores with rounded look-up tables" in hnsw_fs4
+
+
+@pytest.mark.cpu_class("avx512_bf16")
+def test_vectors_of_another_precision_are_refused_naming_spar_encode(sample_experiment):
+    """#48: vectors encoded in fp32 (``encode.precision=32``), then ``auto`` again on a CPU with native bf16 (where it
+    means bf16): tune, index and evaluate went on with the fp32 vectors or, once tune had been re-run on them, told
+    the user to re-run `spar tune`; `spar encode` is the stage that must re-run."""
+    import pipelines.evaluate
+    import pipelines.index
+    import pipelines.tune
+    from spar.core.errors import ArtifactError
+
+    cfg = experiment_config(sample_experiment, sample_experiment / "results")
+    assert cfg.encode.precision == "auto"
+    wanted = r"passages: encoded in fp32, but encode\.precision=auto means bf16 on this CPU: re-run `spar encode`"
+    for stage in (pipelines.tune, pipelines.index, pipelines.evaluate):
+        with pytest.raises(ArtifactError, match=wanted):
+            stage.plan(cfg)
+    pinned = cfg.model_copy(update={"encode": cfg.encode.model_copy(update={"precision": "32"})})
+    assert pipelines.tune.plan(pinned).kind == "tune"  # the vectors are what fp32 makes: nothing refused

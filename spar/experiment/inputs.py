@@ -164,7 +164,7 @@ class ExperimentInputs:
                 if is_complete(q):
                     prints[f"{name}/queries-{split}"] = read_manifest(q)["fingerprint"]
         prints["lambda"] = self.lambda_source.fingerprint()
-        self.check_lambda_embeddings(splits)
+        self.check_embeddings(splits)
         return prints
 
     def sources(self, splits: Sequence[str]) -> list[dict[str, str]]:
@@ -178,6 +178,40 @@ class ExperimentInputs:
             found += [source(self.query_dir(name, split)) for split in splits
                       if is_complete(self.query_dir(name, split))]
         return found + self.lambda_source.sources()
+
+    def check_embeddings(self, splits: Sequence[str] = ()) -> None:
+        """Refuse passage (and ``splits``' query) vectors that ``spar encode`` would not make now: Λ's made with
+        another Λ, or any encoder's made at another precision than ``encode.precision`` resolves to. Tune, index,
+        evaluate and publish call this before anything of their own, so that the refusal names `spar encode`, the
+        stage that must re-run, rather than a stage made from those vectors (#48)."""
+        self.check_lambda_embeddings(splits)
+        self.check_precision(splits)
+
+    def check_precision(self, splits: Sequence[str] = ()) -> None:
+        """Refuse vectors a transformer encoded on torch at another precision than ``encode.precision`` means now
+        (``auto``: bf16 on a CPU with native bf16, fp32 on one without): after ``spar encode encode.precision=32`` and
+        a return to ``auto`` on such a CPU, the stored fp32 vectors are not those the config asks for."""
+        from spar.core.run_context import PRECISION_NAMES
+        from spar.model.engines import resolve_devices, resolve_precision
+
+        enc = self.cfg.encode
+        wanted: str | None = None
+        for name in ENCODERS:
+            for d in [self.passage_dir(name), *(self.query_dir(name, split) for split in splits)]:
+                if not is_complete(d):
+                    continue
+                stats = read_manifest(d).get("stats", {})
+                if stats.get("backend") != "torch" or enc.backend not in ("torch", "auto"):
+                    continue  # term-based Λs and ONNX Runtime encode in fp32 whatever the precision says
+                device = resolve_devices(enc.accelerator, enc.devices)[0]
+                if enc.backend == "auto" and device == "cpu":
+                    continue  # auto encodes with ONNX Runtime (fp32) on the CPU: its fingerprint changes instead
+                wanted = wanted or resolve_precision(device, enc.precision)
+                made = str(stats.get("precision", "32"))
+                if made != wanted:
+                    raise ArtifactError(
+                        f"{d}: encoded in {PRECISION_NAMES.get(made, made)}, but encode.precision={enc.precision} "
+                        f"means {PRECISION_NAMES.get(wanted, wanted)} on this {device.upper()}: re-run `spar encode`")
 
     def check_lambda_embeddings(self, splits: Sequence[str] = ()) -> None:
         """Refuse Λ embeddings made with another Λ than the current one (retrained, or ``encode.lambda`` moved),
