@@ -23,6 +23,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Parallel workers (pytest-xdist; pyproject's addopts run the suite on every core): each worker gets its share of the
+# cores, for torch in the worker and for every subprocess it starts, so that two workers on two cores do not run four
+# compute threads. Set before torch or FAISS is imported: both read these once.
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if XDIST_WORKERS > 1:
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, str(max(1, (os.cpu_count() or 1) // XDIST_WORKERS)))
+
 # The CPU class is pinned for the whole session, subprocesses included (issue #45): `encode.precision: auto` encodes
 # in bf16 on CPUs with native bf16 and in fp32 elsewhere, so an unpinned suite would test other vectors on other
 # machines. `SPAR_TEST_CPU_CLASS` picks the class (`none`: fp32, the default; `avx512_bf16` or `amx_bf16`: bf16 under

@@ -203,9 +203,11 @@ class ExperimentInputs:
                 stats = read_manifest(d).get("stats", {})
                 if stats.get("backend") != "torch" or enc.backend not in ("torch", "auto"):
                     continue  # term-based Λs and ONNX Runtime encode in fp32 whatever the precision says
-                device = resolve_devices(enc.accelerator, enc.devices)[0]
+                device = str(resolve_devices(enc.accelerator, enc.devices)[0])
                 if enc.backend == "auto" and device == "cpu":
                     continue  # auto encodes with ONNX Runtime (fp32) on the CPU: its fingerprint changes instead
+                if str(stats.get("device", "cpu")).split(":")[0] != device.split(":")[0]:
+                    continue  # encoded on a GPU and carried here: what `auto` means on this machine says nothing
                 wanted = wanted or resolve_precision(device, enc.precision)
                 made = str(stats.get("precision", "32"))
                 if made != wanted:
