@@ -207,9 +207,10 @@ def test_the_index_files_are_named_by_the_index_package_only():
     """index.faiss / index.json / ids.arrow are read through spar/index/ (SparIndex, spar.index.files); the
     embeddings' own ids.arrow is theirs."""
     assert _users(r"[\"']index\.(?:faiss|json)[\"']") == {"spar/index/files.py"}
-    assert _users(r"[\"']ids\.arrow[\"']") == {"spar/index/files.py", "spar/model/embeddings.py"}
+    assert _users(r"[\"']ids\.arrow[\"']") == {"spar/index/files.py", "spar/model/stored_vectors.py"}
     assert _importers("*:INDEX_FILE", "*:INDEX_MANIFEST", "*:IDS_FILE") <= {
-        "spar/index/spar_index.py", "spar/model/embeddings.py", "spar/publish/search.py"}
+        "spar/index/spar_index.py", "spar/model/embeddings.py", "spar/model/stored_vectors.py",
+        "spar/publish/search.py"}
 
 
 def test_refreshing_search_options_keeps_the_index_up_to_date(tmp_path):

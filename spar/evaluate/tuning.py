@@ -57,7 +57,8 @@ def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lam
     Returns the metric and the ranking, so callers can compare it with the re-scored sweep.
     """
 
-    from spar.index.spar_index import build_spar_index, spar_query_vectors
+    from spar.index.spar_index import build_spar_index
+    from spar.index.combine import spar_query_vectors
 
     depth = depth or measure_depth(metric)
     if isinstance(base_p, np.ndarray) and isinstance(lambda_p, np.ndarray):

@@ -229,7 +229,7 @@ def _encode(job: _Job, directory: Path, name: str) -> Path:
 
 
 def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
     from spar.index.files import index_file_bytes, index_schema
     from spar.index.spar_index import IndexOptions, SparIndex
     from spar.core.schemas import PASSAGES
