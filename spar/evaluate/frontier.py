@@ -429,10 +429,3 @@ def train_from_projection(cfg, kind: str, projection, work_dir: Path, seed: int)
     seconds = time.perf_counter() - start
     shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
     return model.eval(), seconds, result.steps
-
-
-def train_static(cfg, projection, work_dir: Path, seed: int):
-    """:func:`train_from_projection` of the static kind (the name before spar 0.2, kept for one release)."""
-    from spar.lexical.static import StaticLambda
-
-    return train_from_projection(cfg, StaticLambda.kind, projection, work_dir, seed)

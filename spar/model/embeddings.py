@@ -57,7 +57,6 @@ import pyarrow as pa
 import torch
 
 from spar.core.artifacts import ArtifactWriter, atomic_file
-from spar.core.fingerprint import directory_fingerprint  # noqa: F401  (its home before spar 0.2)
 from spar.core.fingerprint import digest, file_fingerprint, fingerprint_dict, records_fingerprint
 from spar.model.encoders import BiEncoder
 from spar.model.engines import Side, resolve_devices, resolve_precision
