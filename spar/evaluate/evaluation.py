@@ -51,7 +51,7 @@ from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run, trec_lines
 from spar.core.run_context import RunContext
 from spar.evaluate.candidates import hybrid_fuse
 from spar.evaluate.results import SYSTEMS, EvaluationReport
-from spar.evaluate.tuning import read_tuned, resolve_candidates
+from spar.evaluate.tuning import TUNE_FILE, read_tuned, resolve_candidates
 
 log = logging.getLogger(__name__)
 
@@ -473,7 +473,7 @@ def _why_skipped(name: str, sum_index, alpha) -> str:
     if name == "spar_sum" and sum_index is None:
         return "base and Λ dimensions differ (the sum variant needs equal dimensions)"
     if name == "hybrid" and alpha is None:
-        return "α was not tuned (tune/tune.json has no alpha)"
+        return f"α was not tuned (tune/{TUNE_FILE} has no alpha)"
     return "not run"
 
 

@@ -53,7 +53,8 @@ from spar.core.config import IndexSection, IndexType, Storage, Variant
 from spar.core.errors import ArtifactError
 from spar.core.executor import Executor, WorkerSpec
 from spar.index.combine import check_pair, spar_passage_vectors, spar_query_vectors
-from spar.index.files import IDS_FILE, INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
+from spar.core.schemas import IDS_FILE
+from spar.index.files import INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
 from spar.index.storage import FAST_SCAN, code_bytes
 
 log = logging.getLogger(__name__)

@@ -61,12 +61,12 @@ from spar.core.fingerprint import digest, file_fingerprint, fingerprint_dict, re
 from spar.model.encoders import BiEncoder
 from spar.model.engines import Side, resolve_devices, resolve_precision
 from spar.model.encode_workers import EncodeOptions, EncodeTask, PassageShards, ShardEncoder, engine_of
-from spar.model.stored_vectors import IDS_FILE, KIND, PART_PATTERN
+from spar.model.stored_vectors import KIND, PART_PATTERN
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.executor import Executor, LocalExecutor, WorkerSpec
 from spar.model.onnx_encoder import OnnxBiEncoder, backend_name, with_backend
 from spar.data.readers import OnBad
-from spar.core.schemas import EMBEDDING_IDS, read_table
+from spar.core.schemas import EMBEDDING_IDS, IDS_FILE, read_table
 from spar.core.stage import Unit, run_unit
 
 from spar.core.console import adopt_library_loggers  # noqa: E402

@@ -28,10 +28,9 @@ import numpy as np
 
 from spar.core.artifacts import read_manifest
 from spar.core.errors import ArtifactError
-from spar.core.schemas import read_table
+from spar.core.schemas import IDS_FILE, read_table
 
 KIND = "embeddings"
-IDS_FILE = "ids.arrow"
 #: One shard's vectors: ``part-NNNNN.npy``.
 PART_PATTERN = "part-{:05d}.npy"
 

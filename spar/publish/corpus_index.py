@@ -105,7 +105,9 @@ class ModelDefaults:
         except ValueError:  # written by another spar version: its index options are not ours
             index = {}
         if not index:
-            config = json.loads((model_dir / "spar_model.json").read_text(encoding="utf-8"))
+            from spar.publish.model_dir import MODEL_CONFIG
+
+            config = json.loads((model_dir / MODEL_CONFIG).read_text(encoding="utf-8"))
             storage = ((config.get("provenance") or {}).get("tuning") or {}).get("storage")
             index = {"storage": storage} if storage else {}
         experiment, data = tree.get("experiment") or {}, tree.get("data") or {}
