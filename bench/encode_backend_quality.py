@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import numpy as np
 
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
 
     def results(backend: str) -> dict:
         return json.loads((args.runs / f"results-{backend}" / f"{args.dataset}.json").read_text())

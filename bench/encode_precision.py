@@ -36,7 +36,8 @@ def measure(args) -> dict:
     import torch
 
     from spar.data.readers import read_corpus, read_queries
-    from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+    from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries
+    from spar.model.stored_vectors import load_embeddings
     from spar.model.encoders import BiEncoder
     from spar.model.engines import cpu_bf16_support, resolve_precision
 
@@ -103,7 +104,7 @@ def evaluate(args) -> dict:
     from spar.data.readers import read_qrels
     from spar.evaluate.metrics import evaluate_run, ranked_run
     from spar.evaluate.tuning import read_tuned
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
 
     saved = Path(args.evaluate)
     ids = json.loads((saved / "ids.json").read_text())

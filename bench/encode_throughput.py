@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from spar.model.embeddings import EncodeOptions, encode_passages, load_embeddings
+    from spar.model.embeddings import EncodeOptions, encode_passages
+    from spar.model.stored_vectors import load_embeddings
     from spar.model.engines import format_items
     from spar.model.encoders import BiEncoder
     from spar.model.resolve import resolve_model

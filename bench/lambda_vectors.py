@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.core.config import load_config
     from spar.core.run_context import RunContext
     from spar.data.readers import read_qrels
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
 
     cfg = load_config(args.config, args.overrides)
     run = RunContext(cfg)

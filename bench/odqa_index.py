@@ -213,7 +213,7 @@ def search(index, qvecs: np.ndarray, k: int, refine: int, passage_rows, base_q, 
     """(scores, rows) of the index's top k, re-ranked exactly from refine·k when ``refine``; ``walk`` as
     :data:`WALKS` (``qvecs`` is the served query ``[Q, (μ/μ₀)·QΛ]``; the μ₀ one is made here)."""
     from spar.index.approximate import refine_top_k
-    from spar.index.spar_index import spar_query_vectors
+    from spar.index.combine import spar_query_vectors
 
     if walk != "served":
         at_mu0 = spar_query_vectors(base_q, lambda_q, 1.0, "concat")
@@ -279,8 +279,8 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.evaluate.exact import top_k
     from spar.experiment.inputs import ExperimentInputs
     from spar.index.approximate import PassageRows
-    from spar.index.spar_index import spar_query_vectors
-    from spar.model.embeddings import load_embeddings
+    from spar.index.combine import spar_query_vectors
+    from spar.model.stored_vectors import load_embeddings
 
     faiss.omp_set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.evaluate.tuning import read_tuned
     from spar.experiment.inputs import ExperimentInputs
     from spar.experiment.plan import dev_split
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
     from spar.publish.model_dir import SparEncoder
     from spar.publish.search import SparSearcher, on_backend
 

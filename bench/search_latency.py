@@ -104,7 +104,7 @@ def base_vectors(directory: Path, limit: int | None):
     import numpy as np
 
     from spar.core.artifacts import is_complete
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
     from spar.core.schemas import read_table
 
     if is_complete(directory):
@@ -164,8 +164,8 @@ def real_vectors(args, argv) -> dict:
     from spar.model.encoders import BiEncoder
     from spar.evaluate.exact import top_k
     from spar.index.served import served_passage_vectors
-    from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, faiss_threads,
-                                       spar_query_vectors, trained_faiss_index)
+    from spar.index.spar_index import IndexOptions, add_passages, build_faiss_index, faiss_threads, trained_faiss_index
+    from spar.index.combine import spar_query_vectors
     from spar.evaluate.latency import ratios, time_systems
     from spar.data.passages import corpus_texts
     from spar.lexical.projection import ProjectionLambda

@@ -41,7 +41,7 @@ def main() -> dict:
     from spar.core.config import load_config
     from spar.evaluate.tuning import read_tuned
     from spar.index.spar_index import SparIndex
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
 
     faiss.omp_set_num_threads(args.threads)
     cfg = load_config(args.config)

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.core.config import load_config
     from spar.evaluate.frontier import METRICS, FrontierInputs
     from spar.index.served import served_passage_vectors
-    from spar.index.spar_index import IndexOptions, spar_query_vectors
+    from spar.index.spar_index import IndexOptions
+    from spar.index.combine import spar_query_vectors
     from spar.evaluate.exact import dense_search
     from spar.lexical.projection import ProjectionLambda
     from spar.evaluate.metrics import evaluate_run

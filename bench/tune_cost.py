@@ -43,7 +43,8 @@ def median_time(fn, repeat: int):
 
 def passage_embeddings(cfg, work_dir: Path, max_length: int | None, threads: int):
     """(base, Λ) passage Embeddings of the experiment, or encoded now into ``work_dir`` (cached)."""
-    from spar.model.embeddings import EncodeOptions, encode_passages, load_embeddings
+    from spar.model.embeddings import EncodeOptions, encode_passages
+    from spar.model.stored_vectors import load_embeddings
     from spar.model.encoders import BiEncoder
     from spar.experiment.inputs import ExperimentInputs
 
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.core.config import load_config
     from spar.experiment.inputs import ExperimentInputs
     from spar.experiment.plan import split_queries
-    from spar.index.spar_index import build_spar_index, spar_query_vectors
+    from spar.index.spar_index import build_spar_index
+    from spar.index.combine import spar_query_vectors
     from spar.evaluate.metrics import evaluate_run, ranked_run
     from spar.evaluate.tuning import resolve_candidates, tune_mu
     from spar.evaluate.candidates import spar_candidates, tune_weight

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Sequence
 
 from pipelines import STAGES, skipped_by_config
-from spar.core.artifacts import RUN_COMMAND_ENV, acquire_output_lock, release_output_lock, run_lock_name
+from spar.core.artifacts import RUN_COMMAND_ENV
+from spar.core.output_lock import acquire_output_lock, release_output_lock, run_lock_name
 from spar.core.errors import SparError, no_space_left
 from spar.experiment.preflight import check_inputs, skipped_records
 

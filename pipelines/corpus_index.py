@@ -61,7 +61,7 @@ def run_from_args(args: argparse.Namespace) -> dict:
     """Check the arguments, take the output's lock, index (see :func:`spar.publish.corpus_index.index_corpus`)."""
     from pydantic import ValidationError
 
-    from spar.core.artifacts import hold_output_lock
+    from spar.core.output_lock import hold_output_lock
     from spar.core.config import EncodeSection
     from spar.publish.corpus_index import index_corpus
     from spar.core.errors import ConfigError

@@ -13,7 +13,8 @@ from pathlib import Path
 from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, read_manifest
 from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
-from spar.evaluate.evaluation import evaluate_sets, results_markdown, results_payload
+from spar.evaluate.evaluation import evaluate_sets
+from spar.evaluate.results import results_markdown, results_payload
 from spar.evaluate.published import Published
 from spar.experiment.costs import costs_markdown, stage_costs
 from spar.experiment.inputs import ExperimentInputs, resolved_index

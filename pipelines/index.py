@@ -21,7 +21,7 @@ from spar.core.stage import Stage, Unit, settings
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.files import SEARCH_TIME, index_file_bytes, index_schema, refresh_search_params
 from spar.index.spar_index import IndexOptions, SparIndex
-from spar.model.embeddings import load_embeddings
+from spar.model.stored_vectors import load_embeddings
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ def plan(cfg, force: bool = False) -> Unit:
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     from spar.model.encoders import BiEncoder
     from spar.publish.card import gather_card_facts, model_provenance
-    from spar.publish.model_dir import SparEncoder, publish_model
+    from spar.publish.model_dir import MODEL_CONFIG, SparEncoder, publish_model
 
     source, tuned, index_dir, results_md = unit.payload
     index_info = index_info_of(index_dir, required=False)
@@ -102,7 +102,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
     w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
                "index": "copied into the model" if cfg.publish.copy_index else "none (the run's index/ beside it)"}
-    w.schema = {"spar_model.json": "format, variant, mu, dims, encoders, index, provenance",
+    w.schema = {MODEL_CONFIG: "format, variant, mu, dims, encoders, index, provenance",
                 "modules.json": "sentence-transformers Router (query/document routes)"}
     return {"output": str(out), "variant": variant, "mu": encoder.mu, "dim": encoder.dim,
             "load": f'SentenceTransformer("{out}", trust_remote_code=True) or SparEncoder.from_pretrained("{out}")',

@@ -14,7 +14,7 @@ from spar.core.lineage import source
 from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
-from spar.evaluate.tuning import plot_curve, tune_experiment, tune_settings
+from spar.evaluate.tuning import TUNE_FILE, plot_curve, tune_experiment, tune_settings
 
 
 def plan(cfg, force: bool = False) -> Unit:
@@ -38,7 +38,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     report = tune_experiment(cfg, unit.payload)
     tuned = report.payload
     tuned["encoding"] = RunContext(cfg).encoding()  # the vectors μ was tuned on: precision and backend (#48)
-    write_json_atomic(w.path / "tune.json", tuned)
+    write_json_atomic(w.path / TUNE_FILE, tuned)
     dev = tuned["dev_scores"]
     plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",
                f"{cfg.experiment.name}: SPAR on dev ({tuned['dev_queries']} queries)",
@@ -47,7 +47,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
                f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
     w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage",
                                      "encoding")}
-    w.schema = {"tune.json": "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants, encoding"}
+    w.schema = {TUNE_FILE: "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants, encoding"}
     curve_rows = [[variant, float(mu), float(score)] for variant, search in report.mu_searches.items()
                   for mu, score in sorted(search.scores.items())]
     alpha_rows = [[float(a), float(s)] for a, s in sorted(report.alpha_search.scores.items())]

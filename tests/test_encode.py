@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries
+from spar.model.stored_vectors import load_embeddings
 from spar.model.encoders import BiEncoder
 from spar.core.errors import ArtifactError
 from spar.data.readers import evaluation_qrels, read_corpus, read_queries

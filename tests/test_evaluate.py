@@ -15,7 +15,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 from spar.core.artifacts import artifact_dir  # noqa: E402
 from spar.core.errors import BadRecordError  # noqa: E402
-from spar.evaluate.evaluation import SYSTEMS, shuffle_query, shuffled_queries  # noqa: E402
+from spar.evaluate.evaluation import shuffle_query, shuffled_queries
+from spar.evaluate.results import SYSTEMS  # noqa: E402
 from spar.experiment.inputs import SplitQueries  # noqa: E402
 from spar.evaluate.metrics import answer_accuracy, evaluate_run, mean_rbo, rbo, read_trec_run, write_trec_run
 from spar.data.answers import has_answer, read_answers
@@ -313,7 +314,7 @@ def _experiment_with_index(sample_experiment: Path, root: Path, base_dir: str, l
     """A copy of the (tuned) sample experiment whose index is built from the given passage embeddings."""
     from pipelines import tune as tune_stage
     from spar.core.artifacts import ArtifactWriter
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
     from spar.index.spar_index import SparIndex
 
     tune_stage.run(experiment_config(sample_experiment, root / "results"))  # skipped once tuned

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, load_embeddings
+from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries
+from spar.model.stored_vectors import load_embeddings
 from spar.model.encoders import BiEncoder
 from spar.core.errors import ArtifactError
-from spar.index.spar_index import SparIndex, build_spar_index, default_nlist, spar_query_vectors
+from spar.index.spar_index import SparIndex, build_spar_index, default_nlist
+from spar.index.combine import spar_query_vectors
 from spar.data.readers import read_corpus, read_queries
 
 #: fp32 on every CPU class: the index scores are checked against these vectors (issue #45).

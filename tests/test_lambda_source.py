@@ -229,7 +229,7 @@ def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp
     run 3 points the same experiment at run 2's published model: only Λ is re-encoded, and its vectors are the
     same as run 1's Λ gives."""
     from spar.core.artifacts import read_manifest
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
     from spar.lexical import load_lambda
 
     quiet = ["train.wandb_mode=disabled", "evaluate.wandb_mode=disabled", "evaluate.shuffled=false",

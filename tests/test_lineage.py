@@ -213,7 +213,7 @@ def test_every_stage_removes_the_temporaries_of_dead_runs_and_nothing_else(prist
     is not spar's (no writer stamp inside)."""
     import importlib
 
-    from spar.core.artifacts import output_lock
+    from spar.core.output_lock import output_lock
 
     work, files = _fresh(pristine)
     cfg = load_config(None, [*_data(files, work), *SETTINGS])

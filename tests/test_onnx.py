@@ -14,7 +14,8 @@ import torch
 
 from spar.core.fingerprint import fingerprint_dict
 from spar.core.artifacts import stage_fingerprint
-from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, encoder_fingerprint, load_embeddings
+from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries, encoder_fingerprint
+from spar.model.stored_vectors import load_embeddings
 from spar.model.engines import encode_shard_loop, tokenize_shard
 from spar.model.encoders import BiEncoder
 from spar.core.errors import ArtifactError, ConfigError

@@ -204,12 +204,21 @@ def test_the_run_context_names_every_artifact(tmp_path):
 
 
 def test_the_index_files_are_named_by_the_index_package_only():
-    """index.faiss / index.json / ids.arrow are read through spar/index/ (SparIndex, spar.index.files); the
-    embeddings' own ids.arrow is theirs."""
+    """index.faiss / index.json are read through spar/index/ (SparIndex, spar.index.files); ids.arrow, the file of
+    schemas.EMBEDDING_IDS rows (an index's and an embeddings split's), is named beside its schema."""
     assert _users(r"[\"']index\.(?:faiss|json)[\"']") == {"spar/index/files.py"}
-    assert _users(r"[\"']ids\.arrow[\"']") == {"spar/index/files.py", "spar/model/embeddings.py"}
-    assert _importers("*:INDEX_FILE", "*:INDEX_MANIFEST", "*:IDS_FILE") <= {
-        "spar/index/spar_index.py", "spar/model/embeddings.py", "spar/publish/search.py"}
+    assert _users(r"[\"']ids\.arrow[\"']", ("spar", "pipelines", "bench")) == {"spar/core/schemas.py"}
+    assert _importers("*:INDEX_FILE", "*:INDEX_MANIFEST") <= {"spar/index/spar_index.py", "spar/publish/search.py"}
+    assert _importers("*:IDS_FILE") <= {"spar/index/files.py", "spar/index/spar_index.py", "spar/model/embeddings.py",
+                                        "spar/model/stored_vectors.py"}
+
+
+def test_the_model_and_tune_files_are_named_once():
+    """spar_model.json is spar.publish.model_dir.MODEL_CONFIG and tune.json spar.evaluate.tuning.TUNE_FILE: no other
+    code spells either."""
+    roots = ("spar", "pipelines", "bench")
+    assert _users(r"[\"']spar_model\.json[\"']", roots) == {"spar/publish/model_dir.py"}
+    assert _users(r"[\"']tune\.json[\"']", roots) == {"spar/evaluate/tuning.py"}
 
 
 def test_refreshing_search_options_keeps_the_index_up_to_date(tmp_path):

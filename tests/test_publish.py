@@ -219,7 +219,7 @@ FRESH_LOAD = textwrap.dedent("""
 
 
 def test_fresh_process_reload_matches_the_pipeline_vectors(tiny_run, tmp_path):
-    from spar.index.spar_index import spar_passage_vectors, spar_query_vectors
+    from spar.index.combine import spar_passage_vectors, spar_query_vectors
 
     base, lam = tiny_run["base"], tiny_run["lambda"]
     passages = tiny_run["passages"][:4] + ["a passage given as a plain string, without a title"]

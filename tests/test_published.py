@@ -45,7 +45,7 @@ def test_the_shipped_figures_are_the_papers_tables():
 
 
 def test_published_figures_are_shown_beside_ours_never_mixed():
-    from spar.evaluate.evaluation import EvaluationReport, results_markdown, results_payload
+    from spar.evaluate.results import EvaluationReport, results_markdown, results_payload
 
     def report(name: str, value: float) -> EvaluationReport:
         return EvaluationReport(f"wiki: {name}", ["Acc@20"], {"bm25": {"Acc@20": value}, "spar": {"Acc@20": 0.5}},

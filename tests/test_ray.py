@@ -38,7 +38,7 @@ import pipelines.label
 import pipelines.sample
 from spar.core.artifacts import read_manifest
 from spar.core.config import ExecutorSection, load_config
-from spar.model.embeddings import load_embeddings
+from spar.model.stored_vectors import load_embeddings
 from spar.core.errors import ArtifactError, ConfigError
 from spar.core.executor import RayExecutor, WorkerSpec
 from spar.index.spar_index import IndexOptions, SparIndex

@@ -232,7 +232,7 @@ def test_ids_with_whitespace_are_refused_with_file_and_line(tmp_path):
 
 HOLD_LOCK = textwrap.dedent("""
     import sys, time
-    from spar.core.artifacts import output_lock
+    from spar.core.output_lock import output_lock
     with output_lock(sys.argv[1]):
         print("locked", flush=True)
         time.sleep(60)
@@ -247,7 +247,7 @@ def _dead_pid() -> int:
 def test_lock_refuses_a_second_run_and_takes_over_a_stale_one(tmp_path):
     import socket
 
-    from spar.core.artifacts import LOCK_FILE, output_lock
+    from spar.core.output_lock import LOCK_FILE, output_lock
 
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               env={**ENV, "PYTHONPATH": str(REPO)})
@@ -273,7 +273,7 @@ def test_lock_refuses_a_second_run_and_takes_over_a_stale_one(tmp_path):
 def test_an_empty_or_garbled_lock_file_does_not_block_later_runs(tmp_path, content):
     """#22 item 15: a lock file left empty (its writer died, or the disk was full) blocked every later run until
     deleted by hand; one that stays unreadable for seconds is stale and taken over."""
-    from spar.core.artifacts import LOCK_FILE, output_lock
+    from spar.core.output_lock import LOCK_FILE, output_lock
 
     (tmp_path / LOCK_FILE).write_text(content)  # just written: not yet stale
     with output_lock(tmp_path) as lock:
@@ -282,7 +282,7 @@ def test_an_empty_or_garbled_lock_file_does_not_block_later_runs(tmp_path, conte
 
 
 def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
-    from spar.core.artifacts import LOCK_FILE
+    from spar.core.output_lock import LOCK_FILE
 
     files = _small_inputs(tmp_path / "in")
     out = tmp_path / "run"
@@ -307,7 +307,7 @@ def test_cli_refuses_a_concurrent_run_and_reruns_after_kill_9(tmp_path):
 
 # `spar run` holds the lock and starts each stage as a process that shares it (as pipelines/cli.py does).
 def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
-    from spar.core.artifacts import LOCK_FILE, output_lock, run_lock_name
+    from spar.core.output_lock import LOCK_FILE, output_lock, run_lock_name
 
     def parts(i):
         return load_config(None, ["label.num_shards=2", f"label.shard_index={i}"])
@@ -332,9 +332,9 @@ def test_parts_of_a_multi_machine_label_lock_only_their_part(tmp_path):
 
 PARENT = textwrap.dedent("""
     import subprocess, sys, time
-    from spar.core.artifacts import hold_output_lock
+    from spar.core.output_lock import hold_output_lock
     hold_output_lock(sys.argv[1])
-    stage = ("import sys, time; from spar.core.artifacts import acquire_output_lock; "
+    stage = ("import sys, time; from spar.core.output_lock import acquire_output_lock; "
              "assert acquire_output_lock(sys.argv[1]) is None; print('shared', flush=True); time.sleep(120)")
     child = subprocess.Popen([sys.executable, "-c", stage, sys.argv[1]], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "shared"

@@ -150,7 +150,7 @@ def test_each_storage_end_to_end(sample_experiment, tmp_path, index_type, storag
     inputs = ExperimentInputs(cfg)
     from spar.evaluate.exact import dense_search
     from spar.experiment.plan import split_queries
-    from spar.index.spar_index import spar_query_vectors
+    from spar.index.combine import spar_query_vectors
     from spar.evaluate.metrics import evaluate_run
 
     dev = split_queries(cfg, "dev")

@@ -13,7 +13,7 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
-from spar.model.embeddings import ShardedVectors  # noqa: E402
+from spar.model.stored_vectors import ShardedVectors  # noqa: E402
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: E402,F401
 
 

@@ -89,7 +89,7 @@ def build_sample_experiment(root: Path) -> Path:
         encode_queries(encoder, test.texts, emb / name / "queries-test", encoder_name=name, options=options)
     index_dir = artifact_dir(root, "index")
     if not is_complete(index_dir):
-        from spar.model.embeddings import load_embeddings
+        from spar.model.stored_vectors import load_embeddings
 
         base_p, lambda_p = load_embeddings(emb / "base" / "passages"), load_embeddings(emb / "lambda" / "passages")
         with ArtifactWriter(index_dir, kind="index", config={"variant": "concat", "type": "flat"}, inputs={}) as w:
@@ -183,7 +183,8 @@ def test_rescoring_with_all_candidates_is_brute_force(variant):
 @pytest.mark.parametrize("variant", ["concat", "sum"])
 def test_rescored_candidates_equal_a_real_combined_faiss_search(variant, full_matrix, monkeypatch):
     import spar.evaluate.candidates
-    from spar.index.spar_index import build_spar_index, spar_query_vectors
+    from spar.index.spar_index import build_spar_index
+    from spar.index.combine import spar_query_vectors
 
     if not full_matrix:  # the path large corpora take: FAISS top-k per part, then an exact gather of the union
         monkeypatch.setattr(spar.evaluate.candidates, "FULL_MATRIX_LIMIT", 0)

@@ -38,11 +38,12 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from spar.core.config_fields import resolve_paths, section_type
+from spar.core.config_search import (  # noqa: F401  (re-exported: every section is spar.core.config's)
+    EvaluateSection, IndexSection, PublishSection, TuneSection)
 from spar.core.config_sections import (  # noqa: F401  (re-exported: every section is spar.core.config's)
-    DEFAULT_SET, DataSection, EncodeSection, EncoderSection, EvaluateSection, ExecutorSection, ExperimentSection,
-    IndexChoice,
-    IndexSection, IndexType, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection,
-    Projection, PublishSection, QuestionSetSection, SampleSection, Section, Storage, TrainSection, TuneSection, Variant)
+    DEFAULT_SET, DataSection, EncodeSection, EncoderSection, ExecutorSection, ExperimentSection, IndexChoice,
+    IndexType, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection, Projection,
+    QuestionSetSection, SampleSection, Section, Storage, TrainSection, Variant)
 from spar.core.errors import ConfigError
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.

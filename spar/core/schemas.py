@@ -51,6 +51,8 @@ EMBEDDING_IDS = pa.schema([
     pa.field("row", pa.int64(), nullable=False),
     pa.field("id", pa.string(), nullable=False),
 ])
+#: The file of :data:`EMBEDDING_IDS` rows: beside an embeddings split's vectors, and in an index directory.
+IDS_FILE = "ids.arrow"
 
 
 def write_table(path: str | Path, table: pa.Table) -> None:

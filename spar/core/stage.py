@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
-from spar.core.artifacts import (ArtifactSpec, ArtifactWriter, holds_output_lock, is_complete, read_manifest,
-                                 remove_stale_temporaries)
+from spar.core.artifacts import ArtifactSpec, ArtifactWriter, is_complete, read_manifest, remove_stale_temporaries
+from spar.core.output_lock import holds_output_lock
 from spar.core.lineage import changed_sources, check_all_current
 
 

@@ -36,7 +36,7 @@ import json
 import logging
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -48,15 +48,13 @@ from spar.experiment.inputs import ExperimentInputs
 from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
 from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run, trec_lines
-from spar.evaluate.published import Published
-from spar.core.run_context import RunContext, describe_encoding
+from spar.core.run_context import RunContext
 from spar.evaluate.candidates import hybrid_fuse
-from spar.evaluate.tuning import read_tuned, resolve_candidates
+from spar.evaluate.results import SYSTEMS, EvaluationReport
+from spar.evaluate.tuning import TUNE_FILE, read_tuned, resolve_candidates
 
 log = logging.getLogger(__name__)
 
-#: The order systems appear in tables.
-SYSTEMS = ("bm25", "base", "lambda", "spar", "spar_exact", "spar_sum", "hybrid")
 DENSE_SYSTEMS = ("lambda", "base", "spar", "spar_exact")
 
 
@@ -89,55 +87,6 @@ def shuffled_queries(queries: SplitQueries, seed: int) -> SplitQueries:
 # ----------------------------------------------------------------------------------------------------------------
 # The evaluation
 # ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class EvaluationReport:
-    """Everything ``results/<name>.json`` holds, plus the runs (``runs[system]``, test queries)."""
-
-    dataset: str
-    metrics: list[str]
-    systems: dict[str, dict[str, float]]
-    mu: float
-    alpha: float | None
-    rbo: dict[str, float]
-    shuffled: dict[str, dict[str, float]]
-    runs: dict[str, dict[str, list[tuple[str, float]]]] = field(repr=False)
-    details: dict[str, Any] = field(default_factory=dict)
-    command: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "systems": self.systems, "mu": self.mu, "alpha": self.alpha,
-                "rbo": self.rbo, "shuffled": self.shuffled, "command": self.command, **self.details}
-
-    def markdown(self) -> str:
-        """The results table: one row per system, metrics, RBO with the teacher, Δ on shuffled queries."""
-        primary = self.metrics[0]
-        head = ["system", *self.metrics, "RBO vs BM25", f"shuffled {primary} (Δ)"]
-        extra = [m for m in next(iter(self.systems.values()), {}) if m not in self.metrics]
-        head[1 + len(self.metrics):1 + len(self.metrics)] = extra
-        searched = self.details.get("passages")
-        lines = [f"**{self.dataset}** ({self.details.get('queries', '?')} test queries"
-                 + (f", {searched:,} passages searched" if searched else "") + "); "
-                 f"μ = {self.mu:g}" + (f", α = {self.alpha:g}" if self.alpha is not None else "")
-                 + (f"; SPAR index: {self.details['index']['type']}, passages stored as "
-                    f"{self.details['index']['storage']} ({self.details['index']['code_bytes']:,} B/passage)"
-                    if self.details.get("index", {}).get("code_bytes") else "")
-                 + (f"; vectors: {describe_encoding(self.details['encoding'])}" if self.details.get("encoding")
-                    else ""),
-                 "", "| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
-        for name, values in self.systems.items():
-            cells = [name] + [f"{values[m]:.4f}" if m in values else "" for m in self.metrics + extra]
-            cells.append(f"{self.rbo[name]:.3f}" if name in self.rbo else "")
-            sh = self.shuffled.get(name)
-            cells.append(f"{sh[primary]:.4f} ({sh['delta']:+.4f})" if sh else "")
-            lines.append("| " + " | ".join(cells) + " |")
-        if self.details.get("skipped_records"):
-            from spar.experiment.preflight import describe_skipped
-
-            lines += ["", "Input records skipped (experiment.on_bad_record=skip): "
-                      + describe_skipped(self.details["skipped_records"]) + "."]
-        return "\n".join(lines) + "\n"
 
 
 def evaluate_experiment(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | None = None,
@@ -379,7 +328,7 @@ class SharedInputs:
 def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
                     progress: Callable[[str], None], keep_runs: bool = True,
                     checkpoint: Path | None = None, chosen: Sequence[str] = SYSTEMS) -> EvaluationReport:
-    from spar.index.spar_index import SparPassageRows, spar_query_vectors
+    from spar.index.combine import SparPassageRows, spar_query_vectors
 
     ev = cfg.evaluate
     inputs, spar_index, sum_index = shared.inputs, shared.spar_index, shared.sum_index
@@ -513,50 +462,6 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                             context.command_line("evaluate"))
 
 
-def results_payload(reports: dict[str, EvaluationReport], published: Published | None = None) -> dict[str, Any]:
-    """``results/<stem>.json``: one report as it always was, or several question sets' under ``sets`` with a
-    ``summary`` (measure -> system -> set -> value) of the measures they share; ``published`` figures
-    (``evaluate.published``) under their own key."""
-    if list(reports) == [""]:
-        payload = reports[""].to_json()
-    else:
-        first = next(iter(reports.values()))
-        payload = {"dataset": first.dataset.split(":")[0], "sets": {name: r.to_json() for name, r in reports.items()},
-                   "summary": _summary(reports), "command": first.command}
-    if published is not None:
-        payload["published"] = published.to_json()
-    return payload
-
-
-def _summary(reports: dict[str, EvaluationReport]) -> dict[str, dict[str, dict[str, float]]]:
-    measures = [m for m in next(iter(reports.values())).systems.get("bm25", {})
-                if all(m in r.systems.get("bm25", {}) for r in reports.values())]
-    return {m: {system: {name: r.systems[system][m] for name, r in reports.items() if system in r.systems}
-                for system in SYSTEMS if any(system in r.systems for r in reports.values())} for m in measures}
-
-
-def results_markdown(reports: dict[str, EvaluationReport], published: Published | None = None) -> str:
-    """The results tables: one report's table, or for several question sets a summary table per shared measure
-    (systems x sets, with their mean), each followed by the ``published`` figures of that measure when given, then
-    each set's own table."""
-    if list(reports) == [""]:
-        return reports[""].markdown()
-    lines = []
-    names = list(reports)
-    for measure, by_system in _summary(reports).items():
-        lines += [f"**{measure}** by question set", "", "| system | " + " | ".join(names) + " | mean |",
-                  "|---|" + "---:|" * (len(names) + 1)]
-        for system, values in by_system.items():
-            cells = [f"{values[n]:.4f}" if n in values else "" for n in names]
-            mean = f"{sum(values.values()) / len(values):.4f}" if len(values) == len(names) else ""
-            lines.append(f"| {system} | " + " | ".join(cells) + f" | {mean} |")
-        lines.append("")
-        theirs = published.markdown(measure, names) if published is not None else ""
-        if theirs:
-            lines.append(theirs)
-    return "\n".join(lines) + "\n" + "\n".join(r.markdown() for r in reports.values())
-
-
 def search_params(cfg) -> dict[str, int]:
     """The search-time settings (``index.hnsw_ef_search``, ``index.nprobe``) the SPAR index is served with."""
     from spar.index.files import search_settings
@@ -568,7 +473,7 @@ def _why_skipped(name: str, sum_index, alpha) -> str:
     if name == "spar_sum" and sum_index is None:
         return "base and Λ dimensions differ (the sum variant needs equal dimensions)"
     if name == "hybrid" and alpha is None:
-        return "α was not tuned (tune/tune.json has no alpha)"
+        return f"α was not tuned (tune/{TUNE_FILE} has no alpha)"
     return "not run"
 
 

@@ -37,7 +37,7 @@ def top_k(queries: np.ndarray, passages: Any, k: int) -> tuple[np.ndarray, np.nd
     """Exact inner-product top-k (FAISS brute force, multi-threaded, blocked): (scores, rows), best first.
 
     ``passages`` in memory are scored at once; a streamed matrix (anything that is not an ndarray but slices into
-    one: :class:`spar.model.embeddings.ShardedVectors`, :class:`spar.index.served.ServedVectors`) block of rows by
+    one: :class:`spar.model.stored_vectors.ShardedVectors`, :class:`spar.index.served.ServedVectors`) block of rows by
     block, the running top-k kept in FAISS's result heap, so memory stays flat in the corpus size.
     """
     import faiss

@@ -76,7 +76,7 @@ class FrontierInputs:
     """The run's shared inputs: base vectors, dev/test queries, the teacher's runs and sparse term matrices."""
 
     def __init__(self, cfg):
-        from spar.model.embeddings import load_embeddings
+        from spar.model.stored_vectors import load_embeddings
         from spar.experiment.inputs import ExperimentInputs
         from spar.experiment.plan import split_queries
         from spar.data.passages import corpus_texts
@@ -104,7 +104,7 @@ class FrontierInputs:
         self.query_terms = {s.split: self.weights.query_matrix(list(s.texts.values())) for s in (self.dev, self.test)}
 
     def _base_queries(self, queries) -> np.ndarray:
-        from spar.model.embeddings import load_embeddings
+        from spar.model.stored_vectors import load_embeddings
 
         d = self.experiment.query_dir("base", queries.split)
         if is_complete(d):
@@ -261,8 +261,8 @@ def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapp
     overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev 0.830 decoded, 0.735 served). Then the indexes
     of ``index_types``."""
     from spar.index.served import served_passage_vectors
-    from spar.index.spar_index import (IndexOptions, add_passages, build_faiss_index, spar_query_vectors,
-                                       trained_faiss_index)
+    from spar.index.spar_index import IndexOptions, add_passages, build_faiss_index, trained_faiss_index
+    from spar.index.combine import spar_query_vectors
     from spar.evaluate.metrics import evaluate_run, ranked_run
     from spar.evaluate.tuning import choose_mu
 
@@ -429,10 +429,3 @@ def train_from_projection(cfg, kind: str, projection, work_dir: Path, seed: int)
     seconds = time.perf_counter() - start
     shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
     return model.eval(), seconds, result.steps
-
-
-def train_static(cfg, projection, work_dir: Path, seed: int):
-    """:func:`train_from_projection` of the static kind (the name before spar 0.2, kept for one release)."""
-    from spar.lexical.static import StaticLambda
-
-    return train_from_projection(cfg, StaticLambda.kind, projection, work_dir, seed)

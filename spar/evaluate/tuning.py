@@ -1,13 +1,14 @@
 """Tuning the weight of the lexical model (μ) and of the BM25 hybrid (α) on dev qrels, without one index per value.
 
-Both combinations are *affine* in their weight. SPAR concat scores ``⟨[Q, μQΛ], [P, PΛ]⟩ = sim + μ·simΛ``; the
-weighted sum scores ``⟨Q + μQΛ, P + PΛ⟩ = Q·(P+PΛ) + μ·QΛ·(P+PΛ)``; the hybrid scores ``dense + α·bm25``. So for
-every query we gather a candidate set once (the union of each part's top ``candidates``), hold both parts'
-exact scores in two matrices, and rank ``s0 + w·s1`` with numpy for every w of the grid (:class:`AffineCandidates`).
-Only the candidate set is an approximation (a passage outside every part's top-k could in principle enter the
-combined top-k); :func:`confirm_mu` therefore re-checks the chosen μ with one real search of the combined FAISS
-index. Passages are scored as the index stores them (:func:`spar.index.served.served_passage_vectors` of
-``index.storage``), and the confirming search runs on the configured index itself.
+Both combinations are *affine* in their weight. SPAR concat scores ``⟨[Q, μQΛ], [P, PΛ]⟩ = sim + μ·simΛ``; the weighted
+sum scores ``⟨Q + μQΛ, P + PΛ⟩ = Q·(P+PΛ) + μ·QΛ·(P+PΛ)``; the hybrid scores ``dense + α·bm25``. So for every query we
+gather a candidate set once (the union of each part's top ``candidates``), hold both parts' exact scores in two
+matrices, and rank ``s0 + w·s1`` with numpy for every w of the grid
+(:class:`~spar.evaluate.candidates.AffineCandidates`). Only the candidate set is an approximation (a passage outside
+every part's top-k could in principle enter the combined top-k); :func:`confirm_mu` therefore re-checks the chosen μ
+with one real search of the combined FAISS index. Passages are scored as the index stores them
+(:func:`spar.index.served.served_passage_vectors` of ``index.storage``), and the confirming search runs on the
+configured index itself.
 
 The candidate sets and the sweep live in :mod:`spar.evaluate.candidates`, the weight grid and its search in
 :mod:`spar.evaluate.grid`.
@@ -31,9 +32,7 @@ from spar.core.config import Variant
 from spar.core.run_context import RunContext
 from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
-from spar.evaluate.candidates import (  # noqa: F401  (also their home before spar 0.2)
-    FULL_MATRIX_LIMIT, AffineCandidates, IncrementalMetric, hybrid_candidates, hybrid_fuse, spar_candidates,
-    tune_weight)
+from spar.evaluate.candidates import hybrid_candidates, spar_candidates, tune_weight
 from spar.evaluate.exact import dense_search
 from spar.evaluate.grid import GridSearch, grid_values
 from spar.evaluate.metrics import Qrels, evaluate_run, measure_depth, ranked_run
@@ -57,7 +56,8 @@ def confirm_mu(base_q: np.ndarray, lambda_q: np.ndarray, base_p: np.ndarray, lam
     Returns the metric and the ranking, so callers can compare it with the re-scored sweep.
     """
 
-    from spar.index.spar_index import build_spar_index, spar_query_vectors
+    from spar.index.spar_index import build_spar_index
+    from spar.index.combine import spar_query_vectors
 
     depth = depth or measure_depth(metric)
     if isinstance(base_p, np.ndarray) and isinstance(lambda_p, np.ndarray):

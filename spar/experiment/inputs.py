@@ -87,7 +87,7 @@ class ExperimentInputs:
     @cached_property
     def passages(self) -> dict[str, Any]:
         """``{"base": Embeddings, "lambda": Embeddings}`` of the corpus; both must list the same ids in order."""
-        from spar.model.embeddings import load_embeddings
+        from spar.model.stored_vectors import load_embeddings
 
         out = {}
         for name in ENCODERS:
@@ -106,7 +106,7 @@ class ExperimentInputs:
 
     def passage_vectors(self, encoder: str) -> Any:
         """The encoder's passage vectors: in memory, or streamed from their shards (a
-        :class:`spar.model.embeddings.ShardedVectors`) when they exceed :data:`STREAM_BYTES`."""
+        :class:`spar.model.stored_vectors.ShardedVectors`) when they exceed :data:`STREAM_BYTES`."""
         embeddings = self.passages[encoder]
         if len(embeddings) * embeddings.dim * 4 > STREAM_BYTES:
             return embeddings.sharded
@@ -129,7 +129,7 @@ class ExperimentInputs:
     def query_vectors(self, encoder: str, queries: SplitQueries, batch_size: int = 64) -> np.ndarray:
         """Query vectors in ``queries.ids`` order: stored ``queries-<split>`` embeddings when they hold every query
         and come from the same encoder as the passages, else encoded now."""
-        from spar.model.embeddings import load_embeddings
+        from spar.model.stored_vectors import load_embeddings
 
         found: dict[str, np.ndarray] = {}
         for key in queries.stored:

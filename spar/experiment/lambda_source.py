@@ -50,6 +50,7 @@ from spar.core.errors import ArtifactError
 from spar.core.run_context import RunContext
 from spar.data.readers import OnBad
 from spar.experiment.hf_lambda import import_dual_encoder, is_hf_model_dir
+from spar.publish.model_dir import MODEL_CONFIG
 from spar.model.resolve import HUB_ID as _HUB_ID  # a hub id: ``owner/name`` (when no such local path exists)
 
 
@@ -70,7 +71,7 @@ class LambdaSource:
 
     @property
     def published(self) -> bool:
-        return (self.location / "spar_model.json").exists()
+        return (self.location / MODEL_CONFIG).exists()
 
     def fingerprint(self) -> str:
         """The source's identity: a hash of its files (weights, vocabulary, statistics, configs and manifest: a
@@ -192,7 +193,7 @@ def _locate(path: str | None, output_dir: str | Path, fields: Mapping[str, Any] 
         origin = "directory"
     if not d.is_dir():
         raise ArtifactError(f"{d}: encode.lambda is a file; give the Λ's directory")
-    if (d / "spar_model.json").exists():
+    if (d / MODEL_CONFIG).exists():
         return d, "published" if origin == "directory" else origin
     if _is_lambda_dir(d):
         return d, origin
@@ -206,7 +207,7 @@ def _locate(path: str | None, output_dir: str | Path, fields: Mapping[str, Any] 
 
 
 def _kind_and_dim(d: Path) -> tuple[str, int]:
-    if (d / "spar_model.json").exists():
+    if (d / MODEL_CONFIG).exists():
         from spar.publish.model_dir import check_model_dir
 
         config = check_model_dir(d)
@@ -228,7 +229,7 @@ def _check_as_written(location: Path) -> None:
 
     check_weight_files(location)
     if (location / MANIFEST).exists():
-        check_unchanged(location, "publish" if (location / "spar_model.json").exists() else "train")
+        check_unchanged(location, "publish" if (location / MODEL_CONFIG).exists() else "train")
     elif _is_lambda_dir(location):  # a Λ without its manifest: checked by the checksums save() recorded
         check_lambda_files(location)
 
@@ -242,7 +243,7 @@ def resolve_lambda(spec: str | Mapping[str, Any] | Any | None, output_dir: str |
         kind, dim = _kind_and_dim(location)
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{location}: cannot read the Λ's kind and dimension ({exc})") from None
-    where = location / "spar_model.json" if (location / "spar_model.json").exists() else location
+    where = location / MODEL_CONFIG if (location / MODEL_CONFIG).exists() else location
     if fields.get("kind") and fields["kind"] != kind:
         raise ArtifactError(f"{where}: Λ is a {kind} Λ, but encode.lambda.kind expects {fields['kind']}")
     if fields.get("dim") and int(fields["dim"]) != dim:

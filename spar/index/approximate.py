@@ -110,7 +110,7 @@ class PassageRows:
         """The rows of the embeddings an index was built from (``info["embeddings"]``: the base and Λ passage
         embedding directories, relative to the index ``directory``)."""
         from spar.core.errors import ArtifactError
-        from spar.model.embeddings import load_embeddings
+        from spar.model.stored_vectors import load_embeddings
 
         where = info.get("embeddings")
         if not where:
@@ -157,7 +157,7 @@ class _Shards:
     def read(self, rows: np.ndarray) -> np.ndarray:
         if not self.fds:
             self.fds = [os.open(p, os.O_RDONLY) for p in self.paths]
-        from spar.model.embeddings import pread_rows
+        from spar.model.stored_vectors import pread_rows
 
         rows = np.asarray(rows, dtype=np.int64).ravel()
         out = np.empty((len(rows), self.dim), dtype=self.dtype)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from spar.core.errors import ArtifactError
+from spar.core.schemas import IDS_FILE
 
 INDEX_FILE = "index.faiss"
-IDS_FILE = "ids.arrow"
 INDEX_MANIFEST = "index.json"
 #: Options read at search time (marked runtime-only on IndexSection): they live in index.json and are refreshed
 #: there when changed, without re-indexing.

@@ -14,7 +14,8 @@ import numpy as np
 
 from spar.core.config import IndexType, Variant
 from spar.index import spar_index as _index
-from spar.index.spar_index import IndexOptions, _batches, _check_pair, _faiss, spar_passage_vectors, trained_faiss_index
+from spar.index.spar_index import IndexOptions, _batches, _faiss, trained_faiss_index
+from spar.index.combine import check_pair, spar_passage_vectors
 
 
 class PassageCodes:
@@ -49,7 +50,7 @@ class PassageCodes:
 
 class ServedVectors:
     """One part (base or Λ) of the SPAR passage vectors as an index stores them, decoded on demand: row slices and
-    row gathers, like :class:`spar.model.embeddings.ShardedVectors`, without a decoded copy of the corpus in memory.
+    row gathers, like :class:`spar.model.stored_vectors.ShardedVectors`, without a decoded copy of the corpus in memory.
 
     Each access decodes the codes of the rows it needs (:class:`PassageCodes`, shared by both parts: a scalar
     quantizer or PQ codes a vector alone, so a row decodes to the same values whichever rows it comes with).
@@ -84,7 +85,7 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
     the stored vector is ``P + PΛ``, which cannot be split: it comes back as ``(decoded sum, zeros)``, which every
     SPAR scorer adds up again. The codec is trained exactly as :func:`build_faiss_index` trains it, unless
     ``trained`` (an index from :func:`trained_faiss_index` for these vectors and options) is given to code with.
-    Inputs that are not in memory (:class:`spar.model.embeddings.ShardedVectors`, a corpus too large to copy) give
+    Inputs that are not in memory (:class:`spar.model.stored_vectors.ShardedVectors`, a corpus too large to copy) give
     :class:`ServedVectors`, decoded row block by row block as they are read (concat).
     """
     options = options or IndexOptions()
@@ -93,7 +94,7 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
         if streamed:
             return base_p, lambda_p
         return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
-    _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
+    check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     faiss = _faiss()
     index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
     codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index

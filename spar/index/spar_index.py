@@ -18,13 +18,12 @@ type, both encoders' fingerprints and dimensions, count, search parameters). The
 caller passes μ to :meth:`SparIndex.search` (from :func:`spar.evaluate.tuning.read_tuned` or a published model), which
 refuses query vectors from other encoders or of another dimension.
 
-:func:`spar_query_vectors` and :func:`spar_passage_vectors` are the one implementation of the SPAR formula (the
-published :class:`spar.publish.model_dir.SparEncoder` uses them too).
+The SPAR formula itself (``[Q, μ·QΛ]``, ``[P, PΛ]``) is :mod:`spar.index.combine`'s.
 
 Example::
 
     >>> import numpy as np
-    >>> from spar.index.spar_index import SparIndex, build_spar_index, spar_query_vectors
+    >>> from spar.index.spar_index import SparIndex
     >>> rng = np.random.default_rng(0)
     >>> P, PL = rng.standard_normal((100, 8), dtype=np.float32), rng.standard_normal((100, 4), dtype=np.float32)
     >>> Q, QL = rng.standard_normal((2, 8), dtype=np.float32), rng.standard_normal((2, 4), dtype=np.float32)
@@ -44,7 +43,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence, get_args
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +52,9 @@ from pydantic import Field, model_validator
 from spar.core.config import IndexSection, IndexType, Storage, Variant
 from spar.core.errors import ArtifactError
 from spar.core.executor import Executor, WorkerSpec
-from spar.index.files import IDS_FILE, INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
+from spar.index.combine import check_pair, spar_passage_vectors, spar_query_vectors
+from spar.core.schemas import IDS_FILE
+from spar.index.files import INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
 from spar.index.storage import FAST_SCAN, code_bytes
 
 log = logging.getLogger(__name__)
@@ -68,73 +69,6 @@ def _faiss():
     import faiss
 
     return faiss
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Vectors
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _check_pair(base: np.ndarray, lam: np.ndarray, variant: str, what: str) -> None:
-    if variant not in get_args(Variant):
-        raise ValueError(f"unknown SPAR variant {variant!r}; use 'concat' or 'sum'")
-    if base.ndim != 2 or lam.ndim != 2:
-        raise ArtifactError(f"{what}: expected 2-d matrices, got base {base.shape} and Λ {lam.shape}")
-    if base.shape[0] != lam.shape[0]:
-        raise ArtifactError(f"{what}: base has {base.shape[0]} rows but Λ has {lam.shape[0]}")
-    if variant == "sum" and base.shape[1] != lam.shape[1]:
-        raise ArtifactError(
-            f"{what}: variant 'sum' needs equal dimensions, but the base encoder gives {base.shape[1]} and Λ "
-            f"gives {lam.shape[1]}; use variant 'concat'"
-        )
-
-
-def spar_passage_vectors(base_p: np.ndarray, lambda_p: np.ndarray, variant: Variant = "concat") -> np.ndarray:
-    """``[P, PΛ]`` (concat) or ``P + PΛ`` (sum), float32 and C-contiguous (what FAISS takes)."""
-    base_p, lambda_p = np.asarray(base_p), np.asarray(lambda_p)
-    _check_pair(base_p, lambda_p, variant, "passage vectors")
-    if variant == "concat":
-        return np.ascontiguousarray(np.hstack([base_p, lambda_p]), dtype=np.float32)
-    return np.ascontiguousarray(base_p.astype(np.float32) + lambda_p.astype(np.float32))
-
-
-class SparPassageRows:
-    """``[P, PΛ]`` (concat) or ``P + PΛ`` (sum) of two row-aligned matrices, made block by block when sliced: the
-    exact scan's passages (:func:`spar.evaluate.exact.top_k` streams them) without a second float32 copy of the
-    corpus. Supports ``shape``, ``len`` and contiguous slices, what a streamed scan reads.
-
-    >>> import numpy as np
-    >>> rows = SparPassageRows(np.ones((3, 2), "float32"), np.zeros((3, 4), "float32"))
-    >>> rows.shape, rows[1:3].shape
-    ((3, 6), (2, 6))
-    """
-
-    def __init__(self, base_p: Any, lambda_p: Any, variant: Variant = "concat"):
-        if base_p.shape[0] != lambda_p.shape[0]:
-            raise ValueError(f"passage vectors: {base_p.shape[0]} base rows but {lambda_p.shape[0]} Λ rows")
-        self.base_p, self.lambda_p, self.variant = base_p, lambda_p, variant
-        dim = base_p.shape[1] + lambda_p.shape[1] if variant == "concat" else base_p.shape[1]
-        self.shape = (int(base_p.shape[0]), int(dim))
-        self.dtype = np.dtype(np.float32)
-        self.ndim = 2
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: slice) -> np.ndarray:
-        if not isinstance(key, slice):
-            raise IndexError("SparPassageRows supports contiguous slices only")
-        return spar_passage_vectors(self.base_p[key], self.lambda_p[key], self.variant)
-
-
-def spar_query_vectors(base_q: np.ndarray, lambda_q: np.ndarray, mu: float, variant: Variant = "concat") -> np.ndarray:
-    """``[Q, μ·QΛ]`` (concat) or ``Q + μ·QΛ`` (sum): the query side of a SPAR index, float32."""
-    base_q = np.atleast_2d(np.asarray(base_q, dtype=np.float32))
-    lambda_q = np.atleast_2d(np.asarray(lambda_q, dtype=np.float32))
-    _check_pair(base_q, lambda_q, variant, "query vectors")
-    if variant == "concat":
-        return np.ascontiguousarray(np.hstack([base_q, np.float32(mu) * lambda_q]))
-    return np.ascontiguousarray(base_q + np.float32(mu) * lambda_q)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -391,7 +325,7 @@ class CodeWorker:
     read from the embeddings' memory-mapped shards (shared storage) and combined as the index combines them."""
 
     def __init__(self, index_bytes: np.ndarray, shards: Sequence[tuple[Sequence[Path], int]], variant: str | None):
-        from spar.model.embeddings import ShardedVectors
+        from spar.model.stored_vectors import ShardedVectors
 
         self.index = _faiss().deserialize_index(index_bytes)
         self.matrices = [ShardedVectors([np.load(p, mmap_mode="r", allow_pickle=False) for p in parts], dim)
@@ -427,7 +361,7 @@ def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: V
     """
     if lambda_p is None:
         return build_faiss_index([base_p], None, index_type, IndexOptions(**opts), executor, shards)
-    _check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
+    check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
     if base_p.shape[0] != lambda_p.shape[0]:
         raise ArtifactError(f"passage vectors: base has {base_p.shape[0]} rows but Λ has {lambda_p.shape[0]}")
     return build_faiss_index([base_p, lambda_p], variant, index_type, IndexOptions(**opts), executor, shards)
@@ -451,9 +385,10 @@ class SparIndex:
     def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
               index_type: IndexType = "flat", options: IndexOptions | None = None,
               executor: Executor | None = None, fold: float = 1.0, **opts: Any) -> "SparIndex":
-        """Build from two matrices or two :class:`~spar.model.embeddings.Embeddings` (ids and fingerprints checked; the
-        add phase of the latter runs on ``executor``'s workers when it is Ray's). ``fold`` (μ₀): the index holds
-        ``[P, μ₀·PΛ]`` and :meth:`search` scales the query side by ``μ/μ₀`` (:mod:`spar.index.approximate`)."""
+        """Build from two matrices or two :class:`~spar.model.stored_vectors.Embeddings` (ids and fingerprints
+        checked; the add phase of the latter runs on ``executor``'s workers when it is Ray's). ``fold`` (μ₀): the
+        index holds ``[P, μ₀·PΛ]`` and :meth:`search` scales the query side by ``μ/μ₀``
+        (:mod:`spar.index.approximate`)."""
         from spar.index.approximate import FoldedRows
 
         options = options or IndexOptions(**opts)
@@ -591,7 +526,7 @@ class SparIndex:
     def search(self, base_q, lambda_q, k: int, mu: float) -> tuple[np.ndarray, list[list[str | None]]]:
         """Top-``k`` passages for each query: ``sim + μ·simΛ`` (concat); μ comes from the caller (tuned by ``tune``).
 
-        ``base_q``/``lambda_q``: matrices [n, dim] or :class:`~spar.model.embeddings.Embeddings` (whose encoder
+        ``base_q``/``lambda_q``: matrices [n, dim] or :class:`~spar.model.stored_vectors.Embeddings` (whose encoder
         fingerprints must match the index's). Returns scores [n, k] and ids (``None`` where fewer than k exist).
         """
         base_q, lambda_q = self.check_query_side(base_q, lambda_q)

@@ -38,10 +38,10 @@ from spar.model.engines import Side, encode_shard_lightning, encode_shard_loop, 
 from spar.model.encoders import BiEncoder
 from spar.model.onnx_encoder import OnnxBiEncoder, with_backend
 from spar.core.schemas import EMBEDDING_IDS, write_table
+from spar.model.stored_vectors import PART_PATTERN
 
 log = logging.getLogger(__name__)
 
-PART_PATTERN = "part-{:05d}.npy"
 Engine = Literal["auto", "loop", "lightning"]
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from spar.core.config_sections import EncoderSection, PublishSection, QuestionSetSection
+from spar.core.config_search import PublishSection
+from spar.core.config_sections import EncoderSection, QuestionSetSection
 from spar.lexical.card import RunFacts
 
 KNOWN_LICENSES = {"all-minilm-l6-v2": "apache-2.0", "sentence-transformers/all-minilm-l6-v2": "apache-2.0"}

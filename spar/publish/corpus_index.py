@@ -105,7 +105,9 @@ class ModelDefaults:
         except ValueError:  # written by another spar version: its index options are not ours
             index = {}
         if not index:
-            config = json.loads((model_dir / "spar_model.json").read_text(encoding="utf-8"))
+            from spar.publish.model_dir import MODEL_CONFIG
+
+            config = json.loads((model_dir / MODEL_CONFIG).read_text(encoding="utf-8"))
             storage = ((config.get("provenance") or {}).get("tuning") or {}).get("storage")
             index = {"storage": storage} if storage else {}
         experiment, data = tree.get("experiment") or {}, tree.get("data") or {}
@@ -229,7 +231,7 @@ def _encode(job: _Job, directory: Path, name: str) -> Path:
 
 
 def _build(w: ArtifactWriter, job: _Job) -> dict[str, Any]:
-    from spar.model.embeddings import load_embeddings
+    from spar.model.stored_vectors import load_embeddings
     from spar.index.files import index_file_bytes, index_schema
     from spar.index.spar_index import IndexOptions, SparIndex
     from spar.core.schemas import PASSAGES

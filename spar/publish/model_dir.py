@@ -58,7 +58,7 @@ from spar.core.artifacts import PASSAGES_FILE
 from spar.core.errors import ArtifactError, SparError
 from spar.core.run_context import RunContext
 from spar.core.config import Variant
-from spar.index.spar_index import spar_passage_vectors, spar_query_vectors
+from spar.index.combine import spar_passage_vectors, spar_query_vectors
 from spar.publish.card import ModelCardFacts, render_model_card
 
 MODEL_CONFIG = "spar_model.json"
