@@ -43,6 +43,11 @@ else:
     os.environ["SPAR_CPU_CLASS"] = TEST_CPU_CLASS
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker per core, at most 4 (each may hold a JVM and a torch model)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def pytest_report_header(config) -> list[str]:
     from spar.model.engines import cpu_report
 
