@@ -1,7 +1,7 @@
 """Helpers shared by the benchmark scripts: the machine description, the command line and the JSON write-out.
 
-Scripts run as ``python bench/<name>.py`` put the repository and ``bench/`` on ``sys.path`` and then
-``from _common import machine, write_result``.
+``bench`` is a package: each script is run from the repository root as ``python -m bench.<name> ...`` and imports
+``from bench._common import machine, write_result`` (no ``sys.path`` set-up).
 """
 
 from __future__ import annotations
@@ -63,10 +63,21 @@ def machine(threads: int | None = None, device: str = "cpu") -> str:
     return "; ".join(parts)
 
 
+def module_name(script: str | Path) -> str:
+    """``bench.<name>`` for ``bench/<name>.py`` (what ``python -m`` runs)."""
+    return f"bench.{Path(script).stem}"
+
+
 def command_line(script: str | Path, argv: list[str] | None = None) -> str:
-    """``python bench/<script>.py <args>`` as typed (``argv=None``: this process's own arguments)."""
+    """``python -m bench.<script> <args>`` as typed (``argv=None``: this process's own arguments)."""
     args = argv if argv is not None else sys.argv[1:]
-    return "python " + " ".join(shlex.quote(a) for a in [str(Path(script).resolve().relative_to(REPO)), *args])
+    return "python -m " + " ".join(shlex.quote(a) for a in [module_name(script), *args])
+
+
+def self_command(script: str | Path) -> list[str]:
+    """``[python, -m, bench.<script>]``: the same script in a child process (which finds ``bench`` as this one did:
+    from the working directory, run from the repository root, or ``PYTHONPATH``)."""
+    return [sys.executable, "-m", module_name(script)]
 
 
 def write_result(result: dict, out: str | Path) -> dict:

@@ -5,7 +5,7 @@ ir_measures (:func:`spar.evaluate.metrics.per_query_values`) on the given qrels;
 with the first on the queries both answered: the mean difference and a 95% bootstrap interval over queries (10,000
 resamples, seeded). A difference whose interval holds 0 is not one these queries can tell apart.
 
-    python bench/compare_runs.py --qrels data/scifact-sample/qrels/test.tsv \\
+    python -m bench.compare_runs --qrels data/scifact-sample/qrels/test.tsv \\
         --runs runs/kl-proof-contrastive runs/kl-proof-kl-batch --systems spar lambda \\
         --out bench/results/compare_runs-kl-proof.json
 """
@@ -19,11 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, existing_file, output_file, write_result  # noqa: E402
+from bench._common import command_line, existing_file, output_file, write_result
 
 
 def lambda_summary(run_dir: Path) -> dict:
@@ -88,6 +84,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

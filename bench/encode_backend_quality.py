@@ -7,7 +7,7 @@ index and evaluate)::
     for b in onnx onnx-int8 torch; do for st in sample label train encode tune index evaluate; do
       spar $st -c configs/experiments/scifact.yaml experiment.output_dir=RUNS/sf-$b \\
           experiment.results_dir=RUNS/results-$b encode.backend=$b; done; done
-    python bench/encode_backend_quality.py --runs RUNS
+    python -m bench.encode_backend_quality --runs RUNS
 
 ``spar``/``peer``/``ratio``: SPAR nDCG@10 of ``onnx`` / of ``torch`` / their ratio; ``backends`` has each backend's
 base and SPAR nDCG@10, their difference to torch in points, the tuned μ and α, and the base vectors' max abs
@@ -18,14 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -74,6 +69,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -17,21 +17,17 @@ alternated; best and median. Latency: ``--single`` queries one at a time, altern
 cosine and max abs difference to torch fp32 over the timed passages. The CPU's model and bf16 flags are recorded.
 
     pip install openvino        # not a dependency of spar: only this bench uses it
-    python bench/encode_openvino.py --threads 2 --out bench/results/encode_openvino-amd.json
+    python -m bench.encode_openvino --threads 2 --out bench/results/encode_openvino-amd.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-from _common import command_line, cpu_model, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, cpu_model, machine, write_result
 
 SCIFACT = REPO.parent / "shared" / "datasets" / "scifact"
 
@@ -145,6 +141,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

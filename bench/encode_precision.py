@@ -7,8 +7,8 @@ model and flags). ``--save DIR`` also encodes every passage and query of the cor
 the vectors; ``--evaluate DIR`` (on any machine) then scores them: nDCG@10 of the base alone and of SPAR with a run's
 Λ vectors and tuned μ, fp32 against ``auto``, exact search (the quality gate: within 0.3 points).
 
-    python bench/encode_precision.py --passages 1000 --threads 8 --save /tmp/prec     # on the CPU to measure
-    python bench/encode_precision.py --evaluate /tmp/prec --run runs/scifact \\
+    python -m bench.encode_precision --passages 1000 --threads 8 --save /tmp/prec     # on the CPU to measure
+    python -m bench.encode_precision --evaluate /tmp/prec --run runs/scifact \\
         --qrels ../shared/datasets/scifact/qrels/test.tsv --out bench/results/encode_precision.json
 """
 
@@ -17,16 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, cpu_model, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, cpu_model, machine, write_result
 
 SCIFACT = REPO.parent / "shared" / "datasets" / "scifact"
 
@@ -157,6 +152,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -15,10 +15,10 @@ this process is compared too (``cpu_seconds_vs_torch``: what each backend costs 
 on a shared machine disturb less than wall time). ``--peer torch`` makes spar's torch path the peer (``spar`` is
 then the first backend) and skips SentenceTransformer.
 
-    python bench/encode_throughput.py                      # CPU, 2 threads, 400 passages
-    python bench/encode_throughput.py --peer torch --backends onnx onnx-int8 --passages 300 \
+    python -m bench.encode_throughput                      # CPU, 2 threads, 400 passages
+    python -m bench.encode_throughput --peer torch --backends onnx onnx-int8 --passages 300 \
         --out bench/results/encode_backends.json           # ONNX Runtime vs the torch path
-    python bench/encode_throughput.py --device cuda --passages 20000 --batch-size 256
+    python -m bench.encode_throughput --device cuda --passages 20000 --batch-size 256
 """
 
 from __future__ import annotations
@@ -26,16 +26,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def default_corpus() -> Path:
@@ -198,6 +193,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

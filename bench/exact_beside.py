@@ -15,7 +15,7 @@ test questions) gives a paired comparison at a fraction of the cost (one exact s
 Resumable: its own rankings and per-chunk progress live in ``--work`` (default ``<output_dir>/exact-beside[-N]``);
 a killed run continues at its next chunk of 2,048 questions.
 
-    python bench/exact_beside.py -c configs/experiments/wiki-odqa.yaml --questions 2048 \
+    python -m bench.exact_beside -c configs/experiments/wiki-odqa.yaml --questions 2048 \
         --out bench/results/exact-beside-663k.json
 """
 
@@ -24,15 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, output_file, positive_int, write_result  # noqa: E402
+from bench._common import command_line, machine, output_file, positive_int, write_result
 
 
 SERVED = ("spar", "hybrid", "base", "bm25")
@@ -143,6 +138,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

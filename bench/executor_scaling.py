@@ -16,7 +16,7 @@ SHA-256 with the local run's. The machine is shared: the load average is recorde
 and so is the CPU time the workers' processes got (``cores_obtained``: CPU seconds per wall second; 2 workers can
 scale only as far as the machine gives them a second core).
 
-    OMP_NUM_THREADS=1 python bench/executor_scaling.py
+    OMP_NUM_THREADS=1 python -m bench.executor_scaling
 
 Prints and writes ``bench/results/executor_scaling.json``: per stage ``{"spar": 2 workers, "peer": 1 worker,
 "ratio": spar/peer, "local": this process, ...}``, plus ``unit``, ``machine`` and ``command``.
@@ -35,11 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def _load() -> float:
@@ -213,6 +209,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

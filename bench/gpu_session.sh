@@ -98,7 +98,7 @@ prepare)  # here: .gpu/c1 .. .gpu/c4, one per call (each with the repository und
   sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/c1/model-a/model.safetensors.sha256
   tar -C runs/scifact -cJf .gpu/c2/run.tar.xz queries labels
   tar -C ../shared/datasets -cJf .gpu/c1/dataset.tar.xz scifact
-  python3 bench/remote_encode.py pack -c "$CONFIG" --out .gpu/corpus
+  python3 -m bench.remote_encode pack -c "$CONFIG" --out .gpu/corpus
   cp .gpu/corpus/plan.json .gpu/corpus/shard-00000.jsonl.xz .gpu/c1/
   for i in 1 2 3 4 5 6 7; do cp .gpu/corpus/shard-0000$i.jsonl.xz .gpu/c3/; done
   for i in 08 09 10 11 12 13; do cp .gpu/corpus/shard-000$i.jsonl.xz .gpu/c4/; done
@@ -122,7 +122,7 @@ start)  # call 2: .gpu/c2 (the other half of the model, wheels, SciFact's run)
   mkdir -p runs/scifact && tar -C runs/scifact -xJf .gpu/c2/run.tar.xz
   python3 -c "import pipelines.cli, spar.train.training, spar.model.embeddings, datasets, nltk; print('spar imports')" || exit 1
   feed
-  TOKENIZERS_PARALLELISM=true setsid nohup python3 bench/remote_encode.py encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
+  TOKENIZERS_PARALLELISM=true setsid nohup python3 -m bench.remote_encode encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
     --watch 1500 --batch-size 512 > "$S/encode.log" 2>&1 < /dev/null &
   setsid nohup bash bench/gpu_session.sh jobs > "$S/jobs-driver.log" 2>&1 < /dev/null &
   setsid nohup bash bench/gpu_session.sh cpujobs > "$S/cpujobs-driver.log" 2>&1 < /dev/null &
@@ -144,16 +144,16 @@ collect)  # [seconds]: wait up to that long for three unshipped shards (or the l
   ;;
 jobs)  # the GPU job list, in order of value
   run_job scifact-lambda scifact_lambda scifact-lambda
-  run_job encode-cuda python3 bench/encode_throughput.py --device cuda --model "$MODEL_DIR" --passages 5183 \
+  run_job encode-cuda python3 -m bench.encode_throughput --device cuda --model "$MODEL_DIR" --passages 5183 \
     --batch-size 256 --repeats 2 --skip-lightning --out "$S/jobs/encode-cuda.fp32.json"
-  run_job encode-cuda-bf16 python3 bench/encode_throughput.py --device cuda --model "$MODEL_DIR" --passages 5183 \
+  run_job encode-cuda-bf16 python3 -m bench.encode_throughput --device cuda --model "$MODEL_DIR" --passages 5183 \
     --batch-size 256 --repeats 2 --skip-lightning --precision bf16-mixed --out "$S/jobs/encode-cuda-bf16.json"
-  run_job train-vs-st python3 bench/train_vs_st.py -c configs/experiments/scifact.yaml --model "$MODEL_DIR" \
+  run_job train-vs-st python3 -m bench.train_vs_st -c configs/experiments/scifact.yaml --model "$MODEL_DIR" \
     --steps 60 --warmup 10 --batch-size 128 --out "$S/jobs/train-vs-st.json"
   run_job scifact-lambda-kl scifact_lambda scifact-lambda-kl train.loss=contrastive+kl train.kl_target=batch
   ;;
 cpujobs)  # the machine's CPU, while the GPU works
-  run_job cpu-precision python3 bench/encode_precision.py --model "$MODEL_DIR" --threads 6 --passages 1000 \
+  run_job cpu-precision python3 -m bench.encode_precision --model "$MODEL_DIR" --threads 6 --passages 1000 \
     --repeats 3 --save "$S/jobs/cpu-precision.vectors"
   ;;
 receive)  # here: DIR... of what came back

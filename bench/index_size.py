@@ -8,7 +8,7 @@ base and MiniLM-initialised Λ: 384 each) and serialised; the figure is bytes of
 i.e. the same code size: SPAR's PQ codes then spend half as many bits per dimension (the accuracy cost is for the
 evaluate stage to measure).
 
-    python bench/index_size.py                 # N = 50,000
+    python -m bench.index_size                 # N = 50,000
 """
 
 from __future__ import annotations
@@ -18,11 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -90,6 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

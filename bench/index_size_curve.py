@@ -2,7 +2,7 @@
 Index Sizes"): SQuAD's test questions against their gold paragraphs plus N distractor passages, for BM25, the base
 retriever, the BM25 hybrid and SPAR. Does SPAR keep BM25's robustness to index size, where dense retrievers lose it?
 
-    python bench/index_size_curve.py -c configs/experiments/wiki-odqa-50k.yaml --set squad-open \
+    python -m bench.index_size_curve -c configs/experiments/wiki-odqa-50k.yaml --set squad-open \
         --distractors 0 10000 100000 all --out results/index-size-curve
 
 Reads a finished experiment (its passage embeddings, query vectors, tuned weights of the question set, teacher
@@ -16,7 +16,6 @@ would have them); the hybrid fuses base and BM25 with the set's α. Writes <out>
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,9 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import command_line, machine, write_result
 
 SYSTEMS = ("bm25", "base", "hybrid", "spar")
 
@@ -158,6 +155,6 @@ def _plot(result: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

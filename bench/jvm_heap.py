@@ -3,7 +3,7 @@ evaluate`` does (:attr:`spar.experiment.inputs.ExperimentInputs.bm25`: the teach
 passages), in one child process per ``-Xmx``, each reporting its peak RSS (VmHWM) and anonymous RSS, and a hash of
 its hits: a smaller heap must return the same hits, or it is no bound worth having.
 
-    python bench/jvm_heap.py -c configs/experiments/wiki-odqa.yaml --set nq --questions 2048 --heaps 4g 1g \\
+    python -m bench.jvm_heap -c configs/experiments/wiki-odqa.yaml --set nq --questions 2048 --heaps 4g 1g \\
         --out bench/results/jvm_heap-663k.json
 """
 
@@ -13,15 +13,10 @@ import argparse
 import hashlib
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, proc_status, write_result  # noqa: E402
+from bench._common import command_line, machine, proc_status, self_command, write_result
 
 
 def _status() -> dict[str, float]:
@@ -64,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
         return child(args) or {}
     rows = []
     for heap in args.heaps:
-        cmd = [sys.executable, __file__, "-c", args.config, "--set", args.set, "--questions", str(args.questions),
+        cmd = [*self_command(__file__), "-c", args.config, "--set", args.set, "--questions", str(args.questions),
                "--k", str(args.k), "--child", heap, *args.overrides]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode:
@@ -81,6 +76,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

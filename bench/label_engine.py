@@ -10,8 +10,8 @@ One invocation samples the queries (or reuses a sampled run), builds the Lucene 
 3. **peak RSS of each**: ``spar label`` with ``label.engine=lucene`` and ``=memory`` end to end, each in a child
    process started by a small launcher (so each peak is the stage's own), on the same queries and teacher index.
 
-    python bench/label_engine.py -c configs/experiments/scifact.yaml --name scifact
-    python bench/label_engine.py -c configs/experiments/wiki-vital.yaml --corpus CORPUS.jsonl --limit 10000 --name X
+    python -m bench.label_engine -c configs/experiments/scifact.yaml --name scifact
+    python -m bench.label_engine -c configs/experiments/wiki-vital.yaml --corpus CORPUS.jsonl --limit 10000 --name X
 
 Prints and writes ``bench/results/label_engine-<name>.json``: ``{"spar": memory q/s, "peer": lucene q/s, "ratio",
 "unit", "identical_shards", "peak_rss_gb", "start_seconds", "machine", "command", ...}``.
@@ -29,11 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def _sha256(path: Path) -> str:
@@ -188,6 +184,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

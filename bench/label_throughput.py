@@ -8,7 +8,7 @@ both alike; the best of ``--repeats`` runs is reported for each.
 - peer: ``LuceneSearcher.batch_search`` over the same query batches, reading each hit's docid and score (the least
   any consumer of the ranking does).
 
-    OMP_NUM_THREADS=1 python bench/label_throughput.py --limit 10000
+    OMP_NUM_THREADS=1 python -m bench.label_throughput --limit 10000
 
 Prints and writes ``bench/results/label_throughput.json``:
 ``{"spar": qps, "peer": qps, "ratio": spar/peer, "unit": "queries/s", "machine": ..., "command": ...}``.
@@ -24,11 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -129,6 +125,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

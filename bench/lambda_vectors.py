@@ -5,7 +5,7 @@ queries-test}``) without its weights; this scores it the way ``spar tune`` + ``s
 search over the run's own base vectors: μ chosen on the dev split's qrels from a log grid (never on test), then
 test nDCG@10 and R@100 of the base, Λ alone and SPAR (``base + μ·Λ``).
 
-    python bench/lambda_vectors.py -c configs/experiments/scifact.yaml \\
+    python -m bench.lambda_vectors -c configs/experiments/scifact.yaml \\
         --lambda .gpu/lambda/scifact-lambda/embeddings/lambda --name contrastive --out bench/results/x.json
 """
 
@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, write_result  # noqa: E402
+from bench._common import command_line, write_result
 
 GRID = [float(x) for x in np.logspace(-4, 1, 51)]
 
@@ -95,6 +90,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -6,22 +6,17 @@ table; its vectors do not depend on whether the table was trained, so an untrain
 transformer Λ is all-MiniLM-L6-v2 with CLS pooling at 256 tokens, as the configs' ``train.encoder``. Target
 (issue #13): static ≥ 50× faster.
 
-    python bench/lexical_encode.py                 # 2 threads, 400 passages
+    python -m bench.lexical_encode                 # 2 threads, 400 passages
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -69,6 +64,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -12,7 +12,7 @@ Gaussian one, on enwiki-2015's 663,483 passages (title + text, the teacher's fie
 ``spar`` is ``sparse`` (``--nonzeros`` entries per term), ``peer`` the ``gaussian`` table at the same dim; the ratio
 is on peak RSS (target: ≤ 8 GB for the stage)::
 
-    python bench/lexical_scale.py --dim 3072 --passages 0
+    python -m bench.lexical_scale --dim 3072 --passages 0
 
 Prints JSON and writes ``bench/results/lexical_scale.json``.
 """
@@ -30,11 +30,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, proc_status, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, proc_status, self_command, write_result
 
 CORPUS = REPO.parent / "shared" / "datasets" / "enwiki-2015" / "corpus.jsonl.gz"
 
@@ -132,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs = {}
     for projection in ("sparse", "gaussian"):
         passages = args.passages if projection == "sparse" or args.peer_passages is None else args.peer_passages
-        cmd = [sys.executable, __file__, "--worker", projection, "--corpus", str(args.corpus), "--statistics",
+        cmd = [*self_command(__file__), "--worker", projection, "--corpus", str(args.corpus), "--statistics",
                str(args.statistics), "--work", str(args.work), "--dim", str(args.dim), "--nonzeros",
                str(args.nonzeros), "--passages", str(passages), "--shard-size", str(args.shard_size)]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -154,6 +150,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -29,9 +29,9 @@ and file-backed (``RssFile``: memory-mapped files, e.g. embedding shards) reside
 Everything is written under a temporary directory (``--workdir``, default under ``$TMPDIR`` or /tmp), removed
 after each size. N is reduced (and the JSON says so) when the disk or the available memory cannot hold it.
 
-    OMP_NUM_THREADS=1 python bench/memory.py                    # (a) 2k/4k/8k, (b) 250k and 1M flat
-    OMP_NUM_THREADS=1 python bench/memory.py --index-type ivfpq --index-passages 1000000
-    OMP_NUM_THREADS=2 python bench/memory.py --encode-passages --index-passages 400000 1000000 2000000 \
+    OMP_NUM_THREADS=1 python -m bench.memory                    # (a) 2k/4k/8k, (b) 250k and 1M flat
+    OMP_NUM_THREADS=1 python -m bench.memory --index-type ivfpq --index-passages 1000000
+    OMP_NUM_THREADS=2 python -m bench.memory --encode-passages --index-passages 400000 1000000 2000000 \
         --index-type auto --index-override index.hnsw_ef_construction=40 --search-queries 200 --threads 2
 """
 
@@ -50,11 +50,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, proc_status, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, proc_status, self_command, write_result
 
 GB, MB = 1e9, 1e6
 LIMIT_GB = 8.0
@@ -261,7 +257,7 @@ def write_passages(path: Path, n: int, source: Path | None, batch: int = 100_000
 def run_child(kind: str, a: dict, timeout: int, log_dir: Path) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(a["threads"]), "MKL_NUM_THREADS": str(a["threads"]),
            "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--child-args", json.dumps(a)]
+    cmd = [*self_command(__file__), "--child", kind, "--child-args", json.dumps(a)]
     print(f"[memory] {kind} N={a['n']:,} ...", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     (log_dir / f"{kind}-n{a['n']}.log").write_text(proc.stdout + proc.stderr)
@@ -505,6 +501,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -10,7 +10,7 @@ Two kinds of points, kept apart in the table and the plot:
   ``costs`` of a results JSON, read from the artifacts' manifests), each given with its corpus size, because
   neither file records it. A point is only as current as the code it ran on: the table says when each was made.
 
-    python bench/memory_curve.py --synthetic bench/results/memory-auto-curve.json \\
+    python -m bench.memory_curve --synthetic bench/results/memory-auto-curve.json \\
         --stage tune:667980:bench/results/memory-tune-663k-pread.json \\
         --stage index:667980:bench/results/memory-index-663k.json \\
         --stage evaluate:667980:bench/results/memory-evaluate-663k.json \\
@@ -22,14 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, write_result  # noqa: E402
+from bench._common import REPO, command_line, write_result
 
 LIMIT_GB = 8.0
 
@@ -212,6 +208,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

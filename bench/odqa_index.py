@@ -24,7 +24,7 @@ walks a folded index).
 ``--subset N`` measures on a seeded N-passage sample of the corpus (exploration); without it every passage is
 searched, streamed from its shards.
 
-    python bench/odqa_index.py -c configs/experiments/wiki-odqa.yaml --sets nq trivia entityq squad-open \\
+    python -m bench.odqa_index -c configs/experiments/wiki-odqa.yaml --sets nq trivia entityq squad-open \\
         --questions 500 --configs flat:fs4 ivf:fs4:nlist=4096:nprobe=128:refine=4 hnsw:sq4:ef=256:refine=4 \\
         --out bench/results/odqa_index-663k.json
 """
@@ -36,13 +36,10 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import command_line, machine, write_result
 
 KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer", "walk")
 
@@ -469,6 +466,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

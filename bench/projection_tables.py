@@ -15,7 +15,7 @@ dev against the stored passage vectors, SPAR nDCG@10 on test):
 
 Needs a run's artifacts up to the base embeddings (as ``spar frontier``)::
 
-    python bench/projection_tables.py -c configs/experiments/scifact.yaml \\
+    python -m bench.projection_tables -c configs/experiments/scifact.yaml \\
         experiment.output_dir=/path/to/run --dims 1536 3072 --seeds 0 1 2
 
 Prints JSON and writes ``bench/results/projection_tables-<name>.json``; ``ratio`` is the mean SPAR nDCG@10 (sq4) of
@@ -32,11 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 VARIANTS = ("gaussian", "hashed-gaussian", "countsketch", "sparse-2", "sparse-4", "sparse-8", "sparse-16",
             "gaussian-df2", "gaussian-df3")
@@ -149,6 +145,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -17,7 +17,7 @@ JSON: ms per question (median, mean) for each system and backend, and SPAR / hyb
 machine: it measures what one core does.
 
     spar publish -c configs/experiments/wiki-odqa.yaml          # the run's model/ (the query encoders and μ)
-    python bench/query_latency.py -c configs/experiments/wiki-odqa.yaml --set nq --questions 200 \\
+    python -m bench.query_latency -c configs/experiments/wiki-odqa.yaml --set nq --questions 200 \\
         --out bench/results/query_latency-663k.json
 """
 
@@ -25,14 +25,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import command_line, machine, write_result
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -144,6 +140,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

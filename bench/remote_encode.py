@@ -6,13 +6,13 @@ own passages. A cluster writes them there through shared storage (``executor.kin
 across machines that share nothing but small file transfers (this project's lent GPU: ≤ 64 MiB each way per call):
 
     # here: the shards' passages, exactly as the stage would read them from queries/passages.arrow
-    python bench/remote_encode.py pack -c configs/experiments/wiki-odqa.yaml --out .gpu/corpus
+    python -m bench.remote_encode pack -c configs/experiments/wiki-odqa.yaml --out .gpu/corpus
     # there: encode each packed shard with spar's own shard worker (spar.model.encode_workers.ShardEncoder) as it
     # arrives, and write each shard's vectors for the way back
-    python bench/remote_encode.py encode --pack .gpu/corpus --model .gpu/model --out /tmp/enc --watch 900
+    python -m bench.remote_encode encode --pack .gpu/corpus --model .gpu/model --out /tmp/enc --watch 900
     # here: the shards into the run's .partial/ (stamped with the stage's fingerprint); `spar encode` then finds
     # them finished and writes the manifest
-    python bench/remote_encode.py unpack -c configs/experiments/wiki-odqa.yaml --from back/ --into-run
+    python -m bench.remote_encode unpack -c configs/experiments/wiki-odqa.yaml --from back/ --into-run
 
 ``--transport sq8`` (the default) brings each vector back at 8 bits per dimension (a per-dimension uniform
 quantizer over the shard's own min and max: 384 B per MiniLM passage instead of 1,536) — what the transfer limit
@@ -27,14 +27,10 @@ import argparse
 import json
 import lzma
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 PLAN = "plan.json"
 
@@ -196,6 +192,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -21,8 +21,8 @@ The headline is the flat index (as specified). A flat scan is memory-bound and l
 vectors, the hardest case for HNSW) shows the one-search advantage once the dense search is sub-linear. Each index
 type is measured at every ``--threads`` value (OpenMP threads spin, so 1 thread can win on a loaded machine).
 
-    python bench/search_latency.py                      # 100k passages; flat and HNSW; 2 then 1 threads
-    python bench/search_latency.py --lambda-dim 1536 --storages sq4 float32 --threads 1   # a quantized SPAR index
+    python -m bench.search_latency                      # 100k passages; flat and HNSW; 2 then 1 threads
+    python -m bench.search_latency --lambda-dim 1536 --storages sq4 float32 --threads 1   # a quantized SPAR index
 
 **Real vectors** (``--embeddings DIR --passages-table passages.arrow``): the base passage vectors of a real encode
 (a complete ``embeddings/base/passages`` directory, or the finished shards of its ``passages.partial`` while the
@@ -37,7 +37,7 @@ system's latency one query at a time and batched, side by side in one process wi
 is the flat index of the first storage against the hybrid; each approximate row gives its nDCG@10 loss against
 the exact scan of the same codes::
 
-    python bench/search_latency.py --embeddings runs/scifact/embeddings/base/passages \
+    python -m bench.search_latency --embeddings runs/scifact/embeddings/base/passages \
         --passages-table runs/scifact/queries/passages.arrow --queries ../shared/datasets/scifact/queries.jsonl \
         --qrels-test ../shared/datasets/scifact/qrels/test.tsv --qrels-dev ../shared/datasets/scifact/qrels/train.tsv \
         --index flat hnsw ivf --out bench/results/search_latency_real-scifact.json
@@ -54,11 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def datasets() -> Path:
@@ -561,6 +557,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

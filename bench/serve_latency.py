@@ -6,7 +6,7 @@ folding and exact re-ranking included) on the run's saved index (``<run>/index``
 ``--flat-storage`` codes built here from the same embeddings, with the same dev questions, μ and k, alternated
 question by question. Prints JSON: milliseconds per question (median, mean), the ratio served / flat.
 
-    python bench/serve_latency.py -c configs/experiments/wiki-odqa.yaml --split queries-dev-nq --questions 100 \\
+    python -m bench.serve_latency -c configs/experiments/wiki-odqa.yaml --split queries-dev-nq --questions 100 \\
         --out bench/results/serve_latency-663k.json
 """
 
@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import command_line, machine, write_result
 
 
 def main() -> dict:
@@ -83,6 +79,6 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

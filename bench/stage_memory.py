@@ -6,7 +6,7 @@ memory-mapped embeddings, Lucene files) resident memory, and, each time the resi
 main thread's Python stack (so the JSON says which call holds the memory). A JVM started in-process (Pyserini) counts
 in the same process's RSS, as it does in a stage run from the command line.
 
-    python bench/stage_memory.py tune -c configs/experiments/wiki-odqa.yaml --out bench/results/memory-tune-663k.json
+    python -m bench.stage_memory tune -c configs/experiments/wiki-odqa.yaml --out bench/results/memory-tune-663k.json
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-from _common import command_line, machine, proc_status, write_result  # noqa: E402
+from bench._common import command_line, machine, proc_status, write_result
 
 GB = 1e9
 
@@ -84,6 +81,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -12,7 +12,7 @@ the dev split against each stored form and SPAR nDCG@10 is reported on test:
 
 Needs a run's artifacts up to the base embeddings (as ``spar frontier``)::
 
-    python bench/storage_mixing.py -c configs/experiments/scifact.yaml --dims 1536 3072 --seeds 0 1 2
+    python -m bench.storage_mixing -c configs/experiments/scifact.yaml --dims 1536 3072 --seeds 0 1 2
 
 Prints JSON and writes ``bench/results/storage_mixing-<name>.json``; ``ratio`` is the mean SPAR nDCG@10 of the
 single 4-bit codec over that of the 8/4-bit mix at the same Λ dimension (1.0: nothing lost).
@@ -23,13 +23,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -105,6 +100,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

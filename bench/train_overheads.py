@@ -9,7 +9,7 @@ a checkpoint is the ``torch.save`` of what Lightning's ``last.ckpt`` holds for i
 written where the run's checkpoints go, timed against the training steps between two checkpoints — at this
 machine's measured step time, and at the step rate one H100 measured (11.6 steps/s, batch 128, bf16: #36).
 
-    python bench/train_overheads.py -c configs/experiments/scifact.yaml --out bench/results/train_overheads-cpu.json
+    python -m bench.train_overheads -c configs/experiments/scifact.yaml --out bench/results/train_overheads-cpu.json
 """
 
 from __future__ import annotations
@@ -17,16 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import command_line, machine, write_result
 
 #: Steps per second of ``spar train train.kind=transformer train.batch_size=128`` on one H100 (bf16-mixed; #36).
 GPU_STEPS_PER_S = 11.6
@@ -128,6 +123,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

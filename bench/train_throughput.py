@@ -5,7 +5,7 @@ optimiser (:meth:`LambdaModule.configure_optimizers`' fused AdamW) as ``spar tra
 validation, so the step cost alone is timed; also times one surrogate validation pass. Needs the outputs of
 ``spar run --to label`` for the config.
 
-    OMP_NUM_THREADS=2 python bench/train_throughput.py --config configs/default.yaml --lengths 64 128 256 \\
+    OMP_NUM_THREADS=2 python -m bench.train_throughput --config configs/default.yaml --lengths 64 128 256 \\
         --steps 5 --threads 2 --output bench-train.json
 """
 
@@ -108,7 +108,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     np.set_printoptions(precision=3)
     run_cli(main)

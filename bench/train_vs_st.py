@@ -8,7 +8,7 @@ steps after ``--warmup`` (each trainer timed by its own step callbacks, the GPU 
 validation and data set preparation are left out of both. spar trains two encoders (query and passage: the
 paper's DPR Λ), sentence-transformers one shared model: the same arithmetic per text.
 
-    python bench/train_vs_st.py -c configs/experiments/scifact.yaml --steps 60 --batch-size 128 \\
+    python -m bench.train_vs_st -c configs/experiments/scifact.yaml --steps 60 --batch-size 128 \\
         --model PATH_OR_ID --out bench/results/train_vs_st.json
 
 Needs the run's sample and label outputs (``spar run CONFIG --to label``) and the ``datasets`` package
@@ -18,16 +18,11 @@ Needs the run's sample and label outputs (``spar run CONFIG --to label``) and th
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import command_line, machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def _sync() -> None:
@@ -162,6 +157,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

@@ -10,8 +10,8 @@ Data: an experiment's dev split (``data.qrels_dev``) and its ``embeddings/{base,
 otherwise the corpus is encoded once into ``--work-dir`` with the configured base retriever and an *untrained* Λ
 (``train.encoder``: MiniLM, CLS pooling) — timings do not depend on how well Λ is trained.
 
-    python bench/tune_cost.py                                            # SciFact (shared datasets), 2 threads
-    python bench/tune_cost.py --config configs/default.yaml --threads 1  # the embedded 600-abstract sample
+    python -m bench.tune_cost                                            # SciFact (shared datasets), 2 threads
+    python -m bench.tune_cost --config configs/default.yaml --threads 1  # the embedded 600-abstract sample
 """
 
 from __future__ import annotations
@@ -19,17 +19,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from _common import machine, write_result  # noqa: E402
+from bench._common import REPO, command_line, machine, write_result
 
 
 def median_time(fn, repeat: int):
@@ -143,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {
         "benchmark": "tune_cost",
-        "command": "python bench/tune_cost.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "command": command_line(__file__, argv or None),
         "machine": machine(args.threads),
         # The headline: the 19-value sweep against one evaluation pass of the combined index.
         "spar": round(sweep_seconds, 4), "peer": round(eval_seconds, 4),
@@ -175,6 +169,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from _common import run_cli
+    from bench._common import run_cli
 
     run_cli(main)

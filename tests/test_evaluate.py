@@ -482,16 +482,16 @@ def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_dig
 
 
 def test_exact_beside_refuses_a_run_it_cannot_serve_in_one_line(tmp_path):
-    """bench/exact_beside.py on a run without an index, or with an override the index cannot honour, printed spar's
-    refusal under a 9-12 line traceback (its own errors were already one line)."""
+    """``python -m bench.exact_beside`` on a run without an index, or with an override the index cannot honour,
+    printed spar's refusal under a 9-12 line traceback (its own errors were already one line)."""
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, str(repo / "bench" / "exact_beside.py"), "-c",
+    done = subprocess.run([sys.executable, "-m", "bench.exact_beside", "-c",
                            str(repo / "configs" / "default.yaml"), "--out", str(tmp_path / "out.json"),
                            f"experiment.output_dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.startswith("exact_beside.py: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "run" / "exact-beside").exists()
@@ -520,10 +520,12 @@ def test_bench_scripts_answer_bad_arguments_in_one_line(tmp_path, script, args, 
                                                                     "test.tsv"),
              "RUN": str(tmp_path / "run"), "OUT": str(tmp_path / "out.json"), "NODIR/out.json":
              str(tmp_path / "nodir" / "out.json"), "CONFIG": str(repo / "configs" / "default.yaml")}
-    done = subprocess.run([sys.executable, str(repo / "bench" / script), *[names.get(a, a) for a in args],
+    module = ["-m", f"bench.{script.removesuffix('.py')}"]  # run as the README says: python -m bench.NAME
+    done = subprocess.run([sys.executable, *module, *[names.get(a, a) for a in args],
                            f"experiment.output_dir={tmp_path / 'run'}"] if script == "exact_beside.py" else
-                          [sys.executable, str(repo / "bench" / script), *[names.get(a, a) for a in args]],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          [sys.executable, *module, *[names.get(a, a) for a in args]],
+                          capture_output=True, text=True, timeout=300, cwd=repo,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     expected = message.replace("MISSING", names["MISSING"]).replace("NODIR/out.json", names["NODIR/out.json"])
     expected = expected.replace("directory NODIR", f"directory {tmp_path / 'nodir'}")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]

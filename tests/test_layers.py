@@ -194,10 +194,26 @@ def test_every_first_party_import_names_a_module():
     missing = {}
     for path in sorted(files):
         gone = sorted(m for m in _imports(path, relative=False)
-                      if m.split(".")[0] in ("spar", "pipelines") and not _is_module(m))
+                      if m.split(".")[0] in ("spar", "pipelines", "bench") and not _is_module(m))
         if gone:
             missing[str(path.relative_to(ROOT))] = gone
     assert not missing, missing
+
+
+def test_the_benchmarks_are_one_package():
+    """``bench`` is a package run as ``python -m bench.NAME``: every script reaches its shared module as
+    ``bench._common``, and none sets ``sys.path`` up (they did, four different ways, to import ``_common``)."""
+    assert (ROOT / "bench" / "__init__.py").is_file()
+    odd = {}
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        sets_path = any(isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                        and node.value.id == "sys" for node in ast.walk(tree))
+        imports = _imports(path, relative=False)
+        if sets_path or "_common" in imports or (path.stem not in ("__init__", "_common")
+                                                           and "bench._common" not in imports):
+            odd[path.name] = sorted(m for m in imports if "_common" in m)
+    assert not odd, odd
 
 
 def test_every_library_module_imports_alone():
