@@ -126,21 +126,6 @@ class Rows:
         return np.asarray(self.matrix[self.rows[np.asarray(key)]], dtype=np.float32)
 
 
-class Concat:
-    """``[P, s·PΛ]`` row blocks of two row sources (the exact scan's and a folded index's input)."""
-
-    def __init__(self, base, lam, scale: float = 1.0):
-        self.base, self.lam, self.scale = base, lam, np.float32(scale)
-        self.shape = (base.shape[0], base.shape[1] + lam.shape[1])
-        self.dtype, self.ndim = np.dtype(np.float32), 2
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key) -> np.ndarray:
-        return np.ascontiguousarray(np.hstack([self.base[key], self.lam[key] * self.scale]), dtype=np.float32)
-
-
 def judge(rows: np.ndarray, scores: np.ndarray, dev, doc_ids, texts_of, ks) -> dict[str, float]:
     from spar.evaluate.metrics import answer_accuracy, evaluate_run, ranked_run
 
@@ -163,46 +148,32 @@ def index_bytes(index) -> int:
         return os.path.getsize(path)
 
 
-def make_index(c: dict, dim: int, n: int, seed: int, threads: int):
-    import faiss
-
-    from spar.index.spar_index import IndexOptions, make_faiss_index
+def build(c: dict, base_p, lambda_p, fold: float, seed: int, threads: int):
+    """The FAISS index of config ``c`` over ``[P, fold·PΛ]`` (``lambda_p=None``: over ``P`` alone), built by the
+    library as ``spar index`` builds it (:meth:`SparIndex.build <spar.index.spar_index.SparIndex.build>`: codec trained
+    on a seeded sample, rows folded and added in blocks). ``quantizer=hnsw`` (an IVF whose coarse quantizer is an HNSW
+    graph, which ``spar index`` does not build) is made here and trained and filled by the same library steps."""
+    from spar.index.approximate import FoldedRows
+    from spar.index.spar_index import IndexOptions, SparIndex, add_passages, build_spar_index, train_faiss_index
 
     options = IndexOptions(storage=c["storage"], seed=seed, threads=threads,
                            **({"ivf_nlist": c["nlist"]} if "nlist" in c else {}),
                            **({"hnsw_m": c["m"]} if "m" in c else {}),
                            **({"hnsw_ef_construction": c["efc"]} if "efc" in c else {}))
     if c["type"] == "ivf" and c.get("quantizer") == "hnsw":
+        import faiss
+
         from spar.index.storage import factory_component
 
-        nlist = c["nlist"]
-        index = faiss.index_factory(dim, f"IVF{nlist}_HNSW32,{factory_component(c['storage'], dim=dim)}",
+        matrices, variant = ([base_p], None) if lambda_p is None else (
+            [base_p, FoldedRows(lambda_p, fold) if fold != 1.0 else lambda_p], "concat")
+        dim = base_p.shape[1] + (lambda_p.shape[1] if lambda_p is not None else 0)
+        index = faiss.index_factory(dim, f"IVF{c['nlist']}_HNSW32,{factory_component(c['storage'], dim=dim)}",
                                     faiss.METRIC_INNER_PRODUCT)
-        return index, options
-    return make_faiss_index(dim, n, c["type"], options), options
-
-
-def build(c: dict, data, seed: int, threads: int):
-    """Train on a seeded sample, then add every row in blocks (as spar.index.spar_index.build_faiss_index)."""
-    from spar.index.spar_index import ADD_BATCH, faiss_threads
-    from spar.index.storage import FAST_SCAN
-
-    n, dim = data.shape
-    index, options = make_index(c, dim, n, seed, threads)
-    if not index.is_trained:
-        nlist = getattr(index, "nlist", 0) or (c.get("nlist") or 0)
-        size = min(n, max(256 * 64, 64 * nlist) if nlist else 65536)
-        sample = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
-        train = data[sample]
-        if c["storage"] in FAST_SCAN:  # thousands of tiny k-means: a second OpenMP thread only waits
-            with faiss_threads(1):
-                index.train(train)
-        else:
-            index.train(train)
-        del train
-    for start in range(0, n, ADD_BATCH):
-        index.add(data[start:start + ADD_BATCH])
-    return index
+        return add_passages(train_faiss_index(index, matrices, variant, options), matrices, variant)
+    if lambda_p is None:
+        return build_spar_index(base_p, None, index_type=c["type"], **options.faiss_options())
+    return SparIndex.build(base_p, lambda_p, index_type=c["type"], options=options, fold=fold).index
 
 
 def search(index, qvecs: np.ndarray, k: int, refine: int, passage_rows, base_q, lambda_q, mu, subset,
@@ -276,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.evaluate.exact import top_k
     from spar.experiment.inputs import ExperimentInputs
     from spar.index.approximate import PassageRows
-    from spar.index.combine import spar_query_vectors
+    from spar.index.combine import SparPassageRows, spar_query_vectors
     from spar.model.stored_vectors import load_embeddings
 
     faiss.omp_set_num_threads(args.threads)
@@ -319,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     for name, s in sets.items():
         q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"], "concat")
-        scores, rows = top_k(q, Concat(base_p, lam_p), args.k)
+        scores, rows = top_k(q, SparPassageRows(base_p, lam_p), args.k)
         base_scores, base_rows = top_k(s["base_q"], base_p, args.k)
         exact[name] = {"spar": judge(rows, scores, s["dev"], doc_ids, texts_of, ks),
                        "base": judge(base_rows, base_scores, s["dev"], doc_ids, texts_of, ks),
@@ -393,13 +364,13 @@ def main(argv: list[str] | None = None) -> dict:
             else:  # "mu": μ₀ as `spar index` folds it; a number: that μ₀ (1: unfolded)
                 fold = mu0 if parsed["fold"] == "mu" else float(parsed["fold"])
             start = time.perf_counter()
-            index = build(parsed, Concat(base_p, lam_p, fold), cfg.experiment.seed, args.threads)
+            index = build(parsed, base_p, lam_p, fold, cfg.experiment.seed, args.threads)
             built = round(time.perf_counter() - start, 1)
             size = index_bytes(index)
         bindex = None
         if not args.no_base and parsed["type"] != "built":  # the base alone through the same index type
             start = time.perf_counter()
-            bindex = build({**parsed, "refine": 0}, base_p, cfg.experiment.seed, args.threads)
+            bindex = build({**parsed, "refine": 0}, base_p, None, 1.0, cfg.experiment.seed, args.threads)
             base_built = time.perf_counter() - start
 
         for c in search_settings(parsed):

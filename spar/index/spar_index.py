@@ -231,7 +231,13 @@ def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, ind
     if n == 0:
         raise ArtifactError("cannot build an index of 0 passages")
     dim = _rows(matrices, variant, 0, 1).shape[1]
-    index = make_faiss_index(dim, n, index_type, options)
+    return train_faiss_index(make_faiss_index(dim, n, index_type, options), matrices, variant, options)
+
+
+def train_faiss_index(index, matrices: Sequence[np.ndarray], variant: str | None, options: IndexOptions):
+    """Train the codec of an empty ``index`` (one :func:`make_faiss_index` made, or another FAISS index of the
+    rows' dimension) on a seeded sample of the (combined) rows, unless it needs no training; returns it."""
+    n = matrices[0].shape[0]
     if not index.is_trained:
         nlist = getattr(index, "nlist", 0)
         default = max(256 * 64, 64 * nlist) if nlist else TRAIN_SAMPLE
