@@ -3,10 +3,11 @@
 Runs the same batches (:class:`spar.train.training.LabelDataModule`), loss (:meth:`LambdaModule.compute_loss`) and
 optimiser (:meth:`LambdaModule.configure_optimizers`' fused AdamW) as ``spar train``, without Lightning's loop or
 validation, so the step cost alone is timed; also times one surrogate validation pass. Needs the outputs of
-``spar run --to label`` for the config.
+``spar run --to label`` for the config. Each length's row is printed as it is measured; the result (every row, the
+machine, the command) is written to ``--output`` (default ``bench/results/train_throughput.json``) and printed.
 
     OMP_NUM_THREADS=2 python -m bench.train_throughput --config configs/default.yaml --lengths 64 128 256 \\
-        --steps 5 --threads 2 --output bench-train.json
+        --steps 5 --threads 2
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench._common import REPO, command_line, machine, output_file, write_result
 from spar.core.config import load_config
 from spar.core.run_context import RunContext
 from spar.train.training import LambdaModule, LabelDataModule, SurrogatePool, build_module, surrogate_mrr
@@ -72,16 +73,17 @@ def time_validation(module: LambdaModule, data: LabelDataModule) -> dict:
             "dev_queries": len(pool.query_indices), "pool_passages": len(pool.pool_rows)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256], help="passage_max_length values")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--no-validation", action="store_true")
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--output", type=output_file, default=REPO / "bench" / "results" / "train_throughput.json",
+                        help="the result JSON (its directory must exist)")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, args.overrides)
@@ -103,8 +105,13 @@ def main() -> None:
                                                     + n_val * row.get("validation_seconds", 0)) / 60, 1)
         rows.append(row)
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-    if args.output:
-        Path(args.output).write_text(json.dumps(rows, indent=2) + "\n")
+    result = {"benchmark": "train_throughput", "config": args.config, "rows": rows,
+              "spar": {row["passage_max_length"]: round(row["passages_per_s"], 2) for row in rows},
+              "peer": None, "ratio": None,
+              "unit": "passages/s of spar's training step alone, per passage_max_length (no peer: the training "
+                      "row's peer is bench.train_vs_st)",
+              "machine": machine(torch.get_num_threads()), "command": command_line(__file__, argv)}
+    return write_result(result, args.output)
 
 
 if __name__ == "__main__":
