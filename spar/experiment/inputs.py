@@ -195,17 +195,17 @@ class ExperimentInputs:
         from spar.model.engines import resolve_devices, resolve_precision
 
         enc = self.cfg.encode
+        device = str(resolve_devices(enc.accelerator, enc.devices)[0])
+        if enc.backend not in ("torch", "auto") or (enc.backend == "auto" and device == "cpu"):
+            return  # ONNX Runtime (auto's choice on the CPU) encodes in fp32: its fingerprint changes instead
         wanted: str | None = None
         for name in ENCODERS:
             for d in [self.passage_dir(name), *(self.query_dir(name, split) for split in splits)]:
                 if not is_complete(d):
                     continue
                 stats = read_manifest(d).get("stats", {})
-                if stats.get("backend") != "torch" or enc.backend not in ("torch", "auto"):
-                    continue  # term-based Λs and ONNX Runtime encode in fp32 whatever the precision says
-                device = str(resolve_devices(enc.accelerator, enc.devices)[0])
-                if enc.backend == "auto" and device == "cpu":
-                    continue  # auto encodes with ONNX Runtime (fp32) on the CPU: its fingerprint changes instead
+                if stats.get("backend") != "torch":
+                    continue  # a term-based Λ or ONNX Runtime encoded in fp32 whatever the precision said
                 if str(stats.get("device", "cpu")).split(":")[0] != device.split(":")[0]:
                     continue  # encoded on a GPU and carried here: what `auto` means on this machine says nothing
                 wanted = wanted or resolve_precision(device, enc.precision)
