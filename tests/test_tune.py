@@ -352,3 +352,6 @@ def test_vectors_of_another_precision_are_refused_naming_spar_encode(sample_expe
             stage.plan(cfg)
     pinned = cfg.model_copy(update={"encode": cfg.encode.model_copy(update={"precision": "32"})})
     assert pipelines.tune.plan(pinned).kind == "tune"  # the vectors are what fp32 makes: nothing refused
+    # Vectors encoded on a GPU (encode.accelerator=gpu) and tuned on a machine without one: not judged here.
+    on_gpu = cfg.model_copy(update={"encode": cfg.encode.model_copy(update={"accelerator": "gpu"})})
+    assert pipelines.tune.plan(on_gpu).kind == "tune"

@@ -195,7 +195,10 @@ class ExperimentInputs:
         from spar.model.engines import resolve_devices, resolve_precision
 
         enc = self.cfg.encode
-        device = str(resolve_devices(enc.accelerator, enc.devices)[0])
+        try:
+            device = str(resolve_devices(enc.accelerator, enc.devices)[0])
+        except ArtifactError:  # encode.accelerator=gpu on a machine without one: the vectors were made elsewhere
+            return
         if enc.backend not in ("torch", "auto") or (enc.backend == "auto" and device == "cpu"):
             return  # ONNX Runtime (auto's choice on the CPU) encodes in fp32: its fingerprint changes instead
         wanted: str | None = None
