@@ -22,6 +22,7 @@ from spar.model.engines import resolve_devices
 from spar.core.executor import make_executor
 from spar.model.onnx_encoder import backend_name, with_backend
 from spar.core.stage import Stage, Unit
+from spar.core.tracking import Report
 from spar.experiment.plan import Experiment
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,23 @@ def summary(cfg, results: dict[str, dict], unit: None) -> dict:
     return result
 
 
+def report(cfg, written: dict) -> Report:
+    """The W&B run's numbers for each split it encoded: items/s (``<encoder>/passages_per_s`` for the passages), the
+    precision and backend each encoder ran in, and one table of every split (count, dim, dtype, seconds)."""
+    columns = ["encoder", "split", "count", "dim", "dtype", "precision", "backend", "items_per_s", "seconds"]
+    rows, summary = [], {}
+    for path, manifest in written.items():
+        stats, encoder, split = manifest["stats"], Path(path).parent.name, Path(path).name
+        backend = str(stats.get("backend", "sparse"))  # a term-based Λ encodes without a transformer
+        rows.append([encoder, split, stats.get("count"), stats.get("dim"), stats.get("dtype"),
+                     str(stats.get("precision")), backend, stats.get("items_per_second"), manifest.get("seconds")])
+        rate = "passages_per_s" if split == "passages" else f"{split}/queries_per_s"
+        summary.update({f"{encoder}/{rate}": stats.get("items_per_second"),
+                        f"{encoder}/precision": str(stats.get("precision")), f"{encoder}/backend": backend})
+    return Report(summary=summary, tables={"splits": (columns, rows)})
+
+
 STAGE = Stage(name="encode", sections=("experiment", "data", "encode", "executor"), plan=plan,
-              work=work, on_skip=on_skip, finish=summary,
+              work=work, on_skip=on_skip, finish=summary, report=report,
               summary="encode the corpus and dev/test queries with the base retriever and Λ -> embeddings/")
 run = STAGE.run

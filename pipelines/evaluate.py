@@ -1,8 +1,9 @@
 """Stage ``evaluate``: BM25, base, Λ, SPAR (concat and sum) and the BM25 hybrid on the test qrels, in one table.
 
 Also RBO of each dense system with the teacher and the token-shuffled-query analysis. Writes
-``results/<experiment.name>.json`` and ``.md`` (``experiment.results_dir``), ``evaluation/runs/<system>.trec`` and
-logs to W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.evaluation.evaluate_experiment`.
+``results/<experiment.name>.json`` and ``.md`` (``experiment.results_dir``) and ``evaluation/runs/<system>.trec``; its
+W&B run has the results table and every set's figures (:func:`report`). Logic:
+:func:`spar.evaluate.evaluation.evaluate_experiment`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from spar.experiment.preflight import check_inputs, skipped_records
 from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
+from spar.core.tracking import Report
 
 
 def _result_paths(cfg) -> list[Path]:
@@ -99,18 +101,6 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     w.stats["skipped_records"] = {k: sum(v.values()) for k, v in skipped.items()}
     w.schema = {"runs/[<set>/]<system>.trec": "qid Q0 docid rank score tag",
                 "results.json": "as results/<name>.json, by question set"}
-    # One W&B table for every set: the union of the sets' measures (a set judged by answers only has no nDCG@10).
-    measures = list(dict.fromkeys(m for report in reports.values() for values in report.systems.values()
-                                  for m in values))
-    rows, figures = [], {}
-    for name, report in reports.items():
-        for system, values in report.systems.items():
-            rows.append([name, system, *[values.get(m) for m in measures], report.rbo.get(system),
-                         report.shuffled.get(system, {}).get("delta")])
-            figures.update({f"{name + '/' if name else ''}{system}/{m}": v for m, v in values.items()})
-    columns = ["set", "system", *measures, "rbo", "shuffled_delta"]
-    context.wandb_log("evaluate", figures, tables={"results": (columns, rows)},
-                      mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project)
     return {"results": ", ".join(written), "runs": str(unit.output / "runs"), "table": "\n".join(tables)}
 
 
@@ -129,8 +119,28 @@ def on_skip(cfg, manifest: dict) -> dict:
     return {"results": ", ".join(str(j) for j, _ in files), "table": "\n".join(md.read_text() for _, md in files)}
 
 
+def report(cfg, written: dict) -> Report:
+    """The W&B run's results: one table for every set (the union of the sets' measures: a set judged by answers only
+    has no nDCG@10) and each set's figures in the summary (``spar/nDCG@10``; ``<set>/spar/nDCG@10`` for named sets,
+    with their μ, α and RBO), from what the stage wrote (``evaluation/``'s manifest)."""
+    stats = read_manifest(RunContext(cfg).artifact("evaluation"))["stats"]
+    sets = {"": stats} if "systems" in stats else {k: v for k, v in stats.items() if k != "skipped_records"}
+    measures = list(dict.fromkeys(m for figures in sets.values() for values in figures["systems"].values()
+                                  for m in values))
+    rows, summary = [], {}
+    for name, figures in sets.items():
+        prefix = f"{name}/" if name else ""
+        for system, values in figures["systems"].items():
+            rows.append([name, system, *[values.get(m) for m in measures], figures["rbo"].get(system),
+                         figures["shuffled"].get(system, {}).get("delta")])
+            summary.update({f"{prefix}{system}/{m}": v for m, v in values.items()})
+        summary.update({f"{prefix}mu": figures["mu"], f"{prefix}alpha": figures["alpha"],
+                        **{f"{prefix}{system}/rbo": v for system, v in figures["rbo"].items()}})
+    return Report(summary=summary, tables={"results": (["set", "system", *measures, "rbo", "shuffled_delta"], rows)})
+
+
 STAGE = Stage(name="evaluate", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
               summary="evaluate BM25, base, Λ, SPAR and hybrid on the test qrels; RBO; shuffled queries -> results/, "
-              "evaluation/", plan=plan, work=work, on_skip=on_skip,
+              "evaluation/", plan=plan, work=work, on_skip=on_skip, report=report,
               prepare=resolved_index)
 run = STAGE.run

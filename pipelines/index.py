@@ -18,6 +18,7 @@ from spar.core.executor import make_executor
 from spar.core.lineage import source
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, settings
+from spar.core.tracking import Report, figures
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.index.files import SEARCH_TIME, index_file_bytes, index_schema, refresh_search_params
 from spar.index.spar_index import IndexOptions, SparIndex
@@ -85,8 +86,14 @@ def on_skip(cfg, manifest: dict) -> dict:
     return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
 
 
+def report(cfg, written: dict) -> Report:
+    """The W&B run's numbers: bytes per passage, build time, type, storage and the rest of the index's figures."""
+    manifest = next(iter(written.values()))
+    return Report(summary={**figures(manifest), "build_seconds": manifest.get("seconds"), "type": cfg.index.type})
+
+
 STAGE = Stage(name="index", sections=("experiment", "data", "encode", "index", "executor"), plan=plan,
-              work=work, on_skip=on_skip,
+              work=work, on_skip=on_skip, report=report,
               summary="build one FAISS index of [P(p), PΛ(p)] (flat, HNSW, IVF; float32 to 4-bit or PQ) -> index/",
               prepare=resolved_index)
 run = STAGE.run

@@ -31,6 +31,7 @@ from spar.core.lineage import source
 from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, run_unit
+from spar.core.tracking import Report, figures
 from spar.teacher.registry import choose_engine, configured_teacher, teacher_for
 
 
@@ -128,6 +129,20 @@ def _summary(stats: dict, out: Path) -> dict:
     }
 
 
+def report(cfg: SparConfig, written: dict) -> Report:
+    """The W&B run's numbers: queries/s, queries labelled and dropped (too few teacher hits), the engine; the
+    teacher index's build time when it was built too."""
+    summary: dict = {}
+    for path, manifest in written.items():
+        if manifest["kind"] == "teacher_index":
+            summary["teacher_index/seconds"] = manifest.get("seconds")
+            continue
+        stats = manifest["stats"]
+        summary.update(figures(manifest), queries_per_s=stats.get("queries_per_second"))
+    return Report(summary=summary)
+
+
 STAGE = Stage(name="label", sections=("experiment", "data", "label", "executor"), plan=plan, work=work, finish=merge,
+              report=report,
               summary="label sampled queries with the sparse teacher (BM25 or impact index) into positives/negatives")
 run = STAGE.run

@@ -16,6 +16,7 @@ from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, writ
 from spar.core.fingerprint import file_fingerprint
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit, settings
+from spar.core.tracking import Report, figures
 from spar.core.run_context import RunContext, published_model_dir
 from spar.evaluate.tuning import read_tuned
 from spar.experiment.inputs import ExperimentInputs, resolved_index
@@ -203,9 +204,16 @@ def _push(cfg, out: Path) -> dict:
     return {"hub": url}
 
 
+def report(cfg, written: dict) -> Report:
+    """The W&B run's numbers: the model directory's size and files, μ, the variant and the dimension."""
+    manifest = next(iter(written.values()))
+    sizes = [record["bytes"] for record in (manifest.get("checksums") or {}).values()]
+    return Report(summary={**figures(manifest), "size_bytes": sum(sizes), "files": len(sizes)})
+
+
 STAGE = Stage(name="publish", sections=("experiment", "data", "sample", "label", "train", "encode", "tune", "index",
                                         "publish"),
               summary="export the combined SPAR encoders (sentence-transformers + HF + spar) with a model card -> "
-              "model/", plan=plan, work=work, finish=finish,
+              "model/", plan=plan, work=work, finish=finish, report=report,
               prepare=resolved_index)
 run = STAGE.run

@@ -1,8 +1,8 @@
 """Stage ``tune``: choose μ (SPAR's weight of Λ) and α (the BM25 hybrid's weight) on the dev qrels.
 
 Reads ``embeddings/`` (passages; dev query vectors when present, else encodes the dev queries), ``lambda/`` and
-``teacher_index/``; writes ``tune/tune.json`` and ``tune/mu_curve.png`` (+ ``alpha_curve.png``) and logs them to
-W&B (``evaluate.wandb_mode``). Logic: :func:`spar.evaluate.tuning.tune_experiment`.
+``teacher_index/``; writes ``tune/tune.json`` and ``tune/mu_curve.png`` (+ ``alpha_curve.png``); its W&B run has the
+μ and α curves as line plots beside the PNGs (:func:`report`). Logic: :func:`spar.evaluate.tuning.tune_experiment`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from spar.core.lineage import source
 from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
-from spar.evaluate.tuning import TUNE_FILE, plot_curve, tune_experiment, tune_settings
+from spar.core.tracking import Line, Report
+from spar.evaluate.tuning import TUNE_FILE, plot_curve, read_tuned, tune_experiment, tune_settings
 
 
 def plan(cfg, force: bool = False) -> Unit:
@@ -48,16 +49,6 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage",
                                      "encoding")}
     w.schema = {TUNE_FILE: "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants, encoding"}
-    curve_rows = [[variant, float(mu), float(score)] for variant, search in report.mu_searches.items()
-                  for mu, score in sorted(search.scores.items())]
-    alpha_rows = [[float(a), float(s)] for a, s in sorted(report.alpha_search.scores.items())]
-    summary = {"mu": tuned["mu"], "alpha": tuned["alpha"], "confirmed": tuned["confirmed"],
-               **{f"dev/{k}": v for k, v in tuned["dev_scores"].items()}}
-    RunContext(cfg).wandb_log(
-        "tune", summary, mode=cfg.evaluate.wandb_mode, project=cfg.train.wandb_project,
-        tables={"mu_curve": (["variant", "mu", cfg.tune.metric], curve_rows),
-                "alpha_curve": (["alpha", cfg.tune.metric], alpha_rows)},
-        images={"mu_curve_png": w.path / "mu_curve.png", "alpha_curve_png": w.path / "alpha_curve.png"})
     stats = {"variant": tuned["variant"], "mu": tuned["mu"], "passages stored as": tuned["storage"],
              f"dev {tuned['metric']}": tuned["dev_scores"]["spar"],
              "confirmed": tuned["confirmed"], "alpha": tuned["alpha"], "extensions": tuned["extensions"],
@@ -68,8 +59,28 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     return stats
 
 
-STAGE = Stage(name="tune", sections=("experiment", "data", "label", "train", "encode", "tune", "index", "evaluate"),
+def report(cfg, written: dict) -> Report:
+    """The W&B run's numbers: μ, α and the dev scores; the μ curve of every variant and the α curve as native line
+    plots, beside the PNGs."""
+    out = RunContext(cfg).artifact("tune")
+    tuned = read_tuned(cfg.output_dir).payload
+    metric = tuned["metric"]
+    mu_rows = [[variant, float(mu), float(score)] for variant, info in tuned["variants"].items()
+               for mu, score in sorted(info["scores"].items(), key=lambda item: float(item[0]))]
+    alpha_rows = [[float(alpha), float(score)] for alpha, score in
+                  sorted((tuned.get("alpha_scores") or {}).items(), key=lambda item: float(item[0]))]
+    mu = Line(["variant", "mu", metric], mu_rows, "mu", metric, stroke="variant",
+              title=f"SPAR on dev: {metric} against μ")
+    alpha = Line(["alpha", metric], alpha_rows, "alpha", metric, title=f"base + α·BM25 on dev: {metric} against α")
+    summary = {"mu": tuned["mu"], "alpha": tuned["alpha"], "confirmed": tuned["confirmed"], "variant": tuned["variant"],
+               "dev_queries": tuned["dev_queries"], **{f"dev/{k}": v for k, v in tuned["dev_scores"].items()}}
+    lines = {name: line for name, line in (("mu_curve", mu), ("alpha_curve", alpha)) if line.rows}  # no BM25: no α
+    return Report(summary=summary, lines=lines,  # each plot's table is logged with it (<name>_table)
+                  images={f"{name}_png": out / f"{name}.png" for name in lines if (out / f"{name}.png").exists()})
+
+
+STAGE = Stage(name="tune", sections=("experiment", "data", "label", "encode", "tune", "index"),
               summary="tune mu (and the hybrid's alpha) on the dev qrels by exact re-scoring of candidates -> tune/",
-              plan=plan, work=work,
+              plan=plan, work=work, report=report,
               prepare=resolved_index)
 run = STAGE.run

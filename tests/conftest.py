@@ -21,6 +21,9 @@ REQUIRED_DATASET_FILES = [
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
+# No W&B run unless a test is about W&B (it unsets this): every stage that works logs one (spar.core.tracking), and
+# starting W&B costs seconds per run. W&B's own switch, which spar honours over experiment.wandb_mode.
+os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Parallel workers (pytest-xdist; pyproject's addopts run the suite on every core): each worker gets its share of the

@@ -19,7 +19,7 @@ NOISE = ("litlogger", "GPU available", "TPU available", "Weave", "anonymous", "_
 
 
 def _spar(*args: str, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", "TRANSFORMERS_VERBOSITY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", "WANDB_MODE", "TRANSFORMERS_VERBOSITY")}
     env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)

@@ -21,7 +21,7 @@ INTERRUPTED = "spar: interrupted: nothing written; re-run to continue"
 def _overrides(run: Path) -> list[str]:
     cfg = experiment_config(run, run / "results")
     return [f"experiment.output_dir={run}", f"experiment.results_dir={cfg.experiment.results_dir}",
-            "evaluate.wandb_mode=disabled", "tune.candidates=100", "index.storage=float32",
+            "experiment.wandb_mode=disabled", "tune.candidates=100", "index.storage=float32",
             f"encode.base.passage_max_length={cfg.encode.base.passage_max_length}"]
 
 

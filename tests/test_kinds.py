@@ -33,7 +33,7 @@ def test_spar_run_for_projection_then_static_through_publish_and_search(tmp_path
     common = [f"experiment.output_dir={tmp_path}", f"experiment.results_dir={tmp_path / 'results'}",
               "experiment.name=kinds", "sample.max_queries=1500", "encode.base.passage_max_length=64",
               "train.lexical.dim=64", "evaluate.shuffled=false", "train.wandb_mode=disabled",
-              "evaluate.wandb_mode=disabled"]
+              "experiment.wandb_mode=disabled"]
     results = {}
     for kind, extra in (("projection", []), ("static", ["train.max_steps=6", "train.batch_size=16",
                                                         "train.val_check_interval=3", "train.random_negatives=32"])):

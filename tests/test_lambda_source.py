@@ -232,7 +232,7 @@ def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp
     from spar.model.stored_vectors import load_embeddings
     from spar.lexical import load_lambda
 
-    quiet = ["train.wandb_mode=disabled", "evaluate.wandb_mode=disabled", "evaluate.shuffled=false",
+    quiet = ["train.wandb_mode=disabled", "experiment.wandb_mode=disabled", "evaluate.shuffled=false",
              "train.lexical.dim=48", "encode.base.passage_max_length=64", "sample.max_queries=300"]
     first, second = tmp_path / "first", tmp_path / "second"
     _spar("run", "--to", "train", f"experiment.output_dir={first}", *quiet)

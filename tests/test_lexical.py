@@ -150,10 +150,25 @@ def test_published_lexical_lambda_loads_identically_with_and_without_spar(texts,
     assert np.allclose(out["q"], expected_q, atol=1e-5) and np.allclose(out["p"], expected_p, atol=1e-5)
 
 
-def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teacher(tmp_path):
-    """The real path: sample and label the embedded sample (Pyserini BM25), train a static Λ with Lightning."""
+#: The embedded sample sampled and labelled (what a static Λ trains on).
+LABELLED = ["sample.max_queries=3000", "train.kind=static"]
+
+
+@pytest.fixture(scope="module")
+def labelled_sample(tmp_path_factory) -> Path:
+    """The real path: the embedded sample sampled and labelled by the stages (Pyserini BM25)."""
     import pipelines.label
     import pipelines.sample
+
+    root = tmp_path_factory.mktemp("labelled")
+    cfg = load_config(None, [f"experiment.output_dir={root}", *LABELLED])
+    pipelines.sample.run(cfg)
+    pipelines.label.run(cfg)
+    return root
+
+
+def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teacher(labelled_sample, tmp_path):
+    """The real path: the embedded sample's labels (Pyserini BM25), a static Λ trained with Lightning."""
     from spar.lexical import build_lambda, load_lambda
     from spar.evaluate.metrics import mean_rbo
     import torch
@@ -162,21 +177,19 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     from spar.train.data import ContrastiveBatchSampler, LabelStore, SurrogatePool, TrainBatchDataset
     from spar.data.passages import PassagesTable
 
-    cfg = load_config(None, [f"experiment.output_dir={tmp_path}", "sample.max_queries=3000", "train.kind=static",
+    cfg = load_config(None, [f"experiment.output_dir={labelled_sample}", *LABELLED,
                              "train.lexical.dim=64", "train.max_steps=60", "train.batch_size=32",
                              "train.learning_rate=0.002",
                              "train.val_check_interval=20", "train.random_negatives=64", "train.wandb_mode=disabled"])
-    pipelines.sample.run(cfg)
-    pipelines.label.run(cfg)
-    passages = tmp_path / "queries" / "passages.arrow"
+    passages = labelled_sample / "queries" / "passages.arrow"
     model = build_lambda(cfg.train, passages, seed=0)
     start = model.embedding.weight.detach().clone()
 
     # The objective on fixed batches of training queries, before and after (per-step losses are too noisy).
     store = PassagesTable(passages)
     preparer = model.batch_preparer(passages_path=passages)
-    data = TrainBatchDataset(tmp_path / "labels", passages, True, preparer, random_negatives=64, seed=9)
-    labels = LabelStore(tmp_path / "labels")
+    data = TrainBatchDataset(labelled_sample / "labels", passages, True, preparer, random_negatives=64, seed=9)
+    labels = LabelStore(labelled_sample / "labels")
     sampler = ContrastiveBatchSampler(labels, labels.split_indices("train"), 32, 1, seed=9)
     fixed = [data.__getitems__(items) for items, _ in zip(sampler, range(4))]
 
@@ -187,7 +200,7 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
                                   for b in fixed]))
 
     before_loss = objective()
-    result = train_lambda(model, cfg.train, passages, tmp_path / "labels", tmp_path / "lambda.partial", seed=0,
+    result = train_lambda(model, cfg.train, passages, labelled_sample / "labels", tmp_path / "lambda.partial", seed=0,
                           enable_progress_bar=False)
     assert result.steps == 60
     assert objective() < 0.9 * before_loss, (before_loss, objective())
@@ -211,6 +224,39 @@ def test_static_training_lowers_its_objective_and_raises_agreement_with_the_teac
     trained = load_lambda(tmp_path / "lambda.partial").embedding.weight.detach().numpy()
     before, after = agreement(start.numpy()), agreement(trained)
     assert after > before + 0.02, (before, after)
+
+
+def test_train_stage_logs_one_wandb_run_with_its_curves_and_lineage(labelled_sample, monkeypatch):
+    """#47: the train stage's W&B run (job type ``train``) holds Lightning's curves beside its figures and its
+    lineage (queries, labels → Λ). The validation before training is ``initial_valid_mrr``, not the first point of
+    ``valid_mrr``: a static Λ starts as the densified teacher and scores ~1.0 there (docs/user-guide.md), and its
+    ``valid_mrr`` curve started at its best though that point is never a checkpoint the stage can export."""
+    import pipelines.train
+    from spar.core.artifacts import read_manifest
+    from wandb_records import read_runs
+
+    monkeypatch.delenv("WANDB_MODE")  # W&B on (tests/conftest.py turns it off)
+    cfg = load_config(None, [f"experiment.output_dir={labelled_sample}", *LABELLED, "train.lexical.dim=32",
+                             "train.max_steps=4", "train.batch_size=16", "train.val_check_interval=2",
+                             "train.random_negatives=16", "train.log_every_n_steps=1", "train.wandb_mode=offline",
+                             "experiment.name=static"])
+    pipelines.train.run(cfg)
+    [run] = read_runs(labelled_sample / "wandb")
+    assert (run.job_type, run.name, run.group, run.exit_code) == ("train", "static-train", "static", 0)
+    assert run.config["train"]["lexical"]["dim"] == 32  # the resolved config, nested
+    stats = read_manifest(labelled_sample / "lambda")["stats"]
+    initial = [row for row in run.history if "initial_valid_mrr" in row]
+    during = [row for row in run.history if "valid_mrr" in row]
+    assert [row["initial_valid_mrr"] for row in initial] == [pytest.approx(stats["initial_valid_mrr"])]
+    assert len(during) == 2 and not any("valid_mrr" in row for row in initial), run.history  # steps 2 and 4 only
+    assert max(row["valid_mrr"] for row in during) == pytest.approx(stats["best_valid_mrr"])
+    assert run.summary["best_valid_mrr"] == pytest.approx(stats["best_valid_mrr"]) and run.summary["steps"] == 4
+    assert any("train/loss" in row for row in run.history)
+    assert set(run.used) == {"static-queries", "static-labels"}
+    assert {name for name, a in run.logged.items() if a["type"] == "lambda"} == {"static-lambda"}
+
+    pipelines.train.run(cfg)  # up to date: nothing done, no run
+    assert len(read_runs(labelled_sample / "wandb")) == 1
 
 
 def test_bad_lambda_settings_fail_with_one_line(tmp_path):

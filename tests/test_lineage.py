@@ -7,6 +7,9 @@ nothing written) and `spar search` opens the model. The artifact that reads the 
 consumer of it, and of anything made from it, must refuse in one line naming the stage to re-run; the rest is up to
 date. Before #31 a Λ retrained, re-encoded and re-indexed left `tune/` in use by `evaluate` and `publish`.
 
+The same run logs W&B offline (#47): its runs, read back from their files, must draw this graph too — one run per
+stage, each using the artifacts its manifests name and logging the ones it wrote.
+
 Also here: temporaries of dead runs removed by every stage (item 5).
 """
 
@@ -32,7 +35,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE"
 ENV.pop("SPAR_OUTPUT_LOCK", None)
 STAGES = ["sample", "label", "train", "encode", "tune", "index", "evaluate", "publish"]
 SETTINGS = ["train.lexical.dim=32", "sample.max_queries=200", "encode.base.passage_max_length=48",
-            "evaluate.shuffled=false", "train.wandb_mode=disabled", "evaluate.wandb_mode=disabled",
+            "evaluate.shuffled=false", "train.wandb_mode=disabled", "experiment.wandb_mode=disabled",
             "experiment.name=lineage"]
 
 #: What each artifact is made from (the projection Λ reads the corpus, not the labels). Input files: corpus,
@@ -106,8 +109,10 @@ def pristine(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("lineage")
     files = _small_inputs(root / "work" / "in")
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", *_data(files, root / "work"), *SETTINGS],
-                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=1800)
+    wandb_on = {k: v for k, v in ENV.items() if k != "WANDB_MODE"}  # the W&B test reads this run's offline runs
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", *_data(files, root / "work"), *SETTINGS,
+                           "experiment.wandb_mode=offline"],
+                          cwd=REPO, env=wandb_on, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     shutil.copytree(root / "work", root / "snapshot", symlinks=True)
     return root
@@ -204,6 +209,67 @@ def test_the_graph_is_what_the_manifests_record(pristine):
         # Besides the graph's nodes an artifact may only record the base model's files.
         assert all(s["of"] == "model" for s in manifest["sources"]
                    if os.path.normpath(run / artifact / s["path"]) in extra), (artifact, extra)
+
+
+#: The W&B name of each node of READS: an artifact is ``<experiment>-<its path>``, an input file ``<dir>-<name>``, and
+#: the passages are the artifact they lie in (queries/).
+WANDB_NAMES = {"corpus": "in-corpus.jsonl", "queries_file": "in-queries.jsonl", "qrels_dev": "in-train.tsv",
+               "qrels_test": "in-test.tsv", "passages": "lineage-queries",
+               **{a: "lineage-" + a.replace("/", "-") for a in READS if a != "search"}}
+
+
+def test_wandb_runs_draw_the_lineage_of_the_manifests(pristine):
+    """#47: `spar run` with W&B offline logs one run per stage (job type = the stage, nested config, its own
+    numbers), each logging what it wrote as a reference artifact and using what that was made from, by the digest
+    its producer logged (so W&B joins them): sample → label → train → encode → tune → index → evaluate → publish."""
+    from wandb_records import read_runs
+
+    runs = read_runs(pristine / "snapshot" / "run" / "wandb")
+    assert [r.job_type for r in runs] == STAGES, [(r.name, r.job_type) for r in runs]
+    by_stage = {r.job_type: r for r in runs}
+    ours = {"dataset", "model", "queries", "teacher_index", "labels", "lambda", "embeddings", "tune", "index",
+            "evaluation"}  # (W&B logs each table as an artifact of its own too)
+    producer: dict[str, tuple[str, str]] = {}
+    for stage in STAGES:
+        run = by_stage[stage]
+        assert (run.name, run.group, run.exit_code) == (f"lineage-{stage}", "lineage", 0)
+        assert run.config["train"]["lexical"]["dim"] == 32 and run.config["index"]["storage"]  # nested: filterable
+        logged = {name: a for name, a in run.logged.items() if a["type"] in ours}
+        assert set(logged) == {WANDB_NAMES[a] for a in WRITES[stage]}, (stage, sorted(logged))
+        for name, artifact in logged.items():  # references: nothing uploaded; the manifest by content
+            assert artifact["entries"] and all(ref.startswith("file://") for ref in artifact["entries"].values())
+            assert "manifest.json" in artifact["entries"] and artifact["metadata"]["fingerprint"]
+            producer[name] = (stage, artifact["digest"])
+        reads = {WANDB_NAMES[r] for a in WRITES[stage] for r in READS[a]} - set(logged)
+        used = {name: a for name, a in run.used.items() if a["type"] != "model" or name in reads}
+        assert set(used) == reads, (stage, sorted(used), sorted(reads))  # besides these: the base model's weights
+        for name, artifact in used.items():
+            if name in producer:  # the version its producer logged: W&B de-duplicates by digest
+                assert artifact["digest"] == producer[name][1], (stage, name)
+            else:
+                assert artifact["type"] in ("dataset", "model") and name.startswith("in-"), (stage, name)
+    # Every stage after sample uses what an earlier stage wrote, and each stage's output is used by a later one.
+    edges = {(producer[name][0], stage) for stage in STAGES for name in by_stage[stage].used if name in producer}
+    assert {a for a, _ in edges} == set(STAGES[:-1]) and {b for _, b in edges} == set(STAGES[1:]), sorted(edges)
+    assert {("sample", "train"), ("train", "encode"), ("encode", "index"), ("index", "evaluate"),
+            ("tune", "evaluate"), ("evaluate", "publish"), ("sample", "label"), ("label", "tune")} <= edges
+
+    # Each stage's own numbers.
+    label, encode, index = by_stage["label"].summary, by_stage["encode"].summary, by_stage["index"].summary
+    assert label["queries_per_s"] > 0 and label["dropped"] >= 0 and label["labelled"] > 0
+    assert encode["base/passages_per_s"] > 0 and encode["base/precision"] == "32"
+    assert encode["base/backend"] == "torch" and encode["lambda/backend"] == "sparse"
+    assert index["bytes_per_passage"] > 0 and index["build_seconds"] >= 0 and index["type"] == "flat"
+    tune = by_stage["tune"]
+    assert tune.summary["mu"] > 0 and "dev/spar" in tune.summary
+    assert tune.config["_wandb/visualize/mu_curve"]["panel_config"]["fieldSettings"]["x"] == "mu"  # a line plot
+    logged = {key.split("/")[0] for row in tune.history for key in row}  # a table or image: <key>/path, ...
+    assert {"mu_curve_table", "mu_curve_png", "alpha_curve_table"} <= logged, sorted(logged)
+    evaluate = by_stage["evaluate"]
+    assert 0 < evaluate.summary["spar/nDCG@10"] <= 1 and "spar/rbo" in evaluate.summary
+    assert "results" in {key.split("/")[0] for row in evaluate.history for key in row}
+    assert by_stage["publish"].summary["size_bytes"] > 1e6 and by_stage["publish"].logged["lineage-model"][
+        "type"] == "model"
 
 
 def test_every_stage_removes_the_temporaries_of_dead_runs_and_nothing_else(pristine, tmp_path):

@@ -66,11 +66,12 @@ def test_the_runner_skips_forces_guards_and_never_writes_from_a_worker(tmp_path:
     assert not (tmp_path / "lambda").exists()  # a worker rank never finalises the artifact
 
 
-RUNTIME = {"label": {"threads", "java_heap", "search_heap", "num_shards", "shard_index", "impact_device", "engine"},
+RUNTIME = {"experiment": {"wandb_mode"},
+           "label": {"threads", "java_heap", "search_heap", "num_shards", "shard_index", "impact_device", "engine"},
            "train": {"num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
                      "keep_checkpoint", "checkpoint_every_n_steps"},
            "encode": {"batch_size", "accelerator", "devices", "engine", "strategy"},
-           "index": {"hnsw_ef_search", "nprobe", "refine"}, "evaluate": {"wandb_mode"},
+           "index": {"hnsw_ef_search", "nprobe", "refine"},
            "publish": {"push_to_hub", "private"}}
 
 

@@ -234,45 +234,6 @@ def test_every_loss_gives_finite_gradients(labelled: Path):
     module._trainer = None
 
 
-def _wandb_offline_run(path: Path) -> tuple[list[dict], dict, dict]:
-    """History rows, summary and config of an offline W&B run, read from its ``run-*.wandb`` record log.
-
-    (wandb >= 0.2x writes no ``wandb-summary.json`` offline.) The file is a LevelDB-style log of ``Record``
-    protobufs after a 7-byte header: 32 KiB blocks of chunks, each ``crc32 | length (2) | type (1) | payload``.
-    """
-    import struct
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", path
-    pos, block, buf = 7, 32768, b""
-    history, summary, config = [], {}, {}
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        payload, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 0:
-            continue
-        buf = payload if kind in (1, 2) else buf + payload
-        if kind in (2, 3):
-            continue
-        record = pb.Record()
-        record.ParseFromString(buf)
-        which = record.WhichOneof("record_type")
-        if which == "history":
-            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
-        elif which == "summary":
-            summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
-        elif which in ("run", "config"):  # the run record carries wandb.init's config
-            updates = record.run.config.update if which == "run" else record.config.update
-            config.update({i.key: json.loads(i.value_json) for i in updates})
-    return history, summary, config
-
-
 def _fixed_batch_loss(encoder, labelled: Path, batches: int = 3) -> float:
     """Contrastive loss of ``encoder`` (eval mode) on the same seeded training batches."""
     from spar.model.losses import contrastive_loss
@@ -300,8 +261,11 @@ def _stage_config(root: Path, datasets_dir: Path, **train):
 
 
 @pytest.mark.slow  # the train stage of a transformer Λ on SciFact labels: ~3 min on 2 busy cores
-def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, datasets_dir: Path):
+def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, datasets_dir: Path, monkeypatch):
     import pipelines.train as stage
+    from wandb_records import read_run
+
+    monkeypatch.delenv("WANDB_MODE")  # W&B on (tests/conftest.py turns it off)
     from spar.core.artifacts import read_manifest
     from spar.model.encoders import BiEncoder
 
@@ -332,13 +296,16 @@ def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, d
     # W&B offline run under <output_dir>/wandb: the logged history and the resolved config.
     runs = sorted((labelled / "wandb").glob("offline-run-*"))
     assert runs
-    history, summary, config = _wandb_offline_run(next(runs[-1].glob("run-*.wandb")))
+    run = read_run(runs[-1])
+    history, summary, config = run.history, run.summary, run.config
+    assert run.job_type == "train" and run.logged["test-train-lambda"]["type"] == "lambda"  # the stage's one run
     logged = set().union(*history)
     for key in ("train/loss", "valid_mrr", "throughput/passages_per_s", "throughput/queries_per_s"):
         assert key in logged, (key, sorted(logged))
     assert any(k.startswith("lr-AdamW") for k in logged), sorted(logged)
     mrrs = [row["valid_mrr"] for row in history if "valid_mrr" in row]
-    assert mrrs[0] == pytest.approx(m["initial_valid_mrr"]) and max(mrrs) == pytest.approx(m["best_valid_mrr"])
+    initial = [row["initial_valid_mrr"] for row in history if "initial_valid_mrr" in row]
+    assert initial == [pytest.approx(m["initial_valid_mrr"])] and max(mrrs) == pytest.approx(m["best_valid_mrr"])
     assert summary["best_valid_mrr"] == pytest.approx(m["best_valid_mrr"])
     assert config["experiment"]["name"] == "test-train" and config["train"]["hard_negatives"] == 1
 

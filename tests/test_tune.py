@@ -39,7 +39,7 @@ PASSAGE_MAX_LENGTH = 64
 
 def experiment_config(root: Path, results: Path, *extra: str):
     return load_config(None, [f"experiment.output_dir={root}", f"experiment.results_dir={results}",
-                              "evaluate.wandb_mode=disabled", "tune.candidates=100",
+                              "experiment.wandb_mode=disabled", "tune.candidates=100",
                               # The sample experiment's index is float32 (tests of other storages override this).
                               "index.storage=float32",
                               # Shorter passages keep the CPU encoding of 2 x 600 abstracts quick.

@@ -49,7 +49,11 @@ from spar.core.errors import ConfigError
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
 DEFAULT_CONFIG_NAME = "default.yaml"
 #: Keys that became another key, accepted for one release with a warning: old dotted key -> its replacement.
-MOVED_KEYS = {"tune.variant": "index.variant"}  # spar 0.2: one setting names the SPAR combination
+MOVED_KEYS = {
+    "tune.variant": ("index.variant", "one setting for the index and the μ tuned for it"),  # spar 0.2
+    # #47: every stage logs a W&B run, not evaluate alone (and tune, which read this key too).
+    "evaluate.wandb_mode": ("experiment.wandb_mode", "one setting for every stage's W&B run"),
+}
 
 #: The keys of an experiment's one question set before spar 0.2, and where they are now: its fields in
 #: ``data.question_sets.default`` (:data:`~spar.core.config_sections.DEFAULT_SET`). Read at load with a warning, for
@@ -149,7 +153,7 @@ class SparConfig(Section):
         an error."""
         if not isinstance(tree, dict):
             return tree
-        for old, new in MOVED_KEYS.items():
+        for old, (new, why) in MOVED_KEYS.items():
             (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
             section = tree.get(old_section)
             if not isinstance(section, dict) or old_key not in section:
@@ -164,8 +168,8 @@ class SparConfig(Section):
                 raise ValueError(f"{old}={value!r} and {new}={target[new_key]!r}: {old} is deprecated and is {new} "
                                  f"now (one setting); set {new} only")
             tree[new_section] = {**target, new_key: value}
-            warnings.warn(f"config key {old} is deprecated and goes in the next release: it is {new} now (one "
-                          f"setting for the index and the μ tuned for it); write {new}: {value}",
+            warnings.warn(f"config key {old} is deprecated and goes in the next release: it is {new} now ("
+                          f"{why}); write {new}: {value}",
                           FutureWarning, stacklevel=2)
         return tree
 

@@ -74,6 +74,11 @@ class ExperimentSection(Section):
     on_bad_record: Literal["fail", "skip"] = Field(
         "fail", description="On malformed input: fail with file and line, or skip, count and report."
     )
+    wandb_mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", json_schema_extra=RUNTIME, description="W&B mode of the run each stage logs when it does work "
+        "(its numbers, and its outputs as reference artifacts with their lineage: spar.core.tracking); offline runs "
+        "sit in <output_dir>/wandb (`wandb sync` uploads them). WANDB_MODE=disabled in the environment turns every "
+        "run off. Training's live curves: train.wandb_mode.")
 
     @model_validator(mode="after")
     def _default_output_dir(self) -> "ExperimentSection":
@@ -426,8 +431,11 @@ class TrainSection(Section):
     )
     log_every_n_steps: int = Field(10, json_schema_extra=RUNTIME, ge=1)
     wandb_mode: Literal["offline", "online", "disabled"] = Field(
-        "offline", json_schema_extra=RUNTIME, description="W&B logging mode.")
-    wandb_project: str = Field("spar", json_schema_extra=RUNTIME)
+        "offline", json_schema_extra=RUNTIME, description="W&B mode of training's live curves (loss, learning rate, "
+        "valid_mrr, throughput), logged into the train stage's run (experiment.wandb_mode) when that one is on; "
+        "disabled: CSV logs in lambda/logs/.")
+    wandb_project: str = Field("spar", json_schema_extra=RUNTIME, description="The W&B project of every stage's "
+                               "run.")
 
 
 class LambdaSourceSection(Section):

@@ -1,4 +1,4 @@
-"""One run's context: where its artifacts lie, the command that reproduces it, its W&B runs and its dataset's name.
+"""One run's context: where its artifacts lie, the command that reproduces it and its dataset's name.
 
 Stages and library functions ask a :class:`RunContext` instead of rebuilding paths from ``cfg.output_dir`` (the
 layout of :data:`spar.core.artifacts.LAYOUT` plus the embeddings' ``<encoder>/<split>`` below it) or re-deriving the
@@ -114,33 +114,6 @@ class RunContext:
             return "spar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         source = f" --config {shlex.quote(self.cfg.source)}" if self.cfg.source else ""
         return f"spar {stage}{source}"
-
-    def wandb_log(self, job_type: str, summary: Mapping[str, Any], *, mode: str, project: str,
-                  tables: Mapping[str, tuple[list[str], list[list]]] | None = None,
-                  images: Mapping[str, Path] | None = None) -> str | None:
-        """Log a stage's results to W&B (``mode``: offline, online, or disabled, which skips; the stages pass
-        ``evaluate.wandb_mode`` and ``train.wandb_project``) in ``<output_dir>/wandb/``, grouped by experiment.
-        Returns the run directory (offline) or None."""
-        cfg = self.cfg
-        if mode == "disabled":
-            return None
-        import wandb
-
-        self.output_dir.mkdir(parents=True, exist_ok=True)  # wandb adds wandb/: every stage's runs in one place
-        run = wandb.init(project=project, name=f"{cfg.experiment.name}-{job_type}",
-                         job_type=job_type, group=cfg.experiment.name, mode=mode,  # type: ignore[arg-type]
-                         dir=str(self.output_dir),
-                         reinit="finish_previous", config=cfg.model_dump(mode="json"))  # nested: filterable (#47)
-        try:
-            for name, (columns, rows) in (tables or {}).items():
-                run.log({name: wandb.Table(columns=columns, data=rows)})
-            for name, path in (images or {}).items():
-                run.log({name: wandb.Image(str(path))})
-            for key, value in summary.items():
-                run.summary[key] = value
-            return str(run.dir)
-        finally:
-            run.finish()
 
 
 #: How a precision reads in results and cards.

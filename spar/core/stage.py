@@ -5,7 +5,9 @@ A stage (``pipelines/<name>.py``) declares a :class:`Stage`: its name, summary, 
 ``work`` (fills the artifact's temporary directory, returns printable statistics). :func:`run_unit` does the rest
 for every artifact of every stage: up to date means skipped, ``--force`` starts over, the output is written
 atomically with its manifest. Options that never change an output (threads, W&B mode, devices, ...) are marked on
-their config field (:data:`spar.core.config_fields.RUNTIME`) and left out of fingerprints by :func:`settings`.
+their config field (:data:`spar.core.config_fields.RUNTIME`) and left out of fingerprints by :func:`settings`. A stage
+that writes something logs one W&B run (:class:`spar.core.tracking.StageRun`): its ``report`` and every artifact it
+wrote, with what each was made from.
 
 Example::
 
@@ -33,6 +35,7 @@ from pydantic import BaseModel
 from spar.core.artifacts import ArtifactSpec, ArtifactWriter, is_complete, read_manifest, remove_stale_temporaries
 from spar.core.output_lock import holds_output_lock
 from spar.core.lineage import changed_sources, check_all_current
+from spar.core.tracking import Report, StageRun, default_report
 
 
 @dataclass
@@ -121,17 +124,35 @@ class Stage:
     #: ``prepare(cfg) -> cfg``: settings that depend on earlier stages' outputs, made concrete before the plan
     #: (``index.type: auto`` becomes a type once the number of passages is known).
     prepare: Callable[[Any], Any] | None = None
+    #: ``report(cfg, {output: manifest})``: the stage's own numbers, tables and plots for its W&B run, from the
+    #: artifacts it wrote this time (:class:`spar.core.tracking.Report`); default: each artifact's figures
+    #: (:func:`spar.core.tracking.default_report`).
+    report: Callable[[Any, dict[Path, dict]], Report] | None = None
 
     def run(self, cfg: Any, force: bool = False) -> dict:
-        """Run the stage on ``cfg`` (see :func:`run_unit`); returns its printable statistics."""
+        """Run the stage on ``cfg`` (see :func:`run_unit`); returns its printable statistics. When it writes
+        something, its W&B run records it (:class:`spar.core.tracking.StageRun`)."""
         cfg = self.prepare(cfg) if self.prepare is not None else cfg
+        tracking = StageRun(cfg, self.name)
+        try:
+            stats = self._run_plan(cfg, force, tracking)
+        except BaseException:
+            tracking.finish(failed=True)
+            raise
+        written = {path: read_manifest(path) for path in tracking.outputs}  # empty unless W&B is on
+        report = None if not written else self.report(cfg, written) if self.report is not None \
+            else default_report(written, cfg.experiment.output_dir)
+        tracking.finish(report)
+        return stats
+
+    def _run_plan(self, cfg: Any, force: bool, tracking: StageRun) -> dict:
         plan = self.plan(cfg, force)
         if isinstance(plan, Unit):
-            stats = self._run(cfg, plan, force)
+            stats = self._run(cfg, plan, force, tracking)
             return self.finish(cfg, stats, plan) if self.finish else stats
         results = {}
         for unit in plan:  # made one at a time: a unit is dropped once written (encode frees each encoder)
-            results[str(unit.output)] = self._run(cfg, unit, force)
+            results[str(unit.output)] = self._run(cfg, unit, force, tracking)
             del unit
         return self.finish(cfg, results, None) if self.finish else results
 
@@ -142,14 +163,20 @@ class Stage:
         plan = self.plan(cfg, False)
         return {str(unit.output): is_current(unit) for unit in ([plan] if isinstance(plan, Unit) else plan)}
 
-    def _run(self, cfg: Any, unit: Unit, force: bool) -> dict:
+    def _run(self, cfg: Any, unit: Unit, force: bool, tracking: StageRun) -> dict:
         skipped, guarded = self.on_skip, self.guard
         on_skip = (lambda manifest: skipped(cfg, manifest)) if skipped is not None else None
         guard = functools.partial(guarded, cfg, unit) if guarded is not None else None
-        return run_unit(unit, functools.partial(_work_on, self.work, cfg, unit), force, on_skip, guard)
+        stats = run_unit(unit, functools.partial(_work_on, self.work, cfg, unit, tracking), force, on_skip, guard)
+        if unit.primary and not stats.get("skipped"):
+            tracking.add_output(unit.output)
+        return stats
 
 
-def _work_on(work: Callable[[Any, ArtifactWriter, Unit], dict], cfg: Any, unit: Unit, writer: ArtifactWriter) -> dict:
+def _work_on(work: Callable[[Any, ArtifactWriter, Unit], dict], cfg: Any, unit: Unit, tracking: StageRun,
+             writer: ArtifactWriter) -> dict:
+    if unit.primary:  # the run starts before the work: training logs its curves into it
+        tracking.start()
     return work(cfg, writer, unit)
 
 

@@ -76,6 +76,7 @@ from spar.core.artifacts import write_json_atomic
 from spar.core.java import jvm_signal_handlers_kept
 from spar.core.config import TrainSection
 from spar.core.run_context import RunContext
+from spar.core.tracking import wandb_mode
 from spar.lexical.base import LexicalModel
 from spar.train.data import LabelDataModule, LabelStore, SurrogatePool, surrogate_mrr
 from spar.train.precision import lightning_device, precision_plugins
@@ -231,9 +232,14 @@ class LambdaModule(pl.LightningModule):
         queries = self._collect(self._val[0], len(self.positive_pool_index))
         pool = self._collect(self._val[1], self.pool_size)
         mrr = surrogate_mrr(queries, pool, self.positive_pool_index.to(queries.device))
-        self.log("valid_mrr", mrr, prog_bar=True)
-        if self.initial_valid_mrr is None:
+        if self.initial_valid_mrr is None and self.trainer.state.fn != "fit" and self.global_step == 0:
+            # Before training: not a checkpoint candidate, so not a point of the valid_mrr curve (a static Λ,
+            # initialised from the densified teacher, scores ~1.0 there, and its curve looked as if training only
+            # made it worse: docs/user-guide.md).
+            self.log("initial_valid_mrr", mrr)
             self.initial_valid_mrr = mrr
+        else:
+            self.log("valid_mrr", mrr, prog_bar=True)
         self.last_validated_step = int(self.global_step)
         self._val = {}
         if self._tick is not None:
@@ -398,12 +404,18 @@ def is_primary_process() -> bool:
 
 def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_name: str,
                  run_config: dict[str, Any] | None, group: str | None = None):
-    """W&B (offline/online) with the run id kept in ``work_dir`` so a resumed run continues the same W&B run;
-    a CSV logger in ``work_dir/logs`` when W&B is disabled."""
+    """W&B (offline/online): the run that is open (the train stage's, :class:`spar.core.tracking.StageRun`), else
+    its own, whose id is kept in ``work_dir`` so a resumed run continues the same W&B run; a CSV logger in
+    ``work_dir/logs`` when W&B is disabled (``train.wandb_mode``, or ``WANDB_MODE=disabled``)."""
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
-    if train.wandb_mode == "disabled":
+    if wandb_mode(train.wandb_mode) == "disabled":
         return CSVLogger(str(work_dir), name="logs", version=""), str(work_dir / "logs")
+    import wandb
+
+    logger_dir = str(RunContext.at(logger_root).artifact("wandb"))
+    if wandb.run is not None:  # the stage's run: its curves go beside its lineage and figures (one run per stage)
+        return WandbLogger(experiment=wandb.run), logger_dir
     id_file = work_dir / WANDB_ID_FILE
     if id_file.exists():
         run_id = id_file.read_text().strip()
@@ -416,10 +428,10 @@ def _make_logger(train: TrainSection, work_dir: Path, logger_root: Path, run_nam
     logger_root.mkdir(parents=True, exist_ok=True)
     logger = WandbLogger(project=train.wandb_project, name=run_name, save_dir=str(logger_root), id=run_id, group=group,
                          offline=train.wandb_mode == "offline", mode=train.wandb_mode, config=run_config or {},
-                         job_type="train-lambda")
+                         job_type="train")
     # Lightning always passes wandb.init an `anonymous` key, which wandb >= 0.19 answers with a deprecation warning.
     logger._wandb_init.pop("anonymous", None)
-    return logger, str(RunContext.at(logger_root).artifact("wandb"))
+    return logger, logger_dir
 
 
 def resolve_learning_rate(train: TrainSection) -> float:
@@ -476,6 +488,7 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
     plugins = precision_plugins(precision, lightning_device(train.accelerator))
     logger, logger_dir = _make_logger(train, work_dir, Path(logger_root) if logger_root else work_dir, run_name,
                                       run_config, wandb_group)
+    borrowed_run = getattr(logger, "_experiment", None) is not None  # the stage's open run, handed to the logger
     if not data.has_validation:
         log.warning("%s: no dev queries (split 'dev'): training without validation; the last step is exported",
                     labels_dir)
@@ -546,13 +559,14 @@ def train_lambda(model: LexicalModel, train: TrainSection, passages_path: str | 
             module.model.save(export_dir)
         if not train.keep_checkpoint:
             shutil.rmtree(ckpt_dir, ignore_errors=True)
-        if train.wandb_mode != "disabled":
+        if wandb_mode(train.wandb_mode) != "disabled":
             import wandb
 
             if wandb.run is not None:
                 wandb.run.summary.update({"best_valid_mrr": best_valid, "initial_valid_mrr": module.initial_valid_mrr,
                                           "best_step": best_step})
-                wandb.finish()
+                if not borrowed_run:  # the stage's run stays open for its artifacts: the stage finishes it
+                    wandb.finish()
 
     seconds = time.time() - started
     ts = module.train_seconds
