@@ -323,8 +323,8 @@ def test_stage_folds_the_tuned_mu_into_an_approximate_index_and_serves_it(encode
 
 def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximate_index_above(encoded, tmp_path):
     """index.type=auto: a flat scan for a corpus under index.auto_flat_below, the approximate type auto chooses
-    above it (HNSW, spar.index.types.hnsw: its storage, search settings, folded μ₀, exact re-ranking) above it; the stages
-    see the concrete type (what index.json and tune record)."""
+    above it (HNSW, spar.index.types.hnsw: its storage, search settings, folded μ₀, exact re-ranking); the stages see
+    the concrete type (what index.json and tune record)."""
     import pipelines.index as stage
     from spar.core.config import load_config
     from spar.core.stage import Unit, run_unit
