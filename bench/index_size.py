@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
     import numpy as np
 
-    from spar.index.spar_index import build_spar_index, default_nlist
+    from spar.index.spar_index import build_spar_index
+    from spar.index.types.ivf import default_nlist
 
     faiss.omp_set_num_threads(args.threads)
     rng = np.random.default_rng(0)

@@ -298,7 +298,7 @@ def index_own_bytes(n: int, dim: int, index_type: str, storage: str = "float32",
     """Bytes the index structure must hold for ``n`` vectors of ``dim`` (codes, graph links, ids): an estimate for
     the disk and memory checks before a build (the rows record the built ``index.faiss``'s own size).
 
-    ``auto`` is what ``index.type: auto`` builds at these sizes (``AUTO_APPROXIMATE``: HNSW over sq4 codes, M 16)."""
+    ``auto`` is what ``index.type: auto`` builds at these sizes (``HnswIndex.auto``: HNSW over sq4 codes, M 16)."""
     codes = int(n * dim * STORAGE_BYTES_PER_DIM.get(storage, 4.0))
     if index_type == "flat":
         return codes

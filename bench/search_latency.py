@@ -167,7 +167,8 @@ def real_vectors(args, argv) -> dict:
     from spar.lexical.projection import ProjectionLambda
     from spar.lexical.terms import BM25Weights
     from spar.evaluate.metrics import evaluate_run, ranked_run
-    from spar.index.storage import code_bytes, hnsw_can_store
+    from spar.index.storage import code_bytes
+    from spar.index.types.registry import registered_type
     from spar.teacher.teachers import BM25Searcher, build_bm25_index
     from spar.evaluate.candidates import hybrid_candidates, hybrid_fuse, tune_weight
     from spar.evaluate.tuning import tune_mu
@@ -244,7 +245,7 @@ def real_vectors(args, argv) -> dict:
             step(f"{storage}: μ tuned on dev ({mu}), exact scan of the codes")
             nbytes = code_bytes(storage, base_p.shape[1] + args.lambda_dim)
             for index_type in args.index:
-                if index_type == "hnsw" and not hnsw_can_store(storage):
+                if not registered_type(index_type).holds(storage):
                     continue
                 queries = test_q
                 if index_type == "flat":

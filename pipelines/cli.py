@@ -117,7 +117,8 @@ def build_parser(with_epilogs: bool) -> argparse.ArgumentParser:
                           f"{', '.join(_storages())} (default float32)")
     frontier.add_argument("--indexes", type=_names, default=("flat",),
                           help="comma-separated index types timed on the first seed: flat (what the default rule "
-                          "needs), hnsw, ivf (approximate: also scored against the exact scan); default flat")
+                          f"needs), {', '.join(_index_types()[1:])} (approximate: also scored against the exact "
+                          "scan); default flat")
     _add_common(frontier)
     search = sub.add_parser("search", help="search a published SPAR model's index from the command line")
     search.add_argument("index_dir", help="index directory written by `spar index` (or a published model dir)")
@@ -162,6 +163,12 @@ def _storages() -> tuple[str, ...]:
     from spar.index.storage import STORAGES
 
     return STORAGES
+
+
+def _index_types() -> tuple[str, ...]:
+    from spar.index.types.registry import index_type_names
+
+    return index_type_names()
 
 
 def _version() -> str:

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, read_manifest
+from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES
 from spar.core.fingerprint import file_fingerprint
 from spar.core.artifacts import write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets
@@ -64,7 +65,7 @@ def plan(cfg, force: bool = False) -> Unit:
     sets = experiment.evaluate_set_settings()
     if sets:
         config.update(results=[str(p) for p in paths], **sets)
-    if cfg.index.type != "flat":  # the search-time settings evaluate serves the index with
+    if cfg.index.type not in EXHAUSTIVE_INDEX_TYPES:  # the search-time settings evaluate serves the index with
         config["search"] = search_settings(cfg.index)
     # Resumable: each test set's progress is saved chunk by chunk in evaluation.partial/progress/ (hours at 663k).
     return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,

@@ -76,7 +76,7 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
     or repeated values, empty lists, dimensions below 1, and a kind named that the run cannot provide
     (``transformer``: the run's own trained Λ of that kind). ``kinds=None``: every kind, the run's own Λ when it
     has one."""
-    from spar.evaluate.frontier import INDEX_TYPES
+    from spar.index.types.registry import index_type_names
     from spar.lexical import KINDS, computed_kinds
     from spar.index.storage import STORAGES
 
@@ -93,7 +93,7 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
     if bad:  # 0 ... 2**32 - 1: past that a traceback after the first point's work (#37, #48)
         raise ConfigError(f"--seeds must be between 0 and {MAX_SEED:,}, got {', '.join(str(s) for s in bad)}")
     return (tuple(KINDS) if kinds is None else kinds, dims, seeds,
-            _listed("--storages", storages, STORAGES), _listed("--indexes", index_types, INDEX_TYPES))
+            _listed("--storages", storages, STORAGES), _listed("--indexes", index_types, index_type_names()))
 
 
 def _check_run_lambda(cfg, kind: str) -> None:

@@ -2,10 +2,10 @@
 
 Reads ``embeddings/base/passages`` and ``embeddings/lambda/passages``. A flat index stores vectors, not μ (μ scales
 the query side and comes from ``tune/tune.json`` where the index is searched), so it does not depend on ``tune``; an
-approximate one (hnsw, ivf, ivfpq) holds ``[P, μ₀·PΛ]`` with μ₀ the tuned μ (``index.fold``,
-:mod:`spar.index.approximate`) and is rebuilt when μ₀ changes. The search-time parameters (``hnsw_ef_search``,
-``nprobe``, ``refine``) are not part of the index's fingerprint: changing them updates ``index.json`` in place, never
-re-indexes.
+approximate one (hnsw, ivf, ivfpq: :attr:`spar.index.types.registry.IndexType.approximate`) holds ``[P, μ₀·PΛ]``
+with μ₀ the tuned μ (``index.fold``, :mod:`spar.index.approximate`) and is rebuilt when μ₀ changes. The search-time
+parameters (``hnsw_ef_search``, ``nprobe``, ``refine``) are not part of the index's fingerprint: changing them
+updates ``index.json`` in place, never re-indexes.
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ def plan(cfg, force: bool = False) -> Unit:
 def folded_mu(cfg) -> float:
     """μ₀, what the index multiplies Λ's half of the passage vectors by: the experiment's tuned μ for an approximate
     index type with ``index.fold: auto``, else 1 (:func:`spar.index.approximate.fold_factor`)."""
-    from spar.index.approximate import APPROXIMATE_TYPES, fold_factor
+    from spar.index.approximate import fold_factor
+    from spar.index.types.registry import is_approximate
 
-    if cfg.index.fold == "never" or cfg.index.type not in APPROXIMATE_TYPES:
+    if cfg.index.fold == "never" or not is_approximate(cfg.index.type):
         return 1.0
     from spar.evaluate.tuning import read_tuned
 

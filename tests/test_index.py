@@ -15,7 +15,8 @@ from spar.model.embeddings import EncodeOptions, encode_passages, encode_queries
 from spar.model.stored_vectors import load_embeddings
 from spar.model.encoders import BiEncoder
 from spar.core.errors import ArtifactError
-from spar.index.spar_index import SparIndex, build_spar_index, default_nlist
+from spar.index.spar_index import SparIndex, build_spar_index
+from spar.index.types.ivf import default_nlist
 from spar.index.combine import spar_query_vectors
 from spar.data.readers import read_corpus, read_queries
 
@@ -321,14 +322,16 @@ def test_stage_folds_the_tuned_mu_into_an_approximate_index_and_serves_it(encode
 
 
 def test_auto_index_type_is_flat_below_the_threshold_and_the_measured_approximate_index_above(encoded, tmp_path):
-    """index.type=auto: a flat scan for a corpus under index.auto_flat_below, the approximate preset of
-    spar.index.approximate (its type, storage, search settings, folded μ₀, exact re-ranking) above it; the stages
-    see the concrete type (what index.json and tune record)."""
+    """index.type=auto: a flat scan for a corpus under index.auto_flat_below, the approximate type auto chooses
+    above it (HNSW, spar.index.types.hnsw: its storage, search settings, folded μ₀, exact re-ranking); the stages see
+    the concrete type (what index.json and tune record)."""
     import pipelines.index as stage
     from spar.core.config import load_config
     from spar.core.stage import Unit, run_unit
     from spar.experiment.inputs import resolved_index
-    from spar.index.approximate import AUTO_APPROXIMATE
+    from spar.index.types.hnsw import HnswIndex
+
+    AUTO_APPROXIMATE = {"type": "hnsw", **HnswIndex.auto}
 
     out = tmp_path / "run"
     for name in ("base", "lambda"):

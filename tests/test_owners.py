@@ -246,7 +246,7 @@ def test_the_names_are_written_once_in_the_config():
     """The config's Literals are the lists; no other module spells one of them out as a Literal or a tuple."""
     listed = {"LambdaKind": ("transformer", "projection", "static"), "Variant": ("concat", "sum"),
               "Storage": ("float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"),
-              "IndexType": ("flat", "hnsw", "ivf", "ivfpq"), "Projection": ("gaussian", "countsketch", "sparse")}
+              "INDEX_TYPES": ("flat", "hnsw", "ivf", "ivfpq"), "Projection": ("gaussian", "countsketch", "sparse")}
     found = {}
     for name, values in listed.items():
         spelled = r",\s*".join(f"[\"']{v}[\"']" for v in values)  # the whole list, in order

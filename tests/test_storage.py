@@ -13,11 +13,12 @@ from spar.core.artifacts import artifact_dir
 from spar.core.errors import ArtifactError
 from spar.index.served import served_passage_vectors
 from spar.index.spar_index import IndexOptions, SparIndex
-from spar.index.storage import STORAGES, code_bytes, hnsw_can_store
+from spar.index.storage import STORAGES, code_bytes
+from spar.index.types.registry import registered_type
 
 from test_tune import build_sample_experiment, experiment_config, sample_experiment  # noqa: F401
 
-COMBINATIONS = [(t, s) for t in ("flat", "hnsw", "ivf") for s in STORAGES if t != "hnsw" or hnsw_can_store(s)]
+COMBINATIONS = [(t, s) for t in ("flat", "hnsw", "ivf") for s in STORAGES if registered_type(t).accepts(s)]
 FAST_SCAN = ("fs4", "fs2")
 
 

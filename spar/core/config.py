@@ -41,8 +41,8 @@ from spar.core.config_fields import resolve_paths, section_type
 from spar.core.config_search import (  # noqa: F401  (re-exported: every section is spar.core.config's)
     EvaluateSection, IndexSection, PublishSection, TuneSection)
 from spar.core.config_sections import (  # noqa: F401  (re-exported: every section is spar.core.config's)
-    DEFAULT_SET, DataSection, EncodeSection, EncoderSection, ExecutorSection, ExperimentSection, IndexChoice,
-    IndexType, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection, Projection,
+    DEFAULT_SET, EXHAUSTIVE_INDEX_TYPES, INDEX_TYPES, DataSection, EncodeSection, EncoderSection, ExecutorSection,
+    ExperimentSection, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection, Projection,
     QuestionSetSection, SampleSection, Section, Storage, TrainSection, Variant)
 from spar.core.errors import ConfigError
 

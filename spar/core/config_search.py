@@ -1,7 +1,7 @@
 """The sections of the stages that search with the SPAR vectors and ship them: ``tune``, ``index``, ``evaluate``,
 ``publish`` (:mod:`spar.core.config` assembles them with the others; every section is importable from there).
 
-The names they choose from (:data:`~spar.core.config_sections.Variant`, ``Storage``, ``IndexChoice``) are written once,
+The names they choose from (:data:`~spar.core.config_sections.Variant`, ``Storage``, ``INDEX_TYPES``) are written once,
 in :mod:`spar.core.config_sections`.
 
 Example::
@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from spar.core.config_fields import ADDED_LATER, PATH, RUNTIME
-from spar.core.config_sections import IndexChoice, Section, Storage, Variant
+from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES, INDEX_TYPES, Section, Storage, Variant
 
 
 class TuneSection(Section):
@@ -68,11 +68,12 @@ class IndexSection(Section):
         "concat", description="The SPAR combination, of the index and of the μ tuned for it: 'concat': [P, PΛ] "
         "(score = sim + mu*simΛ exactly); 'sum': P + PΛ (equal dims). (Before spar 0.2 also tune.variant.)"
     )
-    type: IndexChoice = Field(
+    type: str = Field(
         "flat", description="FAISS index type: flat (exhaustive), hnsw (graph), ivf (inverted lists), ivfpq (IVF + "
-        "PQ), or auto: a flat scan below index.auto_flat_below passages, above it the approximate index chosen by "
-        "measurement (spar.index.approximate.AUTO_APPROXIMATE: type, storage, and the graph, search and exact "
-        "re-ranking settings left at their defaults: an hnsw_ef_search or refine you give is kept)."
+        "PQ), or another registered in spar/index/types/; or auto: a flat scan below index.auto_flat_below "
+        "passages, above it the approximate index chosen by measurement (spar.index.types.hnsw.HnswIndex.auto: its "
+        "storage, and the graph, search and exact re-ranking settings left at their defaults: an hnsw_ef_search or "
+        "refine you give is kept)."
     )
     auto_flat_below: int = Field(
         300_000, ge=0, json_schema_extra=ADDED_LATER,
@@ -102,14 +103,24 @@ class IndexSection(Section):
         "with exact float32 scores read from the passage embeddings on disk (0: off). The served scores are then "
         "the exact scan's, and μ is tuned against float32 vectors. A search-time setting: no re-indexing.")
 
+    @field_validator("type")
+    @classmethod
+    def _registered_type(cls, value: str) -> str:
+        # A str checked against the registered names, not a Literal: a type registered from outside spar (a plug-in,
+        # a test: spar.index.types.registry.register) is accepted from then on.
+        if value != "auto" and value not in INDEX_TYPES:
+            raise ValueError(f"index.type={value!r}: use one of {', '.join(INDEX_TYPES)}, or auto")
+        return value
+
     @model_validator(mode="after")
     def _refine_needs_candidates(self) -> "IndexSection":
         # A flat index ignored it: `spar index index.refine=4` said "updated: refine 0 -> 4" and served sq4 scores.
-        if self.type == "flat" and self.refine:
-            raise ValueError(f"index.refine={self.refine} re-ranks the candidates of an approximate index (hnsw, ivf, "
-                             "ivfpq, or auto above index.auto_flat_below); a flat index scans every passage and "
-                             "serves its storage's scores: use index.storage=float32 for exact scores, or leave "
-                             "index.refine at 0")
+        if self.type in EXHAUSTIVE_INDEX_TYPES and self.refine:
+            approximate = [t for t in INDEX_TYPES if t not in EXHAUSTIVE_INDEX_TYPES]
+            raise ValueError(f"index.refine={self.refine} re-ranks the candidates of an approximate index "
+                             f"({', '.join(approximate)}, or auto above index.auto_flat_below); a {self.type} index "
+                             "scans every passage and serves its storage's scores: use index.storage=float32 for exact "
+                             "scores, or leave index.refine at 0")
         return self
 
 

@@ -27,10 +27,14 @@ from spar.core.config_fields import ADDED_LATER, MAX_SEED, PATH, PATH_OR_ID, RUN
 LambdaKind = Literal["transformer", "projection", "static"]
 #: Passage storages of the SPAR index (:mod:`spar.index.storage` holds each one's bits, bytes and FAISS codec).
 Storage = Literal["float32", "float16", "sq8", "sq6", "sq4", "fs4", "fs2", "pq"]
-#: FAISS index types (:func:`spar.index.spar_index.make_faiss_index`).
-IndexType = Literal["flat", "hnsw", "ivf", "ivfpq"]
-#: What ``index.type`` takes: a type, or ``auto`` (:func:`spar.index.approximate.resolve_index_section`).
-IndexChoice = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
+#: FAISS index types (``index.type``, besides ``auto``: :func:`spar.index.approximate.resolve_index_section`), in the
+#: order errors and the frontier list them: each is the module ``spar/index/types/<name>.py`` (the registry
+#: :data:`spar.index.types.registry.REGISTRY` derives from this); a type registered from outside spar
+#: (:func:`spar.index.types.registry.register`: a plug-in, a test) adds its name here.
+INDEX_TYPES: list[str] = ["flat", "hnsw", "ivf", "ivfpq"]
+#: Those that score every passage (nothing for ``index.refine`` to re-rank, never folded); the others are approximate
+#: (:attr:`spar.index.types.registry.IndexType.approximate`, which register keeps in step with this).
+EXHAUSTIVE_INDEX_TYPES: set[str] = {"flat"}
 #: How the SPAR vectors combine: ``[P, PΛ]`` (scores ``sim + μ·simΛ``) or ``P + PΛ`` (equal dimensions).
 Variant = Literal["concat", "sum"]
 #: Random tables of the projection Λ (:mod:`spar.lexical.random_tables`).

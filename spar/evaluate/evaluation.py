@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from spar.core.artifacts import is_complete, read_manifest
+from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES
 from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
 from spar.evaluate.exact import dense_search
@@ -448,7 +449,8 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
                   "code_bytes": spar_index.info.get("code_bytes"), "dim": spar_index.info.get("dim"),
                   "fold": spar_index.info.get("fold", 1.0),
-                  **({"search": search_params(cfg)} if spar_index.info.get("type") != "flat" else {})},
+                  **({"search": search_params(cfg)} if spar_index.info.get("type") not in EXHAUSTIVE_INDEX_TYPES
+                     else {})},
         # The vectors' precision and backend (#48): bf16 vectors score otherwise in the third decimal.
         "encoding": RunContext(cfg).encoding(),
         # What was never scored (the rankings themselves may be gone: written chunk by chunk and dropped).

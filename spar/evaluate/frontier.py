@@ -9,8 +9,9 @@ reports on test:
 - SPAR ``[Q, μ·QΛ]`` searched in the flat index of that storage (what ``spar evaluate`` serves; μ swept on dev
   against the decoded codes, as ``spar tune`` does): nDCG@10, R@100 (what Λ adds to the base);
 - bytes per passage of the codes, and the training time;
-- for the first seed, per index type asked for (``index_types``: ``flat`` by default, which is what the default
-  rule needs; ``hnsw`` and ``ivf`` are the approximate indexes): single-query and batched search latency of a SPAR
+- for the first seed, per index type asked for (``index_types``, any registered one that holds the point's storage,
+  :mod:`spar.index.types.registry`: ``flat`` by default, which is what the default rule needs; ``hnsw``, ``ivf``,
+  ``ivfpq`` are approximate): single-query and batched search latency of a SPAR
   index of that type and storage, and its ratios to the base-only index of the same type and to the BM25 + dense
   hybrid (:mod:`spar.evaluate.latency`); for an approximate type also SPAR's nDCG@10 and R@100 through it at the same μ,
   and the loss against the exact scan of the same codes. The IVF index holds ``[P, μ·PΛ]`` and is searched with
@@ -43,11 +44,12 @@ import numpy as np
 
 from spar.core.artifacts import is_complete
 from spar.core.errors import ArtifactError
-from spar.evaluate.frontier_report import INDEX_TYPES, Choice, FrontierPoint, FrontierReport
+from spar.evaluate.frontier_report import Choice, FrontierPoint, FrontierReport
 from spar.core.run_context import RunContext
-from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes, hnsw_can_store
+from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes
+from spar.index.types.registry import index_type_names, registered_type
 
-__all__ = ["DEFAULT_DIMS", "INDEX_TYPES", "Choice", "FrontierInputs", "FrontierPoint", "FrontierReport",
+__all__ = ["DEFAULT_DIMS", "Choice", "FrontierInputs", "FrontierPoint", "FrontierReport", "index_type_names",
            "run_frontier", "score_points"]
 
 log = logging.getLogger(__name__)
@@ -68,8 +70,9 @@ def _top_run(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Se
 
 
 def can_hold(index_type: str, storage: str) -> bool:
-    """Whether an index of ``index_type`` can store ``storage`` (HNSW holds neither PQ nor fast-scan codes)."""
-    return index_type != "hnsw" or hnsw_can_store(storage)
+    """Whether an index of ``index_type`` stores exactly ``storage`` (HNSW holds neither PQ nor fast-scan codes;
+    IVF-PQ holds PQ codes only)."""
+    return registered_type(index_type).holds(storage)
 
 
 class FrontierInputs:
@@ -129,7 +132,7 @@ class FrontierInputs:
 
         cache = self.__dict__.setdefault("_base_indexes", {})
         if index_type not in cache:
-            cache[index_type] = build_spar_index(self.base_p, None, index_type=index_type,  # type: ignore[arg-type]
+            cache[index_type] = build_spar_index(self.base_p, None, index_type=index_type,
                                                  **{**self.index_params, "storage": "float32"})
         return cache[index_type]
 
@@ -288,13 +291,14 @@ def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapp
     for t in index_types:
         if not can_hold(t, storage):
             continue
-        if t == "flat":
+        if t == "flat":  # the index the point was scored through: timed as it is
             indexes[t], queries[t] = flat, test_q
         elif t == "ivf":  # Λ's half scaled by μ at index time: the same scores, clusters that follow them
+            # (the frontier's own fold, older than index.fold; #49 item 2 folds every type through SparIndex.build)
             indexes[t] = build_faiss_index([inputs.base_p, np.float32(mu) * lam_p], "concat", "ivf", options)
             queries[t] = spar_query_vectors(inputs.base_q["test"], lam_q["test"], 1.0, "concat")
         else:
-            indexes[t] = build_faiss_index([inputs.base_p, lam_p], "concat", t, options)  # type: ignore[arg-type]
+            indexes[t] = build_faiss_index([inputs.base_p, lam_p], "concat", t, options)
             queries[t] = test_q
     return FrontierPoint(
         kind=model.kind, dim=model.dim, mu=mu, dev_spar=round(dev_served, 6),
@@ -401,7 +405,7 @@ def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = 
                                                                                       if p.seed is not None}),
                            "kinds": sorted({p.kind for p in points}),
                            "storages": [st for st in STORAGES if any(p.storage == st for p in points)],
-                           "index_types": [t for t in INDEX_TYPES if any(t in p.latency for p in points)],
+                           "index_types": [t for t in index_type_names() if any(t in p.latency for p in points)],
                            "dev_queries": len(inputs.dev.ids), "test_queries": len(inputs.test.ids),
                            "projection": cfg.train.lexical.projection})
 

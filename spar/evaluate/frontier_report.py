@@ -33,9 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.index.storage import STORAGES
-
-#: Index types a frontier point can be timed (and, when approximate, scored) with.
-INDEX_TYPES = ("flat", "hnsw", "ivf")
+from spar.index.types.registry import index_type_names, registered_type
 
 
 @dataclass
@@ -52,9 +50,9 @@ class FrontierPoint:
     train_seconds: float
     steps: int = 0
     storage: str = "float32"
-    #: {"flat"|"hnsw"|"ivf": {"single_ms", "p50_ms", "batched_ms", "vs_base": {...}, "vs_hybrid": {...}}} (timed seed)
+    #: {index type: {"single_ms", "p50_ms", "batched_ms", "vs_base": {...}, "vs_hybrid": {...}}} (timed seed)
     latency: dict[str, Any] = field(default_factory=dict)
-    #: {"hnsw"|"ivf": {"nDCG@10", "R@100", "loss": exact flat nDCG@10 minus this, "overlap@10"}} (timed seed)
+    #: {approximate index type: {"nDCG@10", "R@100", "loss": exact flat nDCG@10 minus this, "overlap@10"}} (timed seed)
     approximate: dict[str, Any] = field(default_factory=dict)
     #: dev SPAR of μ's sweep over the decoded codes (``dev_spar`` is the flat index's, as served; None: made before
     #: the frontier scored through the index, when ``dev_spar`` was this figure)
@@ -185,10 +183,11 @@ class FrontierReport:
 
         refs = self.references
         base_bytes = refs.get("base", {}).get("bytes_per_passage")
-        types = [t for t in INDEX_TYPES if any(t in p.latency or t in p.approximate for p in self.points)]
+        types = [t for t in index_type_names() if any(t in p.latency or t in p.approximate for p in self.points)]
         types = types or ["flat"]
-        header = {"flat": "flat 1-query ms", "hnsw": "HNSW nDCG@10 (vs flat); 1-query ms",
-                  "ivf": "IVF nDCG@10 (vs flat); 1-query ms"}
+        kinds = {t: registered_type(t) for t in types}
+        header = {t: f"{kind.label} nDCG@10 (vs flat); 1-query ms" if kind.approximate else f"{kind.label} 1-query ms"
+                  for t, kind in kinds.items()}
         lines = [f"**{self.dataset}** — quality per byte (test queries; μ tuned on dev against the stored vectors). "
                  f"Base nDCG@10 {refs['base']['nDCG@10']:.3f} / R@100 {refs['base']['R@100']:.3f}"
                  + (f" at {base_bytes:,} B/passage (float32)" if base_bytes else "") + "; BM25 hybrid "
@@ -206,7 +205,7 @@ class FrontierReport:
                 f"| {kind} | {dim} | {storage} | {pts[0].bytes_per_passage:,} | {len(pts)} | "
                 f"{cell([p.lambda_alone['nDCG@10'] for p in pts])} | {cell([p.rbo for p in pts])} | "
                 f"{cell([p.spar['nDCG@10'] for p in pts])} | {cell([p.spar['R@100'] for p in pts])} | "
-                + " | ".join(latency(pts, t) if t == "flat" else approximate(pts, t) for t in types)
+                + " | ".join(approximate(pts, t) if kinds[t].approximate else latency(pts, t) for t in types)
                 + f" | {statistics.mean(p.train_seconds for p in pts):.0f} |")
         choice = self.choice_line()
         lines += ["", choice] if choice else []

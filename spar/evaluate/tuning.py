@@ -371,11 +371,11 @@ class TunedWeights:
     def check_served_by(self, index_info: Mapping[str, Any], index_dir: str | Path) -> None:
         """Refuse an index that scores its passages otherwise than the vectors μ was tuned against (an index that
         re-ranks exactly, ``index.refine``, scores float32 vectors whatever it stores)."""
-        from spar.index.approximate import APPROXIMATE_TYPES
+        from spar.index.types.registry import is_approximate, stored_storage
 
-        served = index_info.get("storage", "pq" if index_info.get("type") == "ivfpq" else "float32")
+        served = stored_storage(index_info)
         codec = index_info.get("codec", {"storage": served})
-        if index_info.get("options", {}).get("refine") and index_info.get("type") in APPROXIMATE_TYPES:
+        if index_info.get("options", {}).get("refine") and is_approximate(index_info.get("type", "flat")):
             served, codec = "float32", {"storage": "float32"}
         tuned_codec = self.payload.get("codec", {"storage": self.storage})
         same_codec = codec == tuned_codec

@@ -36,43 +36,22 @@ from typing import Any, Sequence
 
 import numpy as np
 
-#: Index types that are searched approximately (and folded): every type but the exhaustive flat scan.
-APPROXIMATE_TYPES = ("hnsw", "ivf", "ivfpq")
-
-#: ``index.type: auto`` above ``index.auto_flat_below`` passages: the approximate index chosen by measurement on the
-#: Wikipedia experiment's real vectors (``bench/odqa_index.py``; docs/experiments.md, "Serving SPAR at 663k"), at
-#: the size it serves (below 300,000 passages auto is a flat scan). At all 667,980 passages (4 dev sets × 300
-#: questions, bench/results/odqa_index-663k-hnsw-*.json) HNSW over sq4 codes, M 16, the top 4·k re-ranked exactly:
-#: efConstruction 40 with efSearch 512 lost up to 7.3 Acc@20 points against the exact scan (2048: 2.0; re-ranking
-#: 8·k instead of 4·k: the same, so the graph missed the passages); efConstruction 100 with efSearch 2048 lost at
-#: most 1.33 (overlap@20 with the exact top-20 0.87-0.99; the base alone through it 0.34), one question in 37 ms
-#: against the hybrid's 105 (0.35×), built in 15 minutes on 2 cores. (At 200k, efConstruction 40 and efSearch 512
-#: had lost 0.33.)
-AUTO_APPROXIMATE: dict[str, Any] = {"type": "hnsw", "storage": "sq4", "hnsw_m": 16, "hnsw_ef_construction": 100,
-                                    "hnsw_ef_search": 2048, "refine": 4}
+from spar.index.types.registry import auto_section, is_approximate
 
 
 def resolve_index_section(section: Any, passages: int | None) -> Any:
     """The ``index`` section with ``type: auto`` made concrete for a corpus of ``passages`` (unknown: unchanged):
-    ``flat`` below ``auto_flat_below``, :data:`AUTO_APPROXIMATE` above: its type and storage (the configured
-    storage is the flat scan's), and its graph and search settings where the section leaves them at their
-    defaults (an ``index.hnsw_ef_search`` or ``index.refine`` given with auto is kept, as with ``hnsw``)."""
+    the registered type auto serves that size with (:func:`spar.index.types.registry.auto_section`: a flat scan below
+    ``auto_flat_below``, above it HNSW over sq4 codes, :attr:`spar.index.types.hnsw.HnswIndex.auto`)."""
     if section.type != "auto" or passages is None:
         return section
-    if passages < section.auto_flat_below:
-        return section.model_copy(update={"type": "flat", "refine": 0})  # a flat scan has no candidates to re-rank
-    fields = type(section).model_fields
-    chosen = {key: value for key, value in AUTO_APPROXIMATE.items()
-              if key in ("type", "storage") or getattr(section, key) == fields[key].default}
-    if section.variant != "concat":  # exact re-ranking scores [Q, μ·QΛ]·[P, PΛ]: not for 'sum', whose refusal
-        chosen.pop("refine", None)   # said "use index.refine=0", which auto then replaced by its 4 again
-    return section.model_copy(update=chosen)
+    return auto_section(section, passages)
 
 
 def fold_factor(index_type: str, fold: str, tuned_mu: float | None) -> float:
     """μ₀, the factor Λ's half of the passage vectors is stored with: the tuned μ for an approximate index when
     ``index.fold`` is ``auto`` (1 for a flat scan, with ``fold: never``, or before μ is known)."""
-    if fold == "never" or index_type not in APPROXIMATE_TYPES or not tuned_mu or tuned_mu <= 0:
+    if fold == "never" or not is_approximate(index_type) or not tuned_mu or tuned_mu <= 0:
         return 1.0
     return float(tuned_mu)
 

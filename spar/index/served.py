@@ -12,9 +12,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from spar.core.config import IndexType, Variant
+from spar.core.config import Variant
 from spar.index import spar_index as _index
-from spar.index.spar_index import IndexOptions, _batches, _faiss, trained_faiss_index
+from spar.index.spar_index import IndexOptions, _batches, trained_faiss_index
+from spar.index.types.registry import registered_type
 from spar.index.combine import check_pair, spar_passage_vectors
 
 
@@ -77,7 +78,7 @@ class ServedVectors:
 
 
 def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "concat",
-                           index_type: IndexType = "flat", options: IndexOptions | None = None,
+                           index_type: str = "flat", options: IndexOptions | None = None,
                            trained: Any = None) -> tuple[Any, Any]:
     """The passage vectors as an index of ``options.storage`` holds them: ``(P̂, P̂Λ)``, the decoded codes.
 
@@ -95,9 +96,8 @@ def served_passage_vectors(base_p: Any, lambda_p: Any, variant: Variant = "conca
             return base_p, lambda_p
         return np.asarray(base_p, np.float32), np.asarray(lambda_p, np.float32)
     check_pair(np.asarray(base_p[:1]), np.asarray(lambda_p[:1]), variant, "passage vectors")
-    faiss = _faiss()
     index = trained if trained is not None else trained_faiss_index([base_p, lambda_p], variant, index_type, options)
-    codec = faiss.downcast_index(index.storage) if hasattr(index, "hnsw") else index
+    codec = registered_type(index_type).codec(index)
     if streamed and variant == "concat":
         dim = base_p.shape[1]
         codes = PassageCodes(codec, [base_p, lambda_p])  # both parts decode the same codes, made once

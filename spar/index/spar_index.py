@@ -7,11 +7,12 @@ SPAR combines a base dense retriever (P, Q) with the lexical model Λ (PΛ, QΛ)
 - ``sum``: passages ``P(p) + PΛ(p)``, queries ``Q(q) + μ·QΛ(q)`` (equal dimensions; half the index size, and the
   cross terms make the score an approximation of the above).
 
-μ only scales the query side, so changing it never re-indexes. Index types (all FAISS, inner product):
-``flat`` (exhaustive), ``hnsw`` (graph), ``ivf`` (inverted lists), ``ivfpq`` (``IndexIVFPQ``); each stores the
-passage vectors as ``options.storage`` says (:mod:`spar.index.storage`: float32, float16, 8/6/4-bit scalar quantizers,
-PQ), trained on a seeded sample. :func:`served_passage_vectors` gives the passage vectors as an index of that storage
-holds them (its decoded codes), so μ is tuned against what is served.
+μ only scales the query side, so changing it never re-indexes. Index types (all FAISS, inner product) are the
+registered ones (:mod:`spar.index.types.registry`: ``flat``, ``hnsw``, ``ivf``, ``ivfpq``, ...), each asked what to
+build, what it stores and how it is searched; each stores the passage vectors as ``options.storage`` says
+(:mod:`spar.index.storage`: float32, float16, 8/6/4-bit scalar quantizers, PQ), trained on a seeded sample.
+:func:`served_passage_vectors` gives the passage vectors as an index of that storage holds them (its decoded codes),
+so μ is tuned against what is served.
 
 A saved index is a directory: ``index.faiss``, ``ids.arrow`` (schemas.EMBEDDING_IDS) and ``index.json`` (variant,
 type, both encoders' fingerprints and dimensions, count, search parameters). The index stores vectors, not μ: the
@@ -38,7 +39,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,13 +49,14 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from spar.core.config import IndexSection, IndexType, Storage, Variant
+from spar.core.config import IndexSection, Storage, Variant
 from spar.core.errors import ArtifactError
 from spar.core.executor import Executor, WorkerSpec
 from spar.index.combine import check_pair, spar_passage_vectors, spar_query_vectors
 from spar.core.schemas import IDS_FILE
 from spar.index.files import INDEX_FILE, INDEX_MANIFEST, SEARCH_TIME
-from spar.index.storage import FAST_SCAN, code_bytes
+from spar.index.storage import FAST_SCAN, code_bytes, pq_bits_for
+from spar.index.types.registry import registered_type, is_approximate, stored_storage
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +101,14 @@ class IndexOptions(IndexSection):
         return self.model_dump(exclude={"variant", "type"})
 
     def served_storage(self, index_type: str) -> str:
-        """The storage an index of ``index_type`` really holds (``ivfpq`` always stores PQ codes)."""
-        return "pq" if index_type == "ivfpq" else self.storage
+        """The storage an index of ``index_type`` really holds (``ivfpq`` always stores PQ codes; ``auto``, a type
+        not chosen yet: the configured one)."""
+        return self.storage if index_type == "auto" else registered_type(index_type).served_storage(self.storage)
 
     def exact_scores(self, index_type: str) -> bool:
         """Whether the index re-ranks its candidates with exact float32 scores (``refine`` on an approximate type):
         then its scores are the exact scan's, and μ is tuned against float32 vectors."""
-        from spar.index.approximate import APPROXIMATE_TYPES
-
-        return bool(self.refine) and index_type in APPROXIMATE_TYPES
+        return bool(self.refine) and is_approximate(index_type)
 
     def scored_codec(self, index_type: str) -> dict[str, Any]:
         """What the served scores come from: :meth:`codec`, or float32 for an index that re-ranks exactly."""
@@ -129,7 +129,7 @@ def check_serves(info: dict[str, Any], section: IndexSection, seed: int, directo
     type, storage or codec. An override the stored index cannot honour (``spar evaluate index.storage=float32`` on a
     4-bit index) would otherwise be recorded in the results and the model card but not served."""
     options = IndexOptions.from_section(section, seed=seed)
-    storage = info.get("storage", "pq" if info.get("type") == "ivfpq" else "float32")
+    storage = stored_storage(info)
     have = {"variant": info.get("variant"), "type": info.get("type"), **info.get("codec", {"storage": storage})}
     wanted = {"variant": section.variant, "type": section.type, **options.codec(section.type)}
     main = ("variant", "type", "storage")
@@ -143,11 +143,6 @@ def check_serves(info: dict[str, Any], section: IndexSection, seed: int, directo
                             "`spar tune`) with these settings, or drop the override")
 
 
-def default_nlist(n: int) -> int:
-    """≈ 4·√N inverted lists, but at least 39 training points per list (FAISS's k-means minimum)."""
-    return max(1, min(int(round(4 * math.sqrt(n))), n // 39 or 1))
-
-
 def _rows(matrices: Sequence[np.ndarray], variant: str | None, start: int, stop: int) -> np.ndarray:
     if variant is None:
         return np.ascontiguousarray(matrices[0][start:stop], dtype=np.float32)
@@ -159,71 +154,20 @@ def _batches(matrices: Sequence[np.ndarray], variant: str | None, n: int) -> Ite
         yield _rows(matrices, variant, start, min(n, start + ADD_BATCH))
 
 
-def pq_bits_for(n: int, nbits: int) -> int:
-    """PQ bits per code that ``n`` training points support (FAISS's k-means wants >= 39 points per centroid)."""
-    return nbits if n >= 39 * 2 ** nbits else max(1, min(nbits, int(math.log2(max(n, 78) / 39))))
+def make_faiss_index(dim: int, n: int, index_type: str, options: IndexOptions):
+    """An empty FAISS inner-product index of ``index_type`` (:func:`spar.index.types.registry.index_type`) storing
+    ``options.storage``, sized for ``n`` vectors."""
+    from spar.index.storage import check_storage
+
+    kind = registered_type(index_type)
+    kind.check_storage(check_storage(options.storage))
+    storage = kind.served_storage(options.storage)
+    if storage == "pq" and dim % options.pq_m:
+        raise ArtifactError(f"index.pq_m={options.pq_m} must divide the vector dimension {dim}")
+    return kind.make(dim, n, storage, options)
 
 
-def _pq_bits(n: int, nbits: int) -> int:
-    fewer = pq_bits_for(n, nbits)
-    if fewer != nbits:
-        log.warning("only %d passages: PQ codes use %d bits instead of %d", n, fewer, nbits)
-    return fewer
-
-
-def make_faiss_index(dim: int, n: int, index_type: IndexType, options: IndexOptions):
-    """An empty FAISS inner-product index of ``index_type`` storing ``options.storage``, sized for ``n`` vectors."""
-    from spar.index.storage import check_storage, factory_component
-
-    faiss = _faiss()
-    storage = check_storage(options.storage)
-    if index_type == "ivfpq":
-        if storage not in ("float32", "pq"):
-            raise ArtifactError(f"index.type=ivfpq stores PQ codes, not index.storage={storage}; use index.type=ivf "
-                                "for an inverted-list index of another storage")
-        index_type, storage = "ivf", "pq"
-    if storage == "pq":
-        if dim % options.pq_m:
-            raise ArtifactError(f"index.pq_m={options.pq_m} must divide the vector dimension {dim}")
-        if index_type == "hnsw":
-            raise ArtifactError("index.storage=pq with index.type=hnsw: FAISS's HNSW-PQ has no inner product; use "
-                                "index.type=flat or ivf for PQ, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
-    if storage in FAST_SCAN and index_type == "hnsw":
-        raise ArtifactError(f"index.storage={storage} with index.type=hnsw: FAISS's HNSW cannot store fast-scan codes; "
-                            "use index.type=flat or ivf, or a scalar quantizer (sq8, sq6, sq4) with HNSW")
-    component = factory_component(storage, options.pq_m, options.pq_nbits, dim)
-    if index_type == "flat":
-        if storage == "float32":
-            return faiss.IndexFlatIP(dim)
-        if storage == "pq":
-            component = factory_component("pq", options.pq_m, _pq_bits(n, options.pq_nbits))
-        return faiss.index_factory(dim, component, faiss.METRIC_INNER_PRODUCT)
-    if index_type == "hnsw":
-        if storage == "float32":
-            index = faiss.IndexHNSWFlat(dim, options.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        else:
-            index = faiss.index_factory(dim, f"HNSW{options.hnsw_m},{component}", faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = options.hnsw_ef_construction
-        index.hnsw.efSearch = options.hnsw_ef_search
-        return index
-    if index_type == "ivf":
-        nlist = options.ivf_nlist or default_nlist(n)
-        if nlist > n:
-            raise ArtifactError(f"index.ivf_nlist={nlist} exceeds the number of passages ({n})")
-        quantizer = faiss.IndexFlatIP(dim)
-        if storage == "pq":
-            index = faiss.IndexIVFPQ(quantizer, dim, nlist, options.pq_m, _pq_bits(n, options.pq_nbits),
-                                     faiss.METRIC_INNER_PRODUCT)
-        elif storage == "float32":
-            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        else:
-            index = faiss.index_factory(dim, f"IVF{nlist},{component}", faiss.METRIC_INNER_PRODUCT)
-        index.nprobe = min(options.nprobe, nlist)
-        return index
-    raise ValueError(f"unknown index type {index_type!r}; use flat, hnsw, ivf or ivfpq")
-
-
-def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
+def trained_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: str,
                         options: IndexOptions):
     """An empty index of ``index_type``, its codec trained on a seeded sample of the (combined) rows: the one
     training that both the index build and :func:`served_passage_vectors` use, so both code passages alike."""
@@ -295,7 +239,7 @@ def adds_codes_in_place(index) -> bool:
     return isinstance(index, (faiss.IndexFlatIP, faiss.IndexScalarQuantizer)) and index.ntotal == 0
 
 
-def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: IndexType,
+def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index_type: str,
                       options: IndexOptions | None = None, executor: Executor | None = None,
                       shards: Sequence[tuple[Sequence[Path], int]] | None = None):
     """Fill a FAISS index with ``matrices[0]`` (``variant=None``) or the SPAR combination of two matrices.
@@ -323,7 +267,7 @@ def build_faiss_index(matrices: Sequence[np.ndarray], variant: str | None, index
 def adds_codes(index_type: str, options: IndexOptions) -> bool:
     """Whether FAISS can add this index's passages from codes made elsewhere (``add_sa_codes``): flat and IVF
     indexes of every storage but fast-scan (HNSW builds a graph; fast-scan packs codes in blocks)."""
-    return index_type != "hnsw" and options.served_storage(index_type) not in FAST_SCAN
+    return registered_type(index_type).adds_codes(options.served_storage(index_type))
 
 
 class CodeWorker:
@@ -357,7 +301,7 @@ def faiss_threads(threads: int) -> Iterator[None]:
 
 
 def build_spar_index(base_p: np.ndarray, lambda_p: np.ndarray | None, variant: Variant = "concat",
-                     index_type: IndexType = "flat", executor: Executor | None = None,
+                     index_type: str = "flat", executor: Executor | None = None,
                      shards: Sequence[tuple[Sequence[Path], int]] | None = None, **opts: Any):
     """A FAISS index of SPAR passage vectors (``lambda_p=None``: of ``base_p`` alone, e.g. the base index).
 
@@ -389,7 +333,7 @@ class SparIndex:
     # -- construction ----------------------------------------------------------------------------------------
     @classmethod
     def build(cls, base_p, lambda_p, ids: Sequence[str] | None = None, variant: Variant = "concat",
-              index_type: IndexType = "flat", options: IndexOptions | None = None,
+              index_type: str = "flat", options: IndexOptions | None = None,
               executor: Executor | None = None, fold: float = 1.0, **opts: Any) -> "SparIndex":
         """Build from two matrices or two :class:`~spar.model.stored_vectors.Embeddings` (ids and fingerprints
         checked; the add phase of the latter runs on ``executor``'s workers when it is Ray's). ``fold`` (μ₀): the
@@ -481,17 +425,12 @@ class SparIndex:
         self.set_search_params(**{k: v for k, v in info.get("options", {}).items() if k in SEARCH_TIME})
         return self
 
-    def set_search_params(self, hnsw_ef_search: int | None = None, nprobe: int | None = None,
-                          refine: int | None = None) -> None:
-        faiss = _faiss()
-        if refine is not None:
-            self.info.setdefault("options", {})["refine"] = int(refine)
-        if hnsw_ef_search is not None and hasattr(self.index, "hnsw"):
-            self.index.hnsw.efSearch = int(hnsw_ef_search)
-        if nprobe is not None:
-            ivf = faiss.try_extract_index_ivf(self.index)
-            if ivf is not None:
-                ivf.nprobe = int(min(nprobe, ivf.nlist))
+    def set_search_params(self, **values: Any) -> None:
+        """Apply search-time settings (:data:`spar.index.files.SEARCH_TIME`: ``refine``, and those its index type
+        reads, e.g. ``hnsw_ef_search``, ``nprobe``); None leaves one as it is."""
+        if values.get("refine") is not None:
+            self.info.setdefault("options", {})["refine"] = int(values["refine"])
+        self.kind.set_search_params(self.index, {k: v for k, v in values.items() if v is not None})
 
     # -- properties ------------------------------------------------------------------------------------------
     @property
@@ -499,9 +438,14 @@ class SparIndex:
         return self.info["variant"]
 
     @property
+    def kind(self):
+        """Its index type (:class:`spar.index.types.registry.IndexType`)."""
+        return registered_type(self.info.get("type", "flat"))
+
+    @property
     def storage(self) -> str:
         """How the passage vectors are stored (:mod:`spar.index.storage`)."""
-        return self.info.get("storage", "pq" if self.info.get("type") == "ivfpq" else "float32")
+        return stored_storage(self.info)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -550,10 +494,8 @@ class SparIndex:
     @property
     def refine(self) -> int:
         """Candidates re-ranked exactly per hit wanted (``index.refine``; 0 for a flat scan, which is exact)."""
-        from spar.index.approximate import APPROXIMATE_TYPES
-
         refine = int(self.info.get("options", {}).get("refine", 0) or 0)
-        return refine if self.info.get("type") in APPROXIMATE_TYPES else 0
+        return refine if self.kind.approximate else 0
 
     def passage_rows(self):
         """The float32 passage vectors exact re-ranking reads, from the embeddings the index was built from."""

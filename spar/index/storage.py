@@ -22,11 +22,14 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import get_args
 
 from spar.core.config import Storage
 from spar.core.errors import ArtifactError
+
+log = logging.getLogger(__name__)
 
 STORAGES: tuple[str, ...] = get_args(Storage)
 #: Bits per dimension of the per-dimension codecs (PQ's size depends on pq_m and pq_nbits instead).
@@ -34,11 +37,6 @@ BITS = {"float32": 32, "float16": 16, "sq8": 8, "sq6": 6, "sq4": 4}
 _FACTORY = {"float32": "Flat", "float16": "SQfp16", "sq8": "SQ8", "sq6": "SQ6", "sq4": "SQ4"}
 #: Dimensions per 4-bit code of the fast-scan PQ storages.
 FAST_SCAN = {"fs4": 1, "fs2": 2}
-
-
-def hnsw_can_store(storage: str) -> bool:
-    """Whether FAISS's HNSW indexes hold this storage with inner product (not PQ, not fast-scan codes)."""
-    return storage not in ("pq", *FAST_SCAN)
 
 
 def check_storage(storage: str) -> str:
@@ -75,6 +73,19 @@ def factory_component(storage: str, pq_m: int = 16, pq_nbits: int = 8, dim: int 
             raise ValueError(f"the {storage} storage needs the vector dimension")
         return f"PQ{fast_scan_codes(storage, dim)}x4fs"
     return f"PQ{pq_m}x{pq_nbits}" if storage == "pq" else _FACTORY[storage]
+
+
+def pq_bits_for(n: int, nbits: int) -> int:
+    """PQ bits per code that ``n`` training points support (FAISS's k-means wants >= 39 points per centroid)."""
+    return nbits if n >= 39 * 2 ** nbits else max(1, min(nbits, int(math.log2(max(n, 78) / 39))))
+
+
+def pq_bits(n: int, nbits: int) -> int:
+    """:func:`pq_bits_for`, with a warning when ``n`` passages support fewer bits than ``index.pq_nbits`` asks."""
+    fewer = pq_bits_for(n, nbits)
+    if fewer != nbits:
+        log.warning("only %d passages: PQ codes use %d bits instead of %d", n, fewer, nbits)
+    return fewer
 
 
 def describe(storage: str, dim: int, pq_m: int = 16, pq_nbits: int = 8) -> str:

@@ -51,7 +51,7 @@ from typing import Any
 
 from spar.core.artifacts import PASSAGES_FILE, ArtifactWriter, atomic_file, write_json_atomic
 from spar.core.fingerprint import file_fingerprint, fingerprint_dict
-from spar.core.config import EncodeSection, IndexSection
+from spar.core.config import EXHAUSTIVE_INDEX_TYPES, EncodeSection, IndexSection
 from spar.core.errors import BadRecordError, ConfigError
 from spar.data.readers import OnBad, ReadStats, input_file_problem
 from spar.core.stage import Unit, run_unit, settings
@@ -98,7 +98,7 @@ class ModelDefaults:
             tree = {}
         tree = tree if isinstance(tree, dict) else {}
         index: dict[str, Any] = tree["index"] if isinstance(tree.get("index"), dict) else {}
-        if index.get("type", "flat") == "flat":
+        if index.get("type", "flat") in EXHAUSTIVE_INDEX_TYPES:
             index = {**index, "refine": 0}  # ignored by a flat index before spar refused the pair
         try:
             index = IndexSection.model_validate(index).model_dump()
@@ -120,7 +120,7 @@ def index_options(defaults: ModelDefaults, overrides: dict[str, Any] | None = No
     from pydantic import ValidationError
 
     options = {**defaults.index, **(overrides or {})}
-    if options.get("type", "flat") == "flat" and "refine" not in (overrides or {}):
+    if options.get("type", "flat") in EXHAUSTIVE_INDEX_TYPES and "refine" not in (overrides or {}):
         options["refine"] = 0  # the model's exact re-ranking belongs to its approximate index, not to a flat one
     try:
         return IndexSection.model_validate(options)
