@@ -1,52 +1,12 @@
-"""A newcomer's console: `spar run` prints spar's own lines and one summary, no third-party chatter; `-v` brings the
-libraries' logs back; the embedded default writes its results under its output directory."""
+"""A newcomer's console: the embedded default writes its results under its output directory; -q is quiet and a
+redirected bar writes plain lines. (`spar run`'s own console, no third-party chatter and one summary, is checked on
+tests/test_kinds.py's projection run: one pipeline, not a second copy of it.)"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
-
-#: Lines third-party libraries printed on a first run before spar quieted them (issue #15).
-NOISE = ("litlogger", "GPU available", "TPU available", "Weave", "anonymous", "_pytree", "LeafSpec",
-         "MemorySegmentIndexInput", "SLF4J", "Loading weights", "Writing model shards", "wandb: ",
-         "Loading `train_dataloader`", "You can sync this run")
-
-
-def _spar(*args: str, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", "WANDB_MODE", "TRANSFORMERS_VERBOSITY")}
-    env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout + done.stderr
-
-
-@pytest.mark.slow  # a whole `spar run` in a subprocess: ~1.5 min
-def test_spar_run_prints_no_library_chatter_and_one_summary(tmp_path: Path):
-    out = tmp_path / "run"
-    train = ["train.kind=static", "train.lexical.dim=32", "train.max_steps=2", "train.val_check_interval=1",
-             "train.batch_size=8", "train.wandb_mode=offline", "sample.max_queries=400"]
-    config = str(REPO / "configs" / "default.yaml")
-    console = _spar("run", "--to", "train", config, f"experiment.output_dir={out}", *train, cwd=tmp_path)
-    found = [noise for noise in NOISE if noise in console]
-    assert not found, (found, console[-4000:])
-    assert not [line for line in console.splitlines() if line.strip() == "|"]  # no table wrapped at the width
-    for stage in ("sample", "label", "train"):
-        assert f"{stage}: done in" in console
-    assert "spar run" in console and "total" in console  # the summary
-    assert f"W&B runs (offline): {out / 'wandb'}" in console and "wandb sync" in console
-    assert list((out / "wandb").glob("offline-run-*"))  # the train run, in the one W&B directory
-    assert not list(tmp_path.glob("hs_err_pid*.log"))
-
-    verbose = _spar("train", "-c", config, "-v", "--force", f"experiment.output_dir={out}", *train, cwd=tmp_path)
-    assert "GPU available" in verbose  # Lightning's own log lines are back with -v
-
 
 def test_results_of_the_embedded_default_go_under_its_output_dir(tmp_path):
     from spar.core.config import load_config

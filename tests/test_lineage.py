@@ -187,6 +187,35 @@ def test_every_consumer_of_a_changed_input_refuses_or_recomputes(pristine, chang
     for stage, message in refusals.items():
         if message:
             assert "\n" not in message and "re-run `spar " in message, (stage, message)
+    if change == "Λ (retrained)":  # #22 item 3: the Λ's vectors are named, and the stage that re-makes them
+        for stage in ("tune", "index", "evaluate"):
+            assert "embeddings/lambda/passages: made with Λ" in refusals[stage], (stage, refusals[stage])
+            assert "re-run `spar encode`" in refusals[stage], (stage, refusals[stage])
+
+
+def test_vectors_made_again_are_refused_up_to_the_first_stage_not_re_run(pristine):
+    """#22 item 4, #31 item 2: Λ retrained and its vectors re-encoded, nothing else re-run: publish (and evaluate)
+    refuse μ first, tuned on the old vectors; once μ is tuned again, the index made from the old vectors. Each
+    refusal is one line, and the CLI exits 2 with it."""
+    import importlib
+
+    work, files = _fresh(pristine)
+    run = work / "run"
+    cfg = load_config(None, [*_data(files, work), *SETTINGS, "train.lexical.seed=7"])
+    for stage in ("train", "encode"):
+        importlib.import_module(f"pipelines.{stage}").STAGE.run(cfg)
+    for stage in ("evaluate", "publish"):
+        verdict, message = _outcome(stage, cfg)
+        tune_first = f"{run / 'tune'}: made from {run / 'embeddings' / 'lambda'}"
+        assert verdict == "refuse" and message.startswith(tune_first), (stage, message)
+        assert "re-run `spar tune`" in message, message
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "publish", *_data(files, work), *SETTINGS,
+                           "train.lexical.seed=7"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "re-run `spar tune`" in done.stderr, done.stderr
+    importlib.import_module("pipelines.tune").STAGE.run(cfg)
+    for stage in ("evaluate", "publish"):
+        verdict, message = _outcome(stage, cfg)
+        assert verdict == "refuse" and "re-run `spar index`" in message, (stage, message)
 
 
 def test_the_graph_is_what_the_manifests_record(pristine):
