@@ -51,6 +51,18 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """The costliest test files first, each file's tests in their order: xdist hands out whole files in this order,
+    and a long file handed out last would keep one worker busy while the others wait (tests/file_costs.py)."""
+    try:
+        from file_costs import load_costs, longest_first
+    except ModuleNotFoundError:  # this conftest copied alone (tests that run pytest on a scratch suite)
+        return
+    order = longest_first(list(dict.fromkeys(item.path.name for item in items)), load_costs())
+    rank = {name: position for position, name in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path.name])  # stable
+
+
 def pytest_report_header(config) -> list[str]:
     from spar.model.engines import cpu_report
 

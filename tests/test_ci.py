@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,20 @@ def test_ci_says_where_it_ran_and_how_long_each_phase_took():
     for name in ("install", "lint and types", "CPU class", "tests (README: Tests)", "non-editable install"):
         assert f'phase "{name}' in ci, name
     assert ci.rstrip().endswith('echo "== .ci/run took $((SECONDS / 60))m$((SECONDS % 60))s"')
+
+
+def test_the_costliest_test_files_are_handed_out_first(request):
+    """#49 item 5: xdist hands out whole files in collection order, so the session's files come from the costliest
+    down (tests/file_costs.json; an unlisted file as one of median cost) and each file's tests stay in order."""
+    from file_costs import load_costs, longest_first
+
+    assert longest_first(["a.py", "b.py", "c.py", "d.py"], {"a.py": 1.0, "b.py": 9.0, "c.py": 5.0}) == \
+        ["b.py", "c.py", "d.py", "a.py"]
+    files = list(dict.fromkeys(item.path.name for item in request.session.items))
+    costs = load_costs()
+    assert {"test_lineage.py", "test_ray.py", "test_kinds.py"} <= set(costs)  # measured, not guessed
+    if len(files) > 1:  # the whole suite, not one file picked out
+        assert files == longest_first(sorted(files), costs), files
+    own = [item.name for item in request.session.items if item.path.name == "test_ci.py"]
+    written = re.findall(r"^def (test_\w+)", Path(__file__).read_text(), flags=re.M)
+    assert own == [name for name in written if name in own]  # a file's tests in the order they are written
