@@ -342,3 +342,32 @@ def test_every_stage_removes_the_temporaries_of_dead_runs_and_nothing_else(prist
         shutil.rmtree(live)
         shutil.rmtree(mine, ignore_errors=True)
     assert json.loads((run / "queries" / "manifest.json").read_text())["kind"] == "queries"
+
+
+def test_wandb_uploads_the_files_of_the_kinds_it_is_asked_to_and_refers_to_the_rest(tmp_path, monkeypatch):
+    """#47 item 1, "no upload of gigabytes unless asked": an artifact is a reference to its files by path, unless its
+    kind is in experiment.wandb_upload (the published model, say): then its files go into the artifact."""
+    from spar.core.artifacts import ArtifactWriter
+    from spar.core.errors import ConfigError
+    from spar.core.tracking import StageRun
+    from wandb_records import read_runs
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = tmp_path / "run"
+    for upload in ("[]", "[model]"):
+        name = "refers" if upload == "[]" else "uploads"
+        cfg = load_config(None, [f"experiment.output_dir={out}", f"experiment.name={name}",
+                                 "experiment.wandb_mode=offline", f"experiment.wandb_upload={upload}"])
+        with ArtifactWriter(out / name, kind="model", config={}, inputs={}) as writer:
+            (writer.path / "weights.bin").write_bytes(b"w" * 1000)
+        run = StageRun(cfg, "publish")
+        run.start()
+        run.add_output(out / name)
+        run.finish()
+    entries = {run.name: run.logged for run in read_runs(out / "wandb")}
+    referred = entries["refers-publish"]["refers-refers"]["entries"]
+    uploaded = entries["uploads-publish"]["uploads-uploads"]["entries"]
+    assert referred["weights.bin"].startswith("file://") and uploaded["weights.bin"] == "", (referred, uploaded)
+    assert entries["uploads-publish"]["uploads-uploads"]["type"] == "model"
+    with pytest.raises(ConfigError, match="modle: not an artifact kind; use queries, teacher_index"):
+        load_config(None, ["experiment.wandb_upload=[modle]"])

@@ -83,6 +83,22 @@ class ExperimentSection(Section):
         "(its numbers, and its outputs as reference artifacts with their lineage: spar.core.tracking); offline runs "
         "sit in <output_dir>/wandb (`wandb sync` uploads them). WANDB_MODE=disabled in the environment turns every "
         "run off. Training's live curves: train.wandb_mode.")
+    wandb_upload: list[str] = Field(
+        default_factory=list, json_schema_extra=RUNTIME,
+        description="Artifact kinds whose files the W&B runs upload (e.g. [model, lambda]: the published model and "
+        "Λ on W&B); every other artifact is a reference to its files by path, nothing read or uploaded. Kinds: "
+        "queries, teacher_index, labels, lambda, embeddings, tune, index, evaluation, model.")
+
+    @field_validator("wandb_upload")
+    @classmethod
+    def _artifact_kinds(cls, kinds: list[str]) -> list[str]:
+        from spar.core.lineage import STAGE_OF  # the artifact kinds' one owner
+
+        unknown = [kind for kind in kinds if kind not in STAGE_OF or kind.endswith("-part")]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not an artifact kind; use "
+                             f"{', '.join(k for k in STAGE_OF if not k.endswith('-part'))}")
+        return kinds
 
     @model_validator(mode="after")
     def _default_output_dir(self) -> "ExperimentSection":

@@ -16,6 +16,9 @@ knows it as the same version (it de-duplicates by digest) and draws sample → l
 evaluate → publish. A source that is a plain file (the corpus, qrels) is a ``dataset`` artifact, a base model's
 weights a ``model`` one; a file inside an artifact (``queries/passages.arrow``) is that artifact.
 
+Gigabytes stay where they are unless asked: ``experiment.wandb_upload`` names the artifact kinds whose files are
+uploaded instead (``[model]``: the published model on W&B).
+
 The mode is ``experiment.wandb_mode`` (offline by default: runs sit in ``<output_dir>/wandb/``); ``WANDB_MODE=disabled``
 in the environment, W&B's own switch, turns every run off (the test suite sets it). ``wandb`` is imported only when a
 run starts (it costs seconds).
@@ -122,14 +125,20 @@ def _artifact_dir(path: Path) -> Path | None:
     return None
 
 
-def reference_artifact(path: Path, name: str, kind: str, metadata: Mapping[str, Any] | None = None):
+def reference_artifact(path: Path, name: str, kind: str, metadata: Mapping[str, Any] | None = None,
+                       upload: bool = False):
     """A W&B artifact that points at ``path`` (``file://``) without reading or uploading it: an artifact directory's
     files by path and its ``manifest.json`` by content (it holds every file's SHA-256); a plain file or a directory
-    without a manifest by path."""
+    without a manifest by path. With ``upload`` (``experiment.wandb_upload``) its files themselves, to be uploaded."""
     import wandb
 
     artifact = wandb.Artifact(name, type=kind, metadata=dict(metadata or {}))
-    if (path / MANIFEST).is_file():
+    if upload:
+        if path.is_dir():
+            artifact.add_dir(str(path))
+        else:
+            artifact.add_file(str(path), name=path.name)
+    elif (path / MANIFEST).is_file():
         recorded = read_manifest(path).get("checksums") or {}
         for relative in sorted(recorded):
             if (path / relative).is_file():
@@ -200,8 +209,10 @@ class StageRun:
             metadata.update({k: manifest.get(k) for k in ("fingerprint", "created", "spar_version", "stats")})
             output = output or STAGE_OF.get(kind) == self.stage
         self._logged.add(target)
+        # Uploaded or not by kind alone, so that a consumer declares an input exactly as its producer logged it.
         artifact = reference_artifact(target, artifact_name(target, self.cfg.experiment.output_dir,
-                                                            self.cfg.experiment.name), kind, metadata)
+                                                            self.cfg.experiment.name), kind, metadata,
+                                      upload=kind in self.cfg.experiment.wandb_upload)
         if output:
             self.run.log_artifact(artifact)
         elif self.mode == "offline":
