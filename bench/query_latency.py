@@ -1,20 +1,28 @@
-"""One question at a time from its text: SPAR through a run's served index against the hybrid, query encoding included.
+"""One question at a time from its text: SPAR through a run's served index against the hybrid a user would deploy.
 
 The paper times search with the query vectors given; a user's question arrives as text, and one MiniLM query
 encoding (15–18 ms here) is most of what a SPAR search costs on a small corpus. This times, question by question
-and alternated, on 1 thread (torch, FAISS and ONNX Runtime alike):
+and alternated, on 1 thread per half (torch, FAISS and ONNX Runtime alike):
 
 - **SPAR**: the published model's query encoders (the run's ``model/``, opened by
   :class:`spar.publish.search.SparSearcher` from the run's ``index/``; the base on each of ``--backends``) and one
   search of the served index (:meth:`spar.index.spar_index.SparIndex.search`: folding and exact re-ranking included),
   exactly what ``SparSearcher.search`` does short of looking up the hits' texts;
-- **hybrid** (the peer): the same base query encoder on the same backend, a flat float32 scan of the base passage
-  vectors, Pyserini BM25 (the run's teacher index, or one built now, at ``label``'s k1/b), and fusion
-  (:func:`spar.evaluate.candidates.hybrid_fuse`, the tuned α).
+- **hybrid, as deployed** (the peer, issue #46 item 1): the same base query encoder on the same backend; then, **at
+  once on two threads** as a deployed hybrid runs its halves, the base's own FAISS HNSW index (``IndexHNSWFlat``,
+  ``--peer-hnsw-m``, efSearch chosen on the set's **dev** questions: the smallest of ``--peer-ef-ladder`` whose base
+  alone loses at most ``--peer-max-loss`` Acc@20 points against its exact scan; or ``--peer-ef-search``) and BM25
+  (Pyserini's Lucene searcher over the run's teacher index, at ``label``'s k1/b); then fusion as ``evaluate`` fuses
+  (:func:`spar.evaluate.candidates.hybrid_fuse`, the tuned α). A second row runs spar's in-memory BM25 engine
+  (:class:`spar.teacher.bm25_memory.MemoryBM25`, Lucene's scores) as the BM25 half;
+- **hybrid with a flat base scan**: the peer timed before #46 (every base vector scanned per question): kept, and
+  labelled, for comparison with the old figures; nobody deploys it.
 
-Each system's time is split into its parts (encoding, dense search, BM25, fusion) from the same calls. Prints
-JSON: ms per question (median, mean) for each system and backend, and SPAR / hybrid per backend. Run it on a free
-machine: it measures what one core does.
+Each system's time is split into its parts (encoding, dense, BM25, both halves' wall time, fusion) from the same
+calls; resident bytes are the served index's (SPAR; exact re-ranking reads its rows from disk) against the peer's
+HNSW index plus its BM25 index (Lucene's directory, which it memory-maps; the in-memory engine's arrays). Prints
+JSON: ms per question (median, mean) per system and backend, SPAR / each peer, the peer's calibration. Run it on a
+free machine: it measures what one core per half does.
 
     spar publish -c configs/experiments/wiki-odqa.yaml          # the run's model/ (the query encoders and μ)
     python -m bench.query_latency -c configs/experiments/wiki-odqa.yaml --set nq --questions 200 \\
@@ -26,22 +34,73 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench._common import command_line, machine, write_result
+from bench._common import command_line, machine, positive_int, write_result
+
+#: efSearch values tried for the peer's HNSW index, smallest first.
+EF_LADDER = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
 
 def summary(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 2), "mean": round(statistics.fmean(values), 2)}
 
 
+def directory_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
+
+
+def accuracy_at(k: int, rankings: dict[str, list[str]], queries, judge, row_of: dict[str, int]) -> float:
+    """Acc@k (ir_measures' Success@k) of ``rankings`` (question -> passage ids, best first), judged as ``evaluate``
+    judges the set (answers in the passage text, else its qrels)."""
+    import ir_measures
+
+    from spar.data.question_sets import judged_qrels
+
+    run = {q: [(doc, float(-rank)) for rank, doc in enumerate(docs[:k])] for q, docs in rankings.items()}
+    qrels = judged_qrels(queries, judge, row_of, run)
+    scored = {q: {doc: score for doc, score in hits} for q, hits in run.items()}
+    value = ir_measures.calc_aggregate([ir_measures.Success @ k], qrels, scored)[ir_measures.Success @ k]
+    return round(100 * float(value), 2)
+
+
+def calibrate_ef(hnsw, flat, qvecs, ids: list[str], queries, judge, row_of, ladder, max_loss: float) -> dict:
+    """The smallest efSearch of ``ladder`` whose Acc@20 on ``queries`` is within ``max_loss`` points of the exact
+    scan's (else the largest), with every value's Acc@20."""
+    def ranked(index) -> dict[str, list[str]]:
+        _, rows = index.search(qvecs, 20)
+        return {q: [ids[j] for j in row if j >= 0] for q, row in zip(queries.ids, rows)}
+
+    exact = accuracy_at(20, ranked(flat), queries, judge, row_of)
+    tried = []
+    for ef in ladder:
+        hnsw.hnsw.efSearch = ef
+        tried.append({"ef_search": ef, "acc@20": accuracy_at(20, ranked(hnsw), queries, judge, row_of)})
+        if exact - tried[-1]["acc@20"] <= max_loss:
+            break
+    return {"exact_acc@20": exact, "tried": tried, "ef_search": tried[-1]["ef_search"],
+            "loss": round(exact - tried[-1]["acc@20"], 2), "max_loss": max_loss, "questions": len(queries.ids)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-c", "--config", required=True)
     ap.add_argument("--set", default="nq", help="the question set whose dev questions are asked (never test)")
-    ap.add_argument("--questions", type=int, default=200)
-    ap.add_argument("--k", type=int, default=100)
+    ap.add_argument("--questions", type=positive_int, default=200, help="dev questions timed")
+    ap.add_argument("--k", type=positive_int, default=100)
     ap.add_argument("--backends", nargs="+", default=["torch", "onnx"], choices=["torch", "onnx"])
+    ap.add_argument("--peer-hnsw-m", type=positive_int, default=32, help="M of the peer's HNSW index")
+    ap.add_argument("--peer-ef-construction", type=positive_int, default=200)
+    ap.add_argument("--peer-ef-search", type=positive_int, default=None,
+                    help="the peer's efSearch (default: calibrated on the dev questions)")
+    ap.add_argument("--peer-ef-ladder", type=positive_int, nargs="+", default=list(EF_LADDER))
+    ap.add_argument("--peer-max-loss", type=float, default=0.3,
+                    help="Acc@20 points the peer's base alone may lose against its exact scan")
+    ap.add_argument("--calibration-questions", type=positive_int, default=1000,
+                    help="dev questions the peer's efSearch is chosen on")
+    ap.add_argument("--no-memory-bm25", action="store_true", help="leave out the in-memory BM25 engine's row")
+    ap.add_argument("--no-flat-peer", action="store_true", help="leave out the flat-scan hybrid's row")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
 
@@ -50,9 +109,10 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     torch.set_num_threads(1)  # before any ONNX session opens: it takes torch's thread count
-    faiss.omp_set_num_threads(1)
 
     from spar.core.config import load_config
+    from spar.data.passages import PassagesTable
+    from spar.data.question_sets import answer_judge
     from spar.evaluate.candidates import hybrid_fuse
     from spar.evaluate.tuning import read_tuned
     from spar.experiment.inputs import ExperimentInputs
@@ -60,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.model.stored_vectors import load_embeddings
     from spar.publish.model_dir import SparEncoder
     from spar.publish.search import SparSearcher, on_backend
+    from spar.teacher.bm25_memory import MemoryBM25
 
     cfg = load_config(args.config)
     run = Path(cfg.output_dir)
@@ -74,15 +135,62 @@ def main(argv: list[str] | None = None) -> dict:
     dev = dev_split(cfg, args.set)
     pairs = dev.pairs()[:args.questions]
 
+    # -- the peer's dense half: the base's vectors in HNSW (and flat, the exact reference and the old peer) ----------
     base_p = load_embeddings(run / "embeddings" / "base" / "passages")
+    doc_ids = list(base_p.ids)
     flat = faiss.IndexFlatIP(base_p.dim)
-    for start in range(0, len(base_p.ids), 65536):
-        flat.add(np.ascontiguousarray(base_p.sharded[start:start + 65536], dtype=np.float32))
-    doc_ids = base_p.ids
-    bm25 = ExperimentInputs(cfg).bm25
-    bm25.search(pairs[:1], args.k)  # the JVM warm
+    hnsw = faiss.IndexHNSWFlat(base_p.dim, args.peer_hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efConstruction = args.peer_ef_construction
+    started = time.perf_counter()
+    for start in range(0, len(doc_ids), 65536):
+        block = np.ascontiguousarray(base_p.sharded[start:start + 65536], dtype=np.float32)
+        flat.add(block)
+        hnsw.add(block)  # on every core: building is not what is timed
+    build_seconds = round(time.perf_counter() - started, 1)
+    faiss.omp_set_num_threads(1)
+
+    table = PassagesTable.open(run / "queries" / "passages.arrow")
+    row_of = {doc: row for row, doc in enumerate(table.ids)}
+    judge = answer_judge(dev, table) if dev.answers is not None else None
+    if args.peer_ef_search is not None:
+        calibration = {"ef_search": args.peer_ef_search, "given": True}
+    else:
+        from spar.data.question_sets import sampled
+
+        calibrating = sampled(dev, args.calibration_questions, cfg.experiment.seed)
+        encoder = encoders[args.backends[0]].base
+        qvecs = np.concatenate([encoder.encode_query([t for _, t in calibrating.pairs()[i:i + 64]])
+                                for i in range(0, len(calibrating.ids), 64)]).astype(np.float32)
+        calibration = calibrate_ef(hnsw, flat, qvecs, doc_ids, calibrating, judge, row_of, args.peer_ef_ladder,
+                                   args.peer_max_loss)
+    hnsw.hnsw.efSearch = calibration["ef_search"]
+
+    # -- the BM25 halves ---------------------------------------------------------------------------------------------
+    lucene = ExperimentInputs(cfg).bm25
+
+    class LuceneOne:
+        """One question through Pyserini's ``LuceneSearcher.search`` (no batch thread pool per call)."""
+
+        @staticmethod
+        def search(one: list[tuple[str, str]], k: int) -> dict:
+            (qid, text), = one
+            return {qid: [(hit.docid, hit.score) for hit in lucene.searcher.search(text, k)]}
+
+    bm25s = {"lucene": LuceneOne()}
+    bm25s["lucene"].search(pairs[:1], args.k)  # the JVM warm
+    if not args.no_memory_bm25:
+        label = cfg.label
+        bm25s["memory"] = MemoryBM25.from_passages(run / "queries" / "passages.arrow", label.fields, label.k1,
+                                                   label.b, threads=1, heap=label.java_heap)
+        bm25s["memory"].search(pairs[:1], args.k)
 
     parts: dict[str, dict[str, list[float]]] = {}
+    halves = ThreadPoolExecutor(2, thread_name_prefix="hybrid-half")
+
+    def record(name: str, **values: float) -> None:
+        times = parts.setdefault(name, {key: [] for key in values})
+        for key, value in values.items():
+            times[key].append(1000 * value)
 
     def spar(backend: str, qid: str, text: str) -> None:
         t0 = time.perf_counter()
@@ -91,49 +199,76 @@ def main(argv: list[str] | None = None) -> dict:
         t1 = time.perf_counter()
         index.search(base_q, lambda_q, args.k, mu=mu)
         t2 = time.perf_counter()
-        times = parts.setdefault(f"spar/{backend}", {"encode": [], "search": [], "total": []})
-        times["encode"].append(1000 * (t1 - t0))
-        times["search"].append(1000 * (t2 - t1))
-        times["total"].append(1000 * (t2 - t0))
+        record(f"spar/{backend}", encode=t1 - t0, search=t2 - t1, total=t2 - t0)
 
-    def hybrid(backend: str, qid: str, text: str) -> None:
+    def timed(fn, *a):
         t0 = time.perf_counter()
-        q = encoders[backend].base.encode_query([text])
-        t1 = time.perf_counter()
-        scores, rows = flat.search(q, args.k)
-        t2 = time.perf_counter()
-        sparse = bm25.search([(qid, text)], args.k).get(qid, [])
-        t3 = time.perf_counter()
-        hybrid_fuse([(doc_ids[j], float(v)) for j, v in zip(rows[0], scores[0]) if j >= 0], list(sparse), alpha)
-        t4 = time.perf_counter()
-        times = parts.setdefault(f"hybrid/{backend}", {"encode": [], "dense": [], "bm25": [], "fuse": [],
-                                                       "total": []})
-        for name, value in zip(("encode", "dense", "bm25", "fuse", "total"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3,
-                                                                               t4 - t0)):
-            times[name].append(1000 * value)
+        out = fn(*a)
+        return out, time.perf_counter() - t0
 
-    systems = [(fn, backend) for backend in args.backends for fn in (spar, hybrid)]
+    def hybrid(name: str, dense_index, bm25, concurrent: bool):
+        def run_one(backend: str, qid: str, text: str) -> None:
+            t0 = time.perf_counter()
+            q = encoders[backend].base.encode_query([text])
+            t1 = time.perf_counter()
+            if concurrent:
+                dense_job = halves.submit(timed, dense_index.search, q, args.k)
+                sparse_job = halves.submit(timed, bm25.search, [(qid, text)], args.k)
+                ((scores, rows), dense_s), (sparse, bm25_s) = dense_job.result(), sparse_job.result()
+            else:
+                (scores, rows), dense_s = timed(dense_index.search, q, args.k)
+                sparse, bm25_s = timed(bm25.search, [(qid, text)], args.k)
+            t2 = time.perf_counter()
+            hybrid_fuse([(doc_ids[j], float(v)) for j, v in zip(rows[0], scores[0]) if j >= 0],
+                        list(sparse.get(qid, [])), alpha)
+            t3 = time.perf_counter()
+            record(f"{name}/{backend}", encode=t1 - t0, dense=dense_s, bm25=bm25_s, halves=t2 - t1, fuse=t3 - t2,
+                   total=t3 - t0)
+        return run_one
+
+    peers = {"hybrid-hnsw": hybrid("hybrid-hnsw", hnsw, bm25s["lucene"], True)}
+    if "memory" in bm25s:
+        peers["hybrid-hnsw-memory-bm25"] = hybrid("hybrid-hnsw-memory-bm25", hnsw, bm25s["memory"], True)
+    if not args.no_flat_peer:
+        peers["hybrid-flat"] = hybrid("hybrid-flat", flat, bm25s["lucene"], False)
+    systems = [(fn, backend) for backend in args.backends for fn in (spar, *peers.values())]
     for fn, backend in systems:  # warm each path once (ONNX sessions open on first use)
         fn(backend, *pairs[0])
     parts.clear()
     for qid, text in pairs:  # alternated, question by question
         for fn, backend in systems:
             fn(backend, qid, text)
+    halves.shutdown()
 
     ms = {name: {part: summary(values) for part, values in times.items()} for name, times in parts.items()}
-    ratio = {backend: round(ms[f"spar/{backend}"]["total"]["median"] / ms[f"hybrid/{backend}"]["total"]["median"], 3)
-             for backend in args.backends}
     fastest = min(args.backends, key=lambda b: ms[f"spar/{b}"]["total"]["median"])
+    ratios = {peer: {b: round(ms[f"spar/{b}"]["total"]["median"] / ms[f"{peer}/{b}"]["total"]["median"], 3)
+                     for b in args.backends} for peer in peers}
+    spar_bytes = len(faiss.serialize_index(index.index))
+    resident = {"spar": {"index": spar_bytes, "per_passage": round(spar_bytes / len(index), 1),
+                         "note": "the served index; exact re-ranking reads its rows from disk (pread)"},
+                "hybrid-hnsw": {"hnsw": len(faiss.serialize_index(hnsw)), "bm25": directory_bytes(lucene.index_dir)}}
+    if "memory" in bm25s:
+        resident["hybrid-hnsw-memory-bm25"] = {"hnsw": resident["hybrid-hnsw"]["hnsw"],
+                                               "bm25": bm25s["memory"].nbytes()}
+    for name, held in resident.items():
+        if name != "spar":
+            held["total"] = held["hnsw"] + held["bm25"]
+            held["per_passage"] = round(held["total"] / len(doc_ids), 1)
     result = {
-        "benchmark": "one question at a time from its text: SPAR (served index) against the hybrid, query encoding "
-                     "included (issue #36 item 4)",
+        "benchmark": "one question at a time from its text: SPAR (served index) against the hybrid as deployed (base "
+                     "in HNSW and BM25 at once on two threads, fused), query encoding included (issue #46 item 1)",
         "config": args.config, "passages": len(index), "split": dev.split, "questions": len(pairs), "k": args.k,
-        "mu": mu, "alpha": alpha, "threads": 1,
+        "mu": mu, "alpha": alpha, "threads": "1 per half",
         "served_index": {key: index.info.get(key) for key in ("type", "storage", "fold")},
         "served_options": {key: index.info.get("options", {}).get(key) for key in ("hnsw_ef_search", "refine")},
-        "ms": ms, "spar": ms[f"spar/{fastest}"]["total"], "peer": ms[f"hybrid/{fastest}"]["total"],
-        "fastest_spar_backend": fastest, "ratio": ratio[fastest], "ratio_by_backend": ratio,
-        "unit": "ms per question, median (mean) over questions; ratio: SPAR / hybrid, medians, same backend",
+        "peer_hnsw": {"m": args.peer_hnsw_m, "ef_construction": args.peer_ef_construction,
+                      "build_seconds": build_seconds, "calibration": calibration},
+        "ms": ms, "spar": ms[f"spar/{fastest}"]["total"], "peer": ms[f"hybrid-hnsw/{fastest}"]["total"],
+        "fastest_spar_backend": fastest, "ratio": ratios["hybrid-hnsw"][fastest], "ratio_by_peer": ratios,
+        "resident_bytes": resident,
+        "unit": "ms per question, median (mean) over questions; ratio: SPAR / peer, medians, same backend; peer: "
+                "hybrid-hnsw (base HNSW + Lucene BM25 at once); hybrid-flat scans every base vector (the old peer)",
         "machine": machine(1), "command": command_line(__file__, argv),
     }
     return write_result(result, args.out)

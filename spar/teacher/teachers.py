@@ -175,6 +175,7 @@ class BM25Searcher:
         lucene = pyserini_module("pyserini.search.lucene", heap)
         if not any(Path(index_dir).glob("segments_*")):
             raise ArtifactError(f"{index_dir}: not a Lucene index (run `spar label` to build the teacher index)")
+        self.index_dir = Path(index_dir)
         self.searcher = lucene.LuceneSearcher(str(index_dir))
         self.searcher.set_bm25(float(k1), float(b))
         self.threads = threads
