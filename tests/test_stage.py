@@ -66,7 +66,7 @@ def test_the_runner_skips_forces_guards_and_never_writes_from_a_worker(tmp_path:
     assert not (tmp_path / "lambda").exists()  # a worker rank never finalises the artifact
 
 
-RUNTIME = {"experiment": {"wandb_mode"},
+RUNTIME = {"experiment": {"wandb_mode", "wandb_upload"},
            "label": {"threads", "java_heap", "search_heap", "num_shards", "shard_index", "impact_device", "engine"},
            "train": {"num_workers", "log_every_n_steps", "wandb_mode", "wandb_project", "eval_batch_size",
                      "keep_checkpoint", "checkpoint_every_n_steps"},

@@ -24,7 +24,7 @@ import logging
 import tempfile
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -184,13 +184,17 @@ class ExperimentInputs:
         another Λ, or any encoder's made at another precision than ``encode.precision`` resolves to. Tune, index,
         evaluate and publish call this before anything of their own, so that the refusal names `spar encode`, the
         stage that must re-run, rather than a stage made from those vectors (#48)."""
-        self.check_lambda_embeddings(splits)
-        self.check_precision(splits)
+        manifests = {d: read_manifest(d) for name in ENCODERS
+                     for d in [self.passage_dir(name), *(self.query_dir(name, split) for split in splits)]
+                     if is_complete(d)}  # each read once for both checks
+        self.check_lambda_embeddings(splits, manifests)
+        self.check_precision(splits, manifests)
 
-    def check_precision(self, splits: Sequence[str] = ()) -> None:
+    def check_precision(self, splits: Sequence[str] = (), manifests: Mapping[Path, dict] | None = None) -> None:
         """Refuse vectors a transformer encoded on torch at another precision than ``encode.precision`` means now
         (``auto``: bf16 on a CPU with native bf16, fp32 on one without): after ``spar encode encode.precision=32`` and
-        a return to ``auto`` on such a CPU, the stored fp32 vectors are not those the config asks for."""
+        a return to ``auto`` on such a CPU, the stored fp32 vectors are not those the config asks for. ``manifests``:
+        the complete embedding directories' manifests, when read already."""
         from spar.core.run_context import PRECISION_NAMES
         from spar.model.engines import resolve_devices, resolve_precision
 
@@ -204,9 +208,10 @@ class ExperimentInputs:
         wanted: str | None = None
         for name in ENCODERS:
             for d in [self.passage_dir(name), *(self.query_dir(name, split) for split in splits)]:
-                if not is_complete(d):
+                manifest = _complete_manifest(d, manifests)
+                if manifest is None:
                     continue
-                stats = read_manifest(d).get("stats", {})
+                stats = manifest.get("stats", {})
                 if stats.get("backend") != "torch":
                     continue  # a term-based Λ or ONNX Runtime encoded in fp32 whatever the precision said
                 if str(stats.get("device", "cpu")).split(":")[0] != device.split(":")[0]:
@@ -218,15 +223,16 @@ class ExperimentInputs:
                         f"{d}: encoded in {PRECISION_NAMES.get(made, made)}, but encode.precision={enc.precision} "
                         f"means {PRECISION_NAMES.get(wanted, wanted)} on this {device.upper()}: re-run `spar encode`")
 
-    def check_lambda_embeddings(self, splits: Sequence[str] = ()) -> None:
+    def check_lambda_embeddings(self, splits: Sequence[str] = (),
+                                manifests: Mapping[Path, dict] | None = None) -> None:
         """Refuse Λ embeddings made with another Λ than the current one (retrained, or ``encode.lambda`` moved),
         by the Λ fingerprint each embedding directory records: its vectors would be scored as the new Λ's."""
         current = None
         dirs = [self.passage_dir("lambda"), *(self.query_dir("lambda", split) for split in splits)]
         for d in dirs:
-            if not is_complete(d):
+            manifest = _complete_manifest(d, manifests)
+            if manifest is None:
                 continue
-            manifest = read_manifest(d)
             if "lambda_source" not in manifest.get("inputs", {}):
                 continue  # not written by `spar encode` from a Λ source (e.g. vectors encoded by hand)
             made_with = manifest.get("stats", {}).get("weights_fingerprint")
@@ -337,6 +343,13 @@ class ExperimentInputs:
     def bm25_search(self, queries: SplitQueries, k: int) -> dict[str, list[tuple[str, float]]]:
         hits = self.bm25.search(queries.pairs(), k)
         return {q: list(hits.get(q, [])) for q in queries.ids}
+
+
+def _complete_manifest(directory: Path, read: Mapping[Path, dict] | None) -> dict | None:
+    """``directory``'s manifest if it is a complete artifact (from ``read`` when given), else None."""
+    if read is not None:
+        return read.get(directory)
+    return read_manifest(directory) if is_complete(directory) else None
 
 
 def _is_bm25_index(directory: Path) -> bool:
