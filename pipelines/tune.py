@@ -7,6 +7,8 @@ Reads ``embeddings/`` (passages; dev query vectors when present, else encodes th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from spar.core.artifacts import ArtifactWriter, write_json_atomic
 from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs, resolved_index
@@ -62,7 +64,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
 def report(cfg, written: dict) -> Report:
     """The W&B run's numbers: μ, α and the dev scores; the μ curve of every variant and the α curve as native line
     plots, beside the PNGs."""
-    out = RunContext(cfg).artifact("tune")
+    out = Path(next(iter(written)))  # tune/, as the runner recorded it
     tuned = read_tuned(cfg.output_dir).payload
     metric = tuned["metric"]
     mu_rows = [[variant, float(mu), float(score)] for variant, info in tuned["variants"].items()
