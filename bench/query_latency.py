@@ -34,14 +34,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench._common import command_line, machine, positive_int, write_result
-
-#: efSearch values tried for the peer's HNSW index, smallest first.
-EF_LADDER = (16, 32, 64, 128, 256, 512, 1024, 2048)
-
+from spar.evaluate.served_hybrid import EF_LADDER, PEER_EF_CONSTRUCTION, PEER_M, PEER_MAX_LOSS
 
 def summary(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 2), "mean": round(statistics.fmean(values), 2)}
@@ -51,38 +47,6 @@ def directory_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
 
 
-def accuracy_at(k: int, rankings: dict[str, list[str]], queries, judge, row_of: dict[str, int]) -> float:
-    """Acc@k (ir_measures' Success@k) of ``rankings`` (question -> passage ids, best first), judged as ``evaluate``
-    judges the set (answers in the passage text, else its qrels)."""
-    import ir_measures
-
-    from spar.data.question_sets import judged_qrels
-
-    run = {q: [(doc, float(-rank)) for rank, doc in enumerate(docs[:k])] for q, docs in rankings.items()}
-    qrels = judged_qrels(queries, judge, row_of, run)
-    scored = {q: {doc: score for doc, score in hits} for q, hits in run.items()}
-    value = ir_measures.calc_aggregate([ir_measures.Success @ k], qrels, scored)[ir_measures.Success @ k]
-    return round(100 * float(value), 2)
-
-
-def calibrate_ef(hnsw, flat, qvecs, ids: list[str], queries, judge, row_of, ladder, max_loss: float) -> dict:
-    """The smallest efSearch of ``ladder`` whose Acc@20 on ``queries`` is within ``max_loss`` points of the exact
-    scan's (else the largest), with every value's Acc@20."""
-    def ranked(index) -> dict[str, list[str]]:
-        _, rows = index.search(qvecs, 20)
-        return {q: [ids[j] for j in row if j >= 0] for q, row in zip(queries.ids, rows)}
-
-    exact = accuracy_at(20, ranked(flat), queries, judge, row_of)
-    tried = []
-    for ef in ladder:
-        hnsw.hnsw.efSearch = ef
-        tried.append({"ef_search": ef, "acc@20": accuracy_at(20, ranked(hnsw), queries, judge, row_of)})
-        if exact - tried[-1]["acc@20"] <= max_loss:
-            break
-    return {"exact_acc@20": exact, "tried": tried, "ef_search": tried[-1]["ef_search"],
-            "loss": round(exact - tried[-1]["acc@20"], 2), "max_loss": max_loss, "questions": len(queries.ids)}
-
-
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-c", "--config", required=True)
@@ -90,12 +54,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--questions", type=positive_int, default=200, help="dev questions timed")
     ap.add_argument("--k", type=positive_int, default=100)
     ap.add_argument("--backends", nargs="+", default=["torch", "onnx"], choices=["torch", "onnx"])
-    ap.add_argument("--peer-hnsw-m", type=positive_int, default=32, help="M of the peer's HNSW index")
-    ap.add_argument("--peer-ef-construction", type=positive_int, default=200)
+    ap.add_argument("--peer-hnsw-m", type=positive_int, default=PEER_M, help="M of the peer's HNSW index")
+    ap.add_argument("--peer-ef-construction", type=positive_int, default=PEER_EF_CONSTRUCTION)
     ap.add_argument("--peer-ef-search", type=positive_int, default=None,
                     help="the peer's efSearch (default: calibrated on the dev questions)")
     ap.add_argument("--peer-ef-ladder", type=positive_int, nargs="+", default=list(EF_LADDER))
-    ap.add_argument("--peer-max-loss", type=float, default=0.3,
+    ap.add_argument("--peer-max-loss", type=float, default=PEER_MAX_LOSS,
                     help="Acc@20 points the peer's base alone may lose against its exact scan")
     ap.add_argument("--calibration-questions", type=positive_int, default=1000,
                     help="dev questions the peer's efSearch is chosen on")
@@ -112,8 +76,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     from spar.core.config import load_config
     from spar.data.passages import PassagesTable
-    from spar.data.question_sets import answer_judge
+    from spar.data.question_sets import answer_judge, judged_qrels
     from spar.evaluate.candidates import hybrid_fuse
+    from spar.evaluate.served_hybrid import HnswBase, ServedHybrid, calibrate_ef
     from spar.evaluate.tuning import read_tuned
     from spar.experiment.inputs import ExperimentInputs
     from spar.experiment.plan import dev_split
@@ -138,21 +103,17 @@ def main(argv: list[str] | None = None) -> dict:
     # -- the peer's dense half: the base's vectors in HNSW (and flat, the exact reference and the old peer) ----------
     base_p = load_embeddings(run / "embeddings" / "base" / "passages")
     doc_ids = list(base_p.ids)
+    graph = HnswBase.build(base_p.sharded, doc_ids, args.peer_hnsw_m, args.peer_ef_construction)  # every core
     flat = faiss.IndexFlatIP(base_p.dim)
-    hnsw = faiss.IndexHNSWFlat(base_p.dim, args.peer_hnsw_m, faiss.METRIC_INNER_PRODUCT)
-    hnsw.hnsw.efConstruction = args.peer_ef_construction
-    started = time.perf_counter()
     for start in range(0, len(doc_ids), 65536):
-        block = np.ascontiguousarray(base_p.sharded[start:start + 65536], dtype=np.float32)
-        flat.add(block)
-        hnsw.add(block)  # on every core: building is not what is timed
-    build_seconds = round(time.perf_counter() - started, 1)
+        flat.add(np.ascontiguousarray(base_p.sharded[start:start + 65536], dtype=np.float32))
     faiss.omp_set_num_threads(1)
 
     table = PassagesTable.open(run / "queries" / "passages.arrow")
     row_of = {doc: row for row, doc in enumerate(table.ids)}
     judge = answer_judge(dev, table) if dev.answers is not None else None
     if args.peer_ef_search is not None:
+        graph.ef_search = args.peer_ef_search
         calibration = {"ef_search": args.peer_ef_search, "given": True}
     else:
         from spar.data.question_sets import sampled
@@ -161,9 +122,11 @@ def main(argv: list[str] | None = None) -> dict:
         encoder = encoders[args.backends[0]].base
         qvecs = np.concatenate([encoder.encode_query([t for _, t in calibrating.pairs()[i:i + 64]])
                                 for i in range(0, len(calibrating.ids), 64)]).astype(np.float32)
-        calibration = calibrate_ef(hnsw, flat, qvecs, doc_ids, calibrating, judge, row_of, args.peer_ef_ladder,
-                                   args.peer_max_loss)
-    hnsw.hnsw.efSearch = calibration["ef_search"]
+        _, rows = flat.search(qvecs, 20)
+        exact = {q: [(doc_ids[j], 0.0) for j in row if j >= 0] for q, row in zip(calibrating.ids, rows)}
+        calibration = calibrate_ef(graph, calibrating.ids, qvecs, exact,
+                                   lambda *runs: judged_qrels(calibrating, judge, row_of, *runs),
+                                   args.peer_ef_ladder, args.peer_max_loss)
 
     # -- the BM25 halves ---------------------------------------------------------------------------------------------
     lucene = ExperimentInputs(cfg).bm25
@@ -185,7 +148,6 @@ def main(argv: list[str] | None = None) -> dict:
         bm25s["memory"].search(pairs[:1], args.k)
 
     parts: dict[str, dict[str, list[float]]] = {}
-    halves = ThreadPoolExecutor(2, thread_name_prefix="hybrid-half")
 
     def record(name: str, **values: float) -> None:
         times = parts.setdefault(name, {key: [] for key in values})
@@ -201,36 +163,40 @@ def main(argv: list[str] | None = None) -> dict:
         t2 = time.perf_counter()
         record(f"spar/{backend}", encode=t1 - t0, search=t2 - t1, total=t2 - t0)
 
-    def timed(fn, *a):
-        t0 = time.perf_counter()
-        out = fn(*a)
-        return out, time.perf_counter() - t0
+    def served(name: str, bm25):
+        """The peer: :class:`ServedHybrid` (graph and BM25 at once on two threads, fused at α)."""
+        hybrid = ServedHybrid(graph, bm25, alpha)
 
-    def hybrid(name: str, dense_index, bm25, concurrent: bool):
         def run_one(backend: str, qid: str, text: str) -> None:
             t0 = time.perf_counter()
             q = encoders[backend].base.encode_query([text])
             t1 = time.perf_counter()
-            if concurrent:
-                dense_job = halves.submit(timed, dense_index.search, q, args.k)
-                sparse_job = halves.submit(timed, bm25.search, [(qid, text)], args.k)
-                ((scores, rows), dense_s), (sparse, bm25_s) = dense_job.result(), sparse_job.result()
-            else:
-                (scores, rows), dense_s = timed(dense_index.search, q, args.k)
-                sparse, bm25_s = timed(bm25.search, [(qid, text)], args.k)
+            halves: dict[str, float] = {}
+            hybrid.search(qid, text, q[0], args.k, timings=halves)
             t2 = time.perf_counter()
-            hybrid_fuse([(doc_ids[j], float(v)) for j, v in zip(rows[0], scores[0]) if j >= 0],
-                        list(sparse.get(qid, [])), alpha)
-            t3 = time.perf_counter()
-            record(f"{name}/{backend}", encode=t1 - t0, dense=dense_s, bm25=bm25_s, halves=t2 - t1, fuse=t3 - t2,
-                   total=t3 - t0)
+            record(f"{name}/{backend}", encode=t1 - t0, **halves, fuse=t2 - t1 - halves["halves"], total=t2 - t0)
         return run_one
 
-    peers = {"hybrid-hnsw": hybrid("hybrid-hnsw", hnsw, bm25s["lucene"], True)}
+    def flat_scan(backend: str, qid: str, text: str) -> None:
+        """The old peer: every base vector scanned, then BM25, one after the other."""
+        t0 = time.perf_counter()
+        q = encoders[backend].base.encode_query([text])
+        t1 = time.perf_counter()
+        scores, rows = flat.search(q, args.k)
+        t2 = time.perf_counter()
+        sparse = bm25s["lucene"].search([(qid, text)], args.k)
+        t3 = time.perf_counter()
+        hybrid_fuse([(doc_ids[j], float(v)) for j, v in zip(rows[0], scores[0]) if j >= 0],
+                    list(sparse.get(qid, [])), alpha)
+        t4 = time.perf_counter()
+        record(f"hybrid-flat/{backend}", encode=t1 - t0, dense=t2 - t1, bm25=t3 - t2, halves=t3 - t1, fuse=t4 - t3,
+               total=t4 - t0)
+
+    peers = {"hybrid-hnsw": served("hybrid-hnsw", bm25s["lucene"])}
     if "memory" in bm25s:
-        peers["hybrid-hnsw-memory-bm25"] = hybrid("hybrid-hnsw-memory-bm25", hnsw, bm25s["memory"], True)
+        peers["hybrid-hnsw-memory-bm25"] = served("hybrid-hnsw-memory-bm25", bm25s["memory"])
     if not args.no_flat_peer:
-        peers["hybrid-flat"] = hybrid("hybrid-flat", flat, bm25s["lucene"], False)
+        peers["hybrid-flat"] = flat_scan
     systems = [(fn, backend) for backend in args.backends for fn in (spar, *peers.values())]
     for fn, backend in systems:  # warm each path once (ONNX sessions open on first use)
         fn(backend, *pairs[0])
@@ -238,7 +204,6 @@ def main(argv: list[str] | None = None) -> dict:
     for qid, text in pairs:  # alternated, question by question
         for fn, backend in systems:
             fn(backend, qid, text)
-    halves.shutdown()
 
     ms = {name: {part: summary(values) for part, values in times.items()} for name, times in parts.items()}
     fastest = min(args.backends, key=lambda b: ms[f"spar/{b}"]["total"]["median"])
@@ -247,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     spar_bytes = len(faiss.serialize_index(index.index))
     resident = {"spar": {"index": spar_bytes, "per_passage": round(spar_bytes / len(index), 1),
                          "note": "the served index; exact re-ranking reads its rows from disk (pread)"},
-                "hybrid-hnsw": {"hnsw": len(faiss.serialize_index(hnsw)), "bm25": directory_bytes(lucene.index_dir)}}
+                "hybrid-hnsw": {"hnsw": graph.nbytes(), "bm25": directory_bytes(lucene.index_dir)}}
     if "memory" in bm25s:
         resident["hybrid-hnsw-memory-bm25"] = {"hnsw": resident["hybrid-hnsw"]["hnsw"],
                                                "bm25": bm25s["memory"].nbytes()}
@@ -262,8 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         "mu": mu, "alpha": alpha, "threads": "1 per half",
         "served_index": {key: index.info.get(key) for key in ("type", "storage", "fold")},
         "served_options": {key: index.info.get("options", {}).get(key) for key in ("hnsw_ef_search", "refine")},
-        "peer_hnsw": {"m": args.peer_hnsw_m, "ef_construction": args.peer_ef_construction,
-                      "build_seconds": build_seconds, "calibration": calibration},
+        "peer_hnsw": {**graph.settings(), "calibration": calibration},
         "ms": ms, "spar": ms[f"spar/{fastest}"]["total"], "peer": ms[f"hybrid-hnsw/{fastest}"]["total"],
         "fastest_spar_backend": fastest, "ratio": ratios["hybrid-hnsw"][fastest], "ratio_by_peer": ratios,
         "resident_bytes": resident,

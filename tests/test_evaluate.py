@@ -359,6 +359,19 @@ def test_evaluation_with_hnsw_and_ivfpq_indexes(sample_experiment, tmp_path):  #
     assert reports["hnsw"].systems["spar_exact"] == pytest.approx(flat, abs=1e-6)
     assert "spar_exact" not in reports["flat"].systems and "spar_exact" not in reports["ivfpq"].systems
     assert reports["hnsw"].rbo["spar_exact"] == pytest.approx(reports["flat"].rbo["spar"], abs=1e-6)
+    # Beside an approximate SPAR index, the hybrid as served (the base in HNSW, efSearch chosen on dev questions) is
+    # its peer; beside the exact one, the exact hybrid is.
+    assert "hybrid_served" not in reports["flat"].systems and "hybrid_served" not in reports["flat"].details
+    for name in ("hnsw", "ivfpq"):
+        served = reports[name].details["hybrid_served"]
+        assert served["type"] == "IndexHNSWFlat" and served["calibrated_on"].startswith("dev")
+        calibration = served["calibration"]
+        assert served["ef_search"] == calibration["ef_search"] == calibration["tried"][-1]["ef_search"]
+        assert calibration["loss"] <= calibration["max_loss"] or calibration["ef_search"] == 2048, calibration
+        # 600 passages: the calibrated graph is within a point of the exact base, so within a point of the hybrid.
+        assert reports[name].systems["hybrid_served"]["nDCG@10"] == pytest.approx(
+            reports[name].systems["hybrid"]["nDCG@10"], abs=0.01)
+        assert "| hybrid_served |" in reports[name].markdown()
 
 
 def test_a_stale_index_is_refused(sample_experiment, tmp_path):  # noqa: F811

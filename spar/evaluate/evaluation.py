@@ -11,6 +11,8 @@ Systems, all on the same queries and qrels:
             index's approximation or quantization costs, beside it
 ``spar_sum`` the weighted-sum variant: Q + μ·QΛ against P + PΛ (needs equal dimensions; its own tuned μ)
 ``hybrid``  Pyserini-style hybrid of base and BM25: base + α·BM25 over the union of both top lists
+``hybrid_served`` the same hybrid as users serve it, when SPAR itself is served approximately: the base's vectors in
+            an HNSW graph (efSearch calibrated on dev questions, :mod:`spar.evaluate.served_hybrid`), fused alike
 ==========  =====================================================================================================
 
 Analyses: rank-biased overlap (RBO_ext, p = 0.9, top-100) of each dense system's ranking with the teacher's, and
@@ -53,15 +55,18 @@ from spar.core.run_context import RunContext
 from spar.evaluate.candidates import hybrid_fuse
 from spar.evaluate.results import SYSTEMS, EvaluationReport
 from spar.evaluate.tuning import TUNE_FILE, read_tuned, resolve_candidates
+from spar.index.types.registry import registered_type
 
 log = logging.getLogger(__name__)
 
 DENSE_SYSTEMS = ("lambda", "base", "spar", "spar_exact")
 
 
-def evaluated_systems(exact_spar: bool) -> tuple[str, ...]:
-    """The systems an evaluation runs: every one, ``spar_exact`` only when asked for (``evaluate.exact_spar``)."""
-    return tuple(name for name in SYSTEMS if name != "spar_exact" or exact_spar)
+def evaluated_systems(exact_spar: bool, approximate: bool = False) -> tuple[str, ...]:
+    """The systems an evaluation runs: every one, ``spar_exact`` only when asked for (``evaluate.exact_spar``),
+    ``hybrid_served`` only beside an ``approximate`` SPAR index (beside an exact one, the exact hybrid is its peer)."""
+    return tuple(name for name in SYSTEMS
+                 if (name != "spar_exact" or exact_spar) and (name != "hybrid_served" or approximate))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -121,10 +126,8 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     adds the exact scan to an evaluation made before (``bench/exact_beside.py``). ``sets``: only these test sets, in
     this order; ``questions``: only each set's first ``questions`` test questions (in file order).
     """
-    systems = tuple(systems) if systems is not None else evaluated_systems(cfg.evaluate.exact_spar)
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
-        raise ValueError(f"unknown systems {unknown}: choose from {', '.join(SYSTEMS)}")
+    if systems is not None and set(systems) - set(SYSTEMS):
+        raise ValueError(f"unknown systems {sorted(set(systems) - set(SYSTEMS))}: choose from {', '.join(SYSTEMS)}")
     if not keep_runs and runs_dir is None:
         raise ValueError("keep_runs=False needs runs_dir: the rankings would be lost")
     if checkpoints is not None and (keep_runs or runs_dir is None):
@@ -139,13 +142,22 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     inputs.check_index(index_dir, spar_index.info, spar_index.ids)
     check_serves(spar_index.info, cfg.index, cfg.experiment.seed, index_dir)  # what is recorded is what is served
     spar_index.set_search_params(**search_params(cfg))
+    if systems is None:
+        approximate = registered_type(spar_index.info.get("type", "flat")).approximate
+        systems = evaluated_systems(cfg.evaluate.exact_spar, approximate)
     tuned_all = read_tuned(cfg.output_dir)
     tuned_all.check_served_by(spar_index.info, index_dir)  # μ tuned against other stored vectors is refused
     base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
     sum_index = None
     if base_p.shape[1] == lambda_p.shape[1] and "spar_sum" in systems:
         sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
-    context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index)
+    served_base = None
+    if "hybrid_served" in systems:
+        from spar.evaluate.served_hybrid import build_served_base
+
+        progress("building the served hybrid's base graph (HNSW) and calibrating its efSearch on dev questions")
+        served_base = build_served_base(inputs, base_p)
+    context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index, served_base)
     reports = {}
     splits = {test.name: test for test in inputs.experiment.test_splits()}
     missing = sorted(set(sets or ()) - set(splits))
@@ -324,6 +336,8 @@ class SharedInputs:
     base_p: Any
     lambda_p: Any
     sum_index: Any
+    #: the served hybrid's base graph and its calibration (:func:`spar.evaluate.served_hybrid.build_served_base`)
+    served_base: tuple[Any, dict[str, Any]] | None = None
 
 
 def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
@@ -356,7 +370,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
 
     def run_systems(queries: SplitQueries, which: Sequence[str]) -> dict[str, dict[str, list[tuple[str, float]]]]:
         runs: dict[str, dict[str, list[tuple[str, float]]]] = {}
-        need_bm25 = {"bm25", "hybrid"} & set(which)
+        need_bm25 = {"bm25", "hybrid", "hybrid_served"} & set(which)
         bm25_deep = inputs.bm25_search(queries, k0) if need_bm25 else {}
         base_q = inputs.query_vectors("base", queries) if set(which) - {"bm25"} else None
         uses_lambda = {"lambda", "spar", "spar_exact", "spar_sum"} & set(which)
@@ -381,6 +395,10 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         if "hybrid" in which and alpha is not None:
             runs["hybrid"] = {q: hybrid_fuse(base_deep[q], bm25_deep.get(q, []), alpha,
                                              cfg.tune.hybrid_normalize, k) for q in ids}
+        if "hybrid_served" in which and alpha is not None and shared.served_base is not None:
+            graph = shared.served_base[0]
+            runs["hybrid_served"] = {q: hybrid_fuse(hits, bm25_deep.get(q, []), alpha, cfg.tune.hybrid_normalize, k)
+                                     for q, hits in graph.run(ids, base_q, k0).items()}
         return runs
 
     where = f"{len(test.ids)} test queries" + (f" of {test.name}" if test.name else "")
@@ -444,6 +462,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         "mu_sum": sum_mu if sum_index is not None else None, "rbo_p": ev.rbo_p, "rbo_depth": k,
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
+        **({"hybrid_served": {"candidates": k0, **shared.served_base[1]}} if shared.served_base is not None else {}),
         # The passages searched and the index that served SPAR: a results file says at what scale it holds.
         "passages": len(spar_index),
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
@@ -474,7 +493,7 @@ def search_params(cfg) -> dict[str, int]:
 def _why_skipped(name: str, sum_index, alpha) -> str:
     if name == "spar_sum" and sum_index is None:
         return "base and Λ dimensions differ (the sum variant needs equal dimensions)"
-    if name == "hybrid" and alpha is None:
+    if name in ("hybrid", "hybrid_served") and alpha is None:
         return f"α was not tuned (tune/{TUNE_FILE} has no alpha)"
     return "not run"
 

@@ -22,7 +22,7 @@ from spar.core.run_context import describe_encoding
 from spar.evaluate.published import Published
 
 #: The order systems appear in tables.
-SYSTEMS = ("bm25", "base", "lambda", "spar", "spar_exact", "spar_sum", "hybrid")
+SYSTEMS = ("bm25", "base", "lambda", "spar", "spar_exact", "spar_sum", "hybrid", "hybrid_served")
 
 
 @dataclass
