@@ -519,6 +519,10 @@ def test_exact_beside_refuses_a_run_it_cannot_serve_in_one_line(tmp_path):
      "exact_beside.py: error: argument --questions: must be at least 1, got 0"),
     ("exact_beside.py", ["-c", "CONFIG", "--out", "OUT", "--questions", "-5"],
      "exact_beside.py: error: argument --questions: must be at least 1, got -5"),
+    ("serving_scale.py", ["-c", "CONFIG", "--out", "OUT", "--sizes", "1000", "0"],
+     "serving_scale.py: error: argument --sizes: must be at least 1, got 0"),
+    ("serving_scale.py", ["-c", "CONFIG", "--out", "OUT", "--report", "NODIR/out.json"],
+     "serving_scale.py: error: argument --report: NODIR/out.json: its directory NODIR does not exist"),
     ("exact_beside.py", ["-c", "CONFIG", "--out", "OUT", "--sets", "nosuch"],
      "exact_beside.py: error: --sets: unknown 'nosuch'; the config's test sets: ''"),
 ])

@@ -55,6 +55,18 @@ def test_the_peer_gets_the_smallest_ef_search_within_the_allowed_loss():
     assert generous["ef_search"] == graph.ef_search == 1 and len(generous["tried"]) == 1
 
 
+def test_the_scale_bench_fits_power_laws_and_finds_where_they_meet():
+    """bench/serving_scale.py: ms = a·N^b fitted on logarithms; two such lines meet where a₁N^b₁ = a₂N^b₂."""
+    from bench.serving_scale import crossing, loglog_fit
+
+    sizes = [100_000, 200_000, 663_483]
+    fit = loglog_fit(sizes, [3.0 * n ** 0.5 for n in sizes])
+    assert fit["a"] == pytest.approx(3.0) and fit["b"] == pytest.approx(0.5)
+    # SPAR 2·N^0.1 against a hybrid N^0.2: 2·N^0.1 = N^0.2 where N^0.1 = 2, N = 2^10
+    assert crossing({"a": 2.0, "b": 0.1}, {"a": 1.0, "b": 0.2}) == pytest.approx(1024)
+    assert crossing({"a": 2.0, "b": 0.2}, {"a": 1.0, "b": 0.2}) is None  # parallel: never
+
+
 def test_the_served_hybrid_fuses_one_question_as_evaluate_fuses_its_hybrid(sample_experiment):  # noqa: F811
     """With an efSearch as large as the corpus the graph returns the exact lists, so the served hybrid, one question
     at a time with its halves on two threads, ranks exactly as evaluate's ``hybrid`` row (same α, same depth)."""

@@ -150,6 +150,11 @@ class ShardedVectors:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def head(self, n: int) -> "ShardedVectors":
+        """The first ``n`` rows, still memory-mapped (a smaller corpus of the same passages, nothing read)."""
+        shards = [shard[:n - lo] for shard, lo in zip(self.shards, self.offsets[:-1]) if lo < n]
+        return ShardedVectors(shards, self.shape[1])
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """``np.asarray(vectors)``: every row in memory (a caller that needs the whole matrix asks for it)."""
         whole = self[0:self.shape[0]]
