@@ -256,7 +256,9 @@ def test_evaluate_stage_reports_every_system(sample_experiment, tmp_path):  # no
 
     report = json.loads((results / "scifact-sample.json").read_text())
     assert report["dataset"] == "scifact-sample"
-    assert list(report["systems"]) == [name for name in SYSTEMS if name != "spar_exact"]  # evaluate.exact_spar
+    # every system but spar_exact (evaluate.exact_spar off) and hybrid_served (a flat index: the exact hybrid is
+    # SPAR's peer)
+    assert list(report["systems"]) == [name for name in SYSTEMS if name not in ("spar_exact", "hybrid_served")]
     assert report["skipped_systems"] == {}  # every system ran (its rankings are in files, not in the report)
     for name, values in report["systems"].items():
         assert set(values) == {"nDCG@10", "MRR@10", "R@20", "R@100"}, name
@@ -488,7 +490,7 @@ def test_an_evaluation_killed_part_way_resumes_at_its_next_chunk_to_the_last_dig
         report.pop("command"), report.pop("costs")
     assert got == expected
     runs = sorted((tmp_path / "whole" / "evaluation" / "runs").glob("*.trec"))
-    assert len(runs) == len(SYSTEMS) - 1  # every system but spar_exact (evaluate.exact_spar off)
+    assert len(runs) == len(SYSTEMS) - 2  # every system but spar_exact and hybrid_served (a flat index)
     for run in runs:
         assert (tmp_path / "killed" / "evaluation" / "runs" / run.name).read_bytes() == run.read_bytes(), run.name
     assert not (tmp_path / "killed" / "evaluation" / "progress").exists() and not partial.exists()

@@ -151,20 +151,22 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     sum_index = None
     if base_p.shape[1] == lambda_p.shape[1] and "spar_sum" in systems:
         sum_index = build_spar_index(base_p, lambda_p, "sum", "flat")  # added in float32 batches
-    served_base = None
-    if "hybrid_served" in systems:
-        from spar.evaluate.served_hybrid import build_served_base
-
-        progress("building the served hybrid's base graph (HNSW) and calibrating its efSearch on dev questions")
-        served_base = build_served_base(inputs, base_p)
-    context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index, served_base)
     reports = {}
     splits = {test.name: test for test in inputs.experiment.test_splits()}
     missing = sorted(set(sets or ()) - set(splits))
     if missing:
         raise ValueError(f"no test set {missing} in this experiment: {', '.join(map(repr, splits))}")
-    for name in sets or list(splits):
-        test = first_questions(splits[name], questions)
+    chosen = {name: first_questions(splits[name], questions) for name in sets or list(splits)}
+    served = None
+    if "hybrid_served" in systems:
+        from spar.evaluate.served_hybrid import served_base_lists
+
+        progress("the served hybrid: linking the base's passages into an HNSW graph, its efSearch calibrated on dev "
+                 "questions")
+        served = served_base_lists(inputs, base_p, chosen,
+                                   {name: hybrid_depth(cfg, tuned_all.for_set(name)) for name in chosen})
+    context = SharedInputs(inputs, spar_index, base_p, lambda_p, sum_index, served)
+    for name, test in chosen.items():
         set_runs = None if runs_dir is None else (Path(runs_dir) / test.name if test.name else Path(runs_dir))
         checkpoint = None if checkpoints is None else Path(checkpoints) / f"{test.name or 'test'}.json"
         reports[test.name] = _evaluate_split(cfg, test, tuned_all.for_set(test.name), context, set_runs, progress,
@@ -336,8 +338,9 @@ class SharedInputs:
     base_p: Any
     lambda_p: Any
     sum_index: Any
-    #: the served hybrid's base graph and its calibration (:func:`spar.evaluate.served_hybrid.build_served_base`)
-    served_base: tuple[Any, dict[str, Any]] | None = None
+    #: the served hybrid's dense lists per test set and its graph's settings
+    #: (:func:`spar.evaluate.served_hybrid.served_base_lists`)
+    served: tuple[dict[str, Any], dict[str, Any]] | None = None
 
 
 def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_dir: Path | None,
@@ -351,8 +354,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     index_dir = RunContext(cfg).artifact("index")
     mu = tuned.mu()
     alpha = tuned.alpha
-    # The hybrid fuses lists as deep as the ones its α was tuned on.
-    k0 = max(ev.k, int(tuned.candidates or resolve_candidates(cfg.tune.candidates, cfg.tune.metric)))
+    k0 = hybrid_depth(cfg, tuned)
     k = ev.k
     metrics = list(ev.metrics) if test.qrels else []
     doc_ids = inputs.doc_ids
@@ -395,10 +397,10 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         if "hybrid" in which and alpha is not None:
             runs["hybrid"] = {q: hybrid_fuse(base_deep[q], bm25_deep.get(q, []), alpha,
                                              cfg.tune.hybrid_normalize, k) for q in ids}
-        if "hybrid_served" in which and alpha is not None and shared.served_base is not None:
-            graph = shared.served_base[0]
-            runs["hybrid_served"] = {q: hybrid_fuse(hits, bm25_deep.get(q, []), alpha, cfg.tune.hybrid_normalize, k)
-                                     for q, hits in graph.run(ids, base_q, k0).items()}
+        if "hybrid_served" in which and alpha is not None and shared.served is not None:
+            graph_lists = shared.served[0][test.name]
+            runs["hybrid_served"] = {q: hybrid_fuse(graph_lists.hits(q), bm25_deep.get(q, []), alpha,
+                                                    cfg.tune.hybrid_normalize, k) for q in ids}
         return runs
 
     where = f"{len(test.ids)} test queries" + (f" of {test.name}" if test.name else "")
@@ -462,7 +464,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
         "mu_sum": sum_mu if sum_index is not None else None, "rbo_p": ev.rbo_p, "rbo_depth": k,
         "shuffled_metric": primary, "shuffled_info": shuffled_info,
         "hybrid": {"candidates": k0, "normalize": cfg.tune.hybrid_normalize},
-        **({"hybrid_served": {"candidates": k0, **shared.served_base[1]}} if shared.served_base is not None else {}),
+        **({"hybrid_served": {"candidates": k0, **shared.served[1]}} if shared.served is not None else {}),
         # The passages searched and the index that served SPAR: a results file says at what scale it holds.
         "passages": len(spar_index),
         "index": {"type": spar_index.info.get("type"), "storage": spar_index.storage,
@@ -481,6 +483,11 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     dataset = f"{context.dataset}: {test.name}" if test.name else context.dataset
     return EvaluationReport(dataset, metrics or [primary], systems, spar_mu, alpha, rbo, shuffled, runs, details,
                             context.command_line("evaluate"))
+
+
+def hybrid_depth(cfg, tuned) -> int:
+    """How deep each half of a hybrid is searched before fusing: as deep as the lists its α was tuned on."""
+    return max(cfg.evaluate.k, int(tuned.candidates or resolve_candidates(cfg.tune.candidates, cfg.tune.metric)))
 
 
 def search_params(cfg) -> dict[str, int]:

@@ -173,11 +173,31 @@ class ServedHybrid:
         self._halves.shutdown()
 
 
-def build_served_base(inputs: Any, base_vectors: Any, ladder: Sequence[int] = EF_LADDER,
-                      max_loss: float = PEER_MAX_LOSS, k: int = 20) -> tuple[HnswBase, dict[str, Any]]:
-    """The experiment's served base (an :class:`spar.experiment.inputs.ExperimentInputs`' passage vectors in a
-    graph), its efSearch calibrated on the dev questions μ is tuned on (never a test question): one setting for
-    every test set, as one deployed index has. Returns the graph and the calibration."""
+
+@dataclass
+class SearchedLists:
+    """Many questions' top lists from the graph, kept as arrays (60,864 test questions at depth 200 as Python tuples
+    are gigabytes), handed out question by question."""
+
+    passage_ids: Sequence[str]
+    row_of: dict[str, int]
+    rows: np.ndarray
+    scores: np.ndarray
+
+    def hits(self, qid: str) -> Hits:
+        i = self.row_of[qid]
+        return [(self.passage_ids[j], float(s)) for j, s in zip(self.rows[i], self.scores[i]) if j >= 0]
+
+
+def served_base_lists(inputs: Any, base_vectors: Any, splits: Mapping[str, Any], depths: Mapping[str, int],
+                      ladder: Sequence[int] = EF_LADDER, max_loss: float = PEER_MAX_LOSS,
+                      k: int = 20) -> tuple[dict[str, SearchedLists], dict[str, Any]]:
+    """The served hybrid's dense half for evaluation: the experiment's base passage vectors (an
+    :class:`spar.experiment.inputs.ExperimentInputs`' ``inputs``) linked into a graph, its efSearch calibrated on
+    the dev questions μ is tuned on (never a test question: one setting for every test set, as one deployed index
+    has), then every question of each of ``splits`` (name -> questions) searched to ``depths[name]``. The graph is
+    dropped before this returns: evaluation then holds only the lists, not a second copy of the base's vectors.
+    Returns the lists per split and the graph's settings with its calibration."""
     from spar.evaluate.exact import dense_search
 
     base = HnswBase.build(base_vectors, inputs.doc_ids)
@@ -187,4 +207,9 @@ def build_served_base(inputs: Any, base_vectors: Any, ladder: Sequence[int] = EF
     judge = inputs.answer_judge(dev, f"Acc@{k}") if dev.answers is not None else None
     calibration = calibrate_ef(base, dev.ids, queries, exact, lambda *runs: inputs.judged(dev, judge, *runs),
                                ladder, max_loss, k)
-    return base, {**base.settings(), "calibrated_on": dev.split, "calibration": calibration}
+    lists = {}
+    for name, split in splits.items():
+        scores, rows = base.index.search(np.ascontiguousarray(inputs.query_vectors("base", split), np.float32),
+                                         depths[name])
+        lists[name] = SearchedLists(base.ids, {q: i for i, q in enumerate(split.ids)}, rows, scores)
+    return lists, {**base.settings(), "calibrated_on": dev.split, "calibration": calibration}
