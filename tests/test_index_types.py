@@ -9,9 +9,11 @@ auto, named by the config's errors and listed by the frontier, then unregistered
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import shutil
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -116,8 +118,8 @@ def test_an_unregistered_type_fails_in_one_line():
 
 def test_the_errors_and_the_frontier_name_a_registered_type(ivfhnsw):
     import pipelines.frontier as frontier_stage
-    from spar.evaluate.frontier import can_hold
-    from spar.evaluate.frontier_report import FrontierPoint, FrontierReport
+    from spar.sweep.points import can_hold
+    from spar.sweep.report import FrontierPoint, FrontierReport
     from spar.index.spar_index import SparIndex
 
     with pytest.raises(ConfigError, match=r"use one of flat, hnsw, ivf, ivfpq, ivfhnsw, or auto"):
@@ -188,3 +190,68 @@ def test_a_type_registered_in_a_test_is_built_and_searched_through_the_index_sta
     # index.type: auto chooses it from 40 passages (below HNSW's 300,000), with its storage and settings.
     concrete = resolved_index(load_config(None, [*overrides[:2], "index.type=auto"])).index
     assert (concrete.type, concrete.storage, concrete.nprobe, concrete.refine) == ("ivfhnsw", "sq8", 2, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Nothing outside the types asks a type by name
+# ----------------------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Where the type names are written: the types' own modules, and the config's names (``INDEX_TYPES``).
+NAMED_IN = ("spar/index/types/", "spar/core/config_sections.py")
+
+
+def type_name_comparisons(text: str, names: tuple[str, ...]) -> list[str]:
+    """The lines of ``text`` that compare something against an index-type name written as a string:
+    ``t == "flat"``, ``"ivf" != kind``, ``t in ("hnsw", "ivf")``, ``t not in {"flat"}``."""
+    lines = text.splitlines()
+
+    def names_a_type(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(isinstance(e, ast.Constant) and e.value in names for e in node.elts)
+        return False
+
+    found = {node.lineno - 1 for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Compare)
+             and any(names_a_type(operand) for operand in [node.left, *node.comparators])}
+    return [lines[i].strip() for i in sorted(found)]
+
+
+@pytest.mark.parametrize("line", ['if t == "flat": pass', 'ok = "ivf" != kind', 'x = t in ("hnsw", "ivf")',
+                                  'y = info.get("type") not in {"flat"}', 'z = [t for t in ts if t != "ivfpq"]'])
+def test_the_scan_sees_a_comparison_with_a_type_name(line):
+    assert type_name_comparisons(line, index_type_names()) == [line]
+
+
+@pytest.mark.parametrize("line", ['index = build(base, None, "sum", "flat")', 'kind = info.get("type", "flat")',
+                                  'ok = kind.approximate', 'def f():\n    """Not "flat" == x."""',
+                                  'ok = t == scan.name'])
+def test_the_scan_passes_what_compares_no_type_name(line):
+    assert type_name_comparisons(line, index_type_names()) == []
+
+
+def test_no_code_outside_the_types_compares_against_a_type_name():
+    """What differs by type is asked of its class (the registry): nothing in spar/ outside spar/index/types/ and the
+    config's names (``INDEX_TYPES``) compares against a type's name, as nothing outside spar/lexical/ names a Λ kind
+    (tests/test_contract.py). The frontier (spar/sweep/) names none at all, not even as a default."""
+    found = {}
+    for path in sorted((ROOT / "spar").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith(NAMED_IN):
+            continue
+        lines = type_name_comparisons(path.read_text(encoding="utf-8"), index_type_names())
+        if lines:
+            found[relative] = lines
+    assert not found, found
+    named = {}
+    for path in sorted((ROOT / "spar" / "sweep").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(getattr(node, "body", None), list) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        strings = sorted({node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                          and node.value in index_type_names() and id(node) not in docstrings})
+        if strings:
+            named[path.name] = strings
+    assert not named, named
