@@ -27,6 +27,8 @@ from spar.index.storage import factory_component
 from spar.index.types.registry import (REGISTRY, IndexType, auto_type, index_type_names, register, registered_type,
                                        unregister)
 
+from test_tune import sample_experiment  # noqa: F401
+
 NLIST = 4
 
 
@@ -118,7 +120,7 @@ def test_an_unregistered_type_fails_in_one_line():
 
 def test_the_errors_and_the_frontier_name_a_registered_type(ivfhnsw):
     import pipelines.frontier as frontier_stage
-    from spar.sweep.points import can_hold
+    from spar.sweep.frontier import can_hold
     from spar.sweep.report import FrontierPoint, FrontierReport
     from spar.index.spar_index import SparIndex
 
@@ -142,6 +144,42 @@ def test_the_errors_and_the_frontier_name_a_registered_type(ivfhnsw):
     refs = {name: {"nDCG@10": 0.6, "R@100": 0.8} for name in ("base", "hybrid", "bm25")}
     table = FrontierReport("toy", [point], refs).markdown()
     assert "| flat 1-query ms | IVF-HNSW nDCG@10 (vs flat); 1-query ms |" in table and "| 0.690 (-0.010); 1.00" in table
+
+
+@pytest.mark.parametrize("fold", ["auto", "never"])
+def test_a_type_registered_in_a_test_runs_through_the_frontier(ivfhnsw, sample_experiment, tmp_path,  # noqa: F811
+                                                              monkeypatch, fold):
+    """The frontier builds a point's indexes as the index stage does: by SparIndex.build with the run's options, an
+    approximate type folded by μ (index.fold: auto) and the exhaustive one never; the test's type is timed, scored
+    against the exact scan and listed without the frontier knowing its name."""
+    from spar.core.artifacts import artifact_dir
+    from spar.index.spar_index import SparIndex
+    from spar.sweep.frontier import run_frontier
+    from test_tune import experiment_config
+
+    built: list[tuple[str, float, str, int]] = []
+    build = SparIndex.build.__func__  # type: ignore[attr-defined]
+
+    def recorded(cls, base_p, lambda_p, *args, **kwargs):
+        index = build(cls, base_p, lambda_p, *args, **kwargs)
+        built.append((index.info["type"], float(index.info.get("fold", 1.0)), index.storage,
+                      int(index.info["options"]["nprobe"])))
+        return index
+
+    monkeypatch.setattr(SparIndex, "build", classmethod(recorded))
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    cfg = experiment_config(root, root / "results", "index.nprobe=3", f"index.fold={fold}")
+    report = run_frontier(cfg, ("projection",), (16,), (0,), ("sq8",), progress=lambda _: None,
+                          index_types=("flat", "ivfhnsw"))
+    point = report.points[0]
+    assert built == [("flat", 1.0, "sq8", 3), ("ivfhnsw", point.mu if fold == "auto" else 1.0, "sq8", 3)]
+    assert set(point.latency) == {"flat", "ivfhnsw"} and set(point.approximate) == {"ivfhnsw"}
+    scored = point.approximate["ivfhnsw"]
+    assert scored["loss"] == pytest.approx(point.spar["nDCG@10"] - scored["nDCG@10"], abs=1e-5)
+    assert report.details["index_types"] == ["flat", "ivfhnsw"] and "IVF-HNSW nDCG@10 (vs flat)" in report.markdown()
 
 
 def test_a_type_registered_in_a_test_is_built_and_searched_through_the_index_stage(ivfhnsw, encoded, tmp_path):

@@ -345,4 +345,4 @@ def test_mu_is_chosen_in_one_place():
     callers = [node.name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)
                and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "tune_mu" for c in ast.walk(node))]
     assert callers == ["choose_mu"]
-    assert _importers("*:choose_mu") == {"spar/sweep/points.py"}
+    assert _importers("*:choose_mu") == {"spar/sweep/frontier.py"}

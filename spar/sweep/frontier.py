@@ -3,7 +3,7 @@
 For each (kind, dim, seed) the frontier fits (``projection``) or trains (``static``) a Λ on the run's corpus and
 labels and encodes the corpus and the dev/test queries; then for each storage (:mod:`spar.index.storage`: float32 to
 4-bit, fast-scan, PQ) it builds the index of that storage as ``spar index`` would, tunes μ on dev against the vectors
-it serves, and reports on test (:mod:`spar.sweep.points`):
+it serves, and reports on test (:func:`score_points`):
 
 - Λ alone: nDCG@10, R@100, and RBO (p = 0.9, depth 100) of its ranking against the teacher's (fidelity);
 - SPAR ``[Q, μ·QΛ]`` searched in the exhaustive index of that storage (what ``spar evaluate`` serves; μ swept on dev
@@ -17,7 +17,7 @@ it serves, and reports on test (:mod:`spar.sweep.points`):
   An approximate index is built as ``spar index`` builds it: with ``index.fold: auto`` it holds ``[P, μ·PΛ]`` and is
   searched with ``[Q, QΛ]`` (the same scores, clusters and links that follow them).
 
-What does not change between points is computed once (:mod:`spar.sweep.inputs`): the teacher's statistics and the
+What does not change between points is computed once (:class:`FrontierInputs`): the teacher's statistics and the
 base-only indexes. Each timed point times its SPAR indexes side by side with the base-only indexes and the hybrid,
 so every ratio it reports divides timings of one moment (the ratio to the hybrid once went through a hybrid timed once
 per frontier, and a busier moment of a shared machine printed 6.14 ms as 0.10× beside a 9.90 ms hybrid, #37). The
@@ -33,22 +33,267 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
+from spar.core.artifacts import is_complete
+from spar.core.errors import ArtifactError
 from spar.core.run_context import RunContext
-from spar.index.storage import FAST_SCAN, STORAGES, fast_scan_codes
-from spar.index.types.registry import exhaustive_type, index_type_names
-from spar.sweep.inputs import FrontierInputs
-from spar.sweep.points import score_points
+from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes
+from spar.index.types.registry import exhaustive_type, index_type_names, registered_type
 from spar.sweep.report import FrontierPoint, FrontierReport
+from spar.sweep.timing import LATENCY_K, time_beside_peers
 
-__all__ = ["DEFAULT_DIMS", "run_frontier", "train_from_projection"]
+__all__ = ["DEFAULT_DIMS", "METRICS", "FrontierInputs", "can_hold", "references", "run_frontier", "score_points",
+           "train_from_projection"]
 
 log = logging.getLogger(__name__)
 
 #: Up to the embedded default's own point (``configs/default.yaml``: 4,608 dims), so a default frontier holds it.
 DEFAULT_DIMS = (128, 256, 384, 768, 1536, 3072, 4608)
+
+
+#: The figures a point reports on test (and the references).
+METRICS = ("nDCG@10", "R@100")
+
+
+def top_run(q: np.ndarray, p: np.ndarray, query_ids: Sequence[str], doc_ids: Sequence[str], k: int):
+    """The exact top ``k`` of ``q`` against ``p`` (:func:`spar.evaluate.exact.dense_search`) as a ranked run."""
+    from spar.evaluate.exact import dense_search
+
+    return dense_search(np.ascontiguousarray(q, dtype=np.float32), np.ascontiguousarray(p, dtype=np.float32),
+                        query_ids, doc_ids, k)
+
+
+class FrontierInputs:
+    """The run's shared inputs: base vectors, dev/test queries, the teacher's runs and sparse term matrices."""
+
+    def __init__(self, cfg):
+        from spar.model.stored_vectors import load_embeddings
+        from spar.experiment.inputs import ExperimentInputs
+        from spar.experiment.plan import split_queries
+        from spar.data.passages import corpus_texts
+        from spar.lexical.terms import BM25Weights
+
+        self.cfg = cfg
+        base_dir = RunContext(cfg).embeddings("base")
+        if not is_complete(base_dir):
+            raise ArtifactError(f"{base_dir}: base passage embeddings are missing (run `spar encode "
+                                "encode.encoders=[base]` first)")
+        self.passages_arrow = RunContext(cfg).passages
+        base = load_embeddings(base_dir)
+        self.doc_ids, self.base_p = base.ids, np.asarray(base.vectors, dtype=np.float32)
+        self.experiment = ExperimentInputs(cfg)
+        self.dev, self.test = split_queries(cfg, "dev"), split_queries(cfg, "test")
+        self.base_q = {s.split: self._base_queries(s) for s in (self.dev, self.test)}
+        self.bm25 = {s.split: self.experiment.bm25_search(s, 100) for s in (self.dev, self.test)}
+        label = cfg.label
+        texts = list(corpus_texts(self.passages_arrow, label.fields))
+        if len(texts) != len(self.doc_ids):
+            raise ArtifactError(f"{self.passages_arrow} holds {len(texts)} passages, the base embeddings "
+                                f"{len(self.doc_ids)}: re-run `spar encode`")
+        self.weights = BM25Weights.fit(texts, k1=label.k1, b=label.b, fields=label.fields)
+        self.passage_terms = self.weights.passage_matrix(texts)
+        self.query_terms = {s.split: self.weights.query_matrix(list(s.texts.values())) for s in (self.dev, self.test)}
+
+    @property
+    def resolved(self):
+        """The experiment resolved once (:class:`spar.experiment.plan.Experiment`): its Λs, encoders, index options."""
+        return self.experiment.experiment
+
+    def _base_queries(self, queries) -> np.ndarray:
+        from spar.model.stored_vectors import load_embeddings
+
+        d = self.experiment.query_dir("base", queries.split)
+        if is_complete(d):
+            stored = load_embeddings(d)
+            position = {q: i for i, q in enumerate(stored.ids)}
+            if all(q in position for q in queries.ids):
+                return np.asarray(stored.vectors[[position[q] for q in queries.ids]], dtype=np.float32)
+        return self.experiment.encoder("base").encode_query(list(queries.texts.values()))
+
+    def index_options(self, storage: str):
+        """The options the ``index`` stage builds an index of the run's config with
+        (:attr:`spar.experiment.plan.Experiment.index_options`: the ``index`` section, seeded by the experiment),
+        storing ``storage``, and without exact re-ranking (``refine`` 0: the frontier scores what an index finds)."""
+        return self.resolved.index_options.model_copy(update={"storage": storage, "refine": 0})
+
+    def base_index(self, index_type: str) -> Any:
+        """The base-only float32 FAISS index of ``index_type`` (built once): a latency peer."""
+        from spar.index.spar_index import build_spar_index
+
+        cache = self.__dict__.setdefault("_base_indexes", {})
+        if index_type not in cache:
+            cache[index_type] = build_spar_index(self.base_p, None, index_type=index_type,
+                                                 **self.index_options("float32").faiss_options())
+        return cache[index_type]
+
+    @cached_property
+    def reference_figures(self) -> dict[str, dict[str, float]]:
+        """:func:`references` of this run (computed once)."""
+        return references(self)
+
+    @property
+    def hybrid_alpha(self) -> float:
+        return self.reference_figures["hybrid"]["alpha"]
+
+    def reference_latency(self, index_types: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Latency of the hybrid and of the base-only indexes of ``index_types`` (and of the exhaustive type), timed
+        side by side once per frontier (none of them depends on Λ): ``{"hybrid": {...}, "base_flat": {...}, ...}``."""
+        cache = self.__dict__.setdefault("_reference_latency", {})
+        missing = [t for t in index_types if f"base_{t}" not in cache]
+        if missing or "hybrid" not in cache:
+            cache.update(self._time({t: self.base_index(t) for t in dict.fromkeys([exhaustive_type().name,
+                                                                                  *index_types])}))
+        return cache
+
+    def _time(self, base_indexes: Mapping[str, Any], spar: Mapping[str, tuple[Any, np.ndarray]] | None = None):
+        """:func:`spar.sweep.timing.time_beside_peers` on this run's test questions, its BM25 and its hybrid's α,
+        with the exhaustive base index the hybrid searches."""
+        scan = exhaustive_type().name
+        return time_beside_peers(self.test, self.base_q["test"], self.doc_ids, self.experiment.bm25,
+                                 self.hybrid_alpha, self.cfg.tune.hybrid_normalize,
+                                 {scan: self.base_index(scan), **base_indexes}, spar)
+
+    def latency(self, spar_indexes: Mapping[str, Any], spar_q: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Single-query and batched latency of SPAR indexes (FAISS indexes by type, with their query vectors), each
+        timed side by side with the base-only index of its type and with the hybrid: every ratio divides timings of
+        one moment."""
+        from spar.evaluate.latency import ratios
+
+        timings = self._time({t: self.base_index(t) for t in spar_indexes},
+                             {t: (index, spar_q[t]) for t, index in spar_indexes.items()})
+        return {t: {**timings[f"spar_{t}"], "vs_base": ratios(timings, f"spar_{t}", f"base_{t}"),
+                    "vs_hybrid": ratios(timings, f"spar_{t}", "hybrid"), "base": timings[f"base_{t}"],
+                    "hybrid": timings["hybrid"]} for t in spar_indexes}
+
+    def lambda_vectors(self, model) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Λ's passage and dev/test query vectors (term-based kinds reuse the shared sparse matrices)."""
+        passages = model.term_vectors(self.weights, self.passage_terms)
+        if passages is not None:
+            return passages, {s: model.term_vectors(self.weights, m) for s, m in self.query_terms.items()}
+        from spar.data.passages import PassagesTable
+
+        store = PassagesTable(self.passages_arrow, self.cfg.data.title_field or model.term_based)
+        passages = store.get(np.arange(len(store)))
+        return model.encode_passage(passages), {s.split: model.encode_query(list(s.texts.values()))
+                                                for s in (self.dev, self.test)}
+
+
+def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dict[str, float]]:
+    """Base, BM25 and the base + α·BM25 hybrid (α tuned on dev) on test: the frontier's horizontal lines."""
+    from spar.evaluate.metrics import evaluate_run
+    from spar.evaluate.candidates import hybrid_candidates, hybrid_fuse, tune_weight
+
+    cfg = inputs.cfg
+    base_dev = top_run(inputs.base_q["dev"], inputs.base_p, inputs.dev.ids, inputs.doc_ids, 100)
+    alpha = tune_weight(hybrid_candidates(base_dev, inputs.bm25["dev"], cfg.tune.hybrid_normalize), inputs.dev.qrels,
+                        metric).best
+    base = top_run(inputs.base_q["test"], inputs.base_p, inputs.test.ids, inputs.doc_ids, 100)
+    hybrid = {q: hybrid_fuse(base[q], inputs.bm25["test"].get(q, []), alpha, cfg.tune.hybrid_normalize, 100)
+              for q in inputs.test.ids}
+    qrels = inputs.test.qrels
+    return {"base": {**evaluate_run(qrels, base, METRICS), "bytes_per_passage": 4 * inputs.base_p.shape[1]},
+            "bm25": evaluate_run(qrels, inputs.bm25["test"], METRICS),
+            "hybrid": {**evaluate_run(qrels, hybrid, METRICS), "alpha": alpha}}
+
+
+def can_hold(index_type: str, storage: str) -> bool:
+    """Whether an index of ``index_type`` stores exactly ``storage`` (HNSW holds neither PQ nor fast-scan codes;
+    IVF-PQ holds PQ codes only): the registry's :meth:`~spar.index.types.registry.IndexType.holds`."""
+    return registered_type(index_type).holds(storage)
+
+
+def approximate_quality(inputs: FrontierInputs, index: Any, spar_q: np.ndarray,
+                        exact: Mapping[str, list[tuple[str, float]]]) -> dict[str, float]:
+    """SPAR through an approximate FAISS ``index`` on test: nDCG@10, R@100, the loss against the exact scan of the
+    same codes (``exact``: its ranked run) and the share of the exact top 10 it finds (overlap@10)."""
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+
+    test = inputs.test
+    scores, rows = index.search(np.ascontiguousarray(spar_q, dtype=np.float32), LATENCY_K)
+    run = ranked_run(test.ids, rows, scores, inputs.doc_ids)
+    figures = evaluate_run(test.qrels, run, METRICS)
+    exact_ndcg = evaluate_run(test.qrels, exact, ["nDCG@10"])["nDCG@10"]
+    overlap = np.mean([len({d for d, _ in run[q][:10]} & {d for d, _ in exact[q][:10]}) / max(1, min(10, len(exact[q])))
+                       for q in test.ids])
+    return {**{m: round(v, 6) for m, v in figures.items()}, "loss": round(exact_ndcg - figures["nDCG@10"], 6),
+            "overlap@10": round(float(overlap), 4)}
+
+
+def score_points(inputs: FrontierInputs, model, seed: int | None, train_seconds: float, steps: int = 0,
+                 storages: Sequence[str] = ("float32",), index_types: Sequence[str] = (),
+                 metric: str = "nDCG@10") -> list[FrontierPoint]:
+    """For each storage: tune μ on dev against ``[P, PΛ]`` as stored, score Λ alone and SPAR on test; for each of
+    ``index_types`` (the timed seed's points; empty: none) time a SPAR index of that type and storage, and score
+    the approximate ones. FAISS runs on one thread here (see :func:`spar.index.spar_index.faiss_threads`)."""
+    from spar.index.spar_index import faiss_threads
+    from spar.evaluate.metrics import evaluate_run, mean_rbo
+
+    lam_p, lam_q = inputs.lambda_vectors(model)
+    test = inputs.test
+    with faiss_threads(1):
+        lambda_run = top_run(lam_q["test"], lam_p, test.ids, inputs.doc_ids, 100)
+        lambda_alone = {m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()}
+        rbo = round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)
+        return [_score_storage(inputs, model, lam_p, lam_q, storage, index_types, metric, seed=seed,
+                               train_seconds=round(train_seconds, 2), steps=steps, lambda_alone=lambda_alone, rbo=rbo)
+                for storage in storages]
+
+
+def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapping[str, np.ndarray], storage: str,
+                   index_types: Sequence[str], metric: str, **point: Any) -> FrontierPoint:
+    """One point, as ``spar tune``, ``spar index`` and ``spar evaluate`` would make it: the exhaustive index of
+    ``storage`` built (its codec trained once: the served vectors and the index share it), μ swept on dev against
+    its decoded codes, then SPAR scored on dev (the rule's figure) and test through that index. Fast-scan indexes
+    score through 8-bit lookup tables whose rounding grows with the number of codes: scoring the decoded codes
+    instead overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev 0.830 decoded, 0.735 served). Then the
+    indexes of ``index_types`` that hold ``storage``, each built as the ``index`` stage builds it: an approximate
+    one holds ``[P, μ₀·PΛ]`` with μ₀ this point's μ (``index.fold: auto``), so its lists and links follow the score
+    that ranks (Λ's half has ~20× the base's norm: on SciFact unfolded IVF lists cost 8 points of nDCG@10 at 32 of
+    132 lists probed, folded ones 1.7)."""
+    from spar.index.approximate import fold_factor
+    from spar.index.served import served_passage_vectors
+    from spar.index.spar_index import SparIndex
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+    from spar.evaluate.tuning import choose_mu
+
+    dev, test = inputs.dev, inputs.test
+    options = inputs.index_options(storage)
+    scan = exhaustive_type().name
+
+    def build(index_type: str, mu: float = 1.0) -> SparIndex:
+        return SparIndex.build(inputs.base_p, lam_p, ids=inputs.doc_ids, variant="concat", index_type=index_type,
+                               options=options, fold=fold_factor(index_type, inputs.cfg.index.fold, mu))
+
+    scored = build(scan)
+    served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", scan, options, scored.index)
+    tuned = choose_mu(inputs.cfg, inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev, inputs.doc_ids,
+                      "concat", metric=metric, confirm=False)
+    del served_base, served_lambda
+    mu = tuned.search.best
+
+    def served_run(split) -> dict[str, list[tuple[str, float]]]:
+        q = scored.query_vectors(inputs.base_q[split.split], lam_q[split.split], mu)
+        scores, rows = scored.index.search(q, min(100, len(inputs.doc_ids)))
+        return ranked_run(split.ids, rows, scores, inputs.doc_ids)
+
+    dev_served = evaluate_run(dev.qrels, served_run(dev), [metric])[metric]
+    spar_run = served_run(test)
+    indexes = {t: scored if t == scan else build(t, mu) for t in index_types if can_hold(t, storage)}
+    queries = {t: index.query_vectors(inputs.base_q["test"], lam_q["test"], mu) for t, index in indexes.items()}
+    return FrontierPoint(
+        kind=model.kind, dim=model.dim, mu=mu, dev_spar=round(dev_served, 6),
+        dev_decoded=round(tuned.search.best_score, 6),
+        spar={m: round(v, 6) for m, v in evaluate_run(test.qrels, spar_run, METRICS).items()},
+        bytes_per_passage=code_bytes(storage, inputs.base_p.shape[1] + model.dim, options.pq_m, options.pq_nbits),
+        storage=storage,
+        latency=inputs.latency({t: index.index for t, index in indexes.items()}, queries) if indexes else {},
+        approximate={t: approximate_quality(inputs, index.index, queries[t], spar_run) for t, index in indexes.items()
+                     if index.kind.approximate}, **point)
 
 
 def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = DEFAULT_DIMS,

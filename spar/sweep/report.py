@@ -1,6 +1,6 @@
 """The frontier's report: its points, the default rule that picks one, its table and its plot.
 
-A :class:`FrontierPoint` is one (Λ kind, dimension, passage storage, seed) scored by :mod:`spar.sweep.points`; a
+A :class:`FrontierPoint` is one (Λ kind, dimension, passage storage, seed) scored by :mod:`spar.sweep.frontier`; a
 :class:`FrontierReport` groups the points of one run by (kind, dim, storage) over seeds.
 
 **The default rule** (:meth:`FrontierReport.choice`), which every shipped config, the embedded default and the code's
