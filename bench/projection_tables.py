@@ -3,7 +3,7 @@
 A ``gaussian`` projection holds a vocabulary × dim float32 table in memory (and, before tables were regenerated, in
 every published model): 515,936 analysed terms × 3,072 dims = 6.3 GB for enwiki-2015's 663k passages
 (``bench/lexical_scale.py`` measures the vocabulary). The cures scored here, each on the same run's frontier inputs
-(:class:`spar.evaluate.frontier.FrontierInputs`; each point is :func:`spar.evaluate.frontier.score_points`: μ tuned on
+(:class:`spar.sweep.frontier.FrontierInputs`; each point is :func:`spar.sweep.frontier.score_points`: μ tuned on
 dev against the stored passage vectors, SPAR nDCG@10 on test):
 
 - ``gaussian``: today's table (rows drawn in vocabulary order from ``numpy.random.default_rng(seed)``): the peer;
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
     from spar.core.config import load_config
-    from spar.evaluate.frontier import FrontierInputs, score_points
+    from spar.sweep.frontier import FrontierInputs, score_points
     from spar.lexical.projection import ProjectionLambda
 
     cfg = load_config(args.config, args.overrides)

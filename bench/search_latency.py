@@ -32,7 +32,7 @@ computed now from those passages' text (the teacher's statistics; ``-c CONFIG`` 
 the hybrid's α are tuned on the dev judgments against the stored codes, as ``spar tune`` does; test reports
 nDCG@10 and R@100 of the base, the hybrid, SPAR by exact scan of the codes, and SPAR through each index
 (``--index flat hnsw ivf``, at each ``--ef-search`` / ``--nprobe``; HNSW only for storages it can hold; IVF holds
-``[P, μ·PΛ]``, as in :mod:`spar.evaluate.frontier`), and every
+``[P, μ·PΛ]``, as the frontier folds it, :mod:`spar.sweep.frontier`), and every
 system's latency one query at a time and batched, side by side in one process with one FAISS thread. The headline
 is the flat index of the first storage against the hybrid; each approximate row gives its nDCG@10 loss against
 the exact scan of the same codes::
@@ -250,7 +250,7 @@ def real_vectors(args, argv) -> dict:
                 queries = test_q
                 if index_type == "flat":
                     index = add_passages(flat, [base_p, lam_p], "concat")
-                elif index_type == "ivf":  # [P, μ·PΛ] searched with [Q, QΛ]: the same scores (spar.evaluate.frontier)
+                elif index_type == "ivf":  # [P, μ·PΛ] searched with [Q, QΛ]: the same scores (spar.sweep.frontier)
                     index = build_faiss_index([base_p, np.float32(mu) * lam_p], "concat", "ivf", options)
                     queries = spar_query_vectors(base_q["test"], lam_q["test"], 1.0)
                 else:

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
 
     from spar.core.config import load_config
-    from spar.evaluate.frontier import METRICS, FrontierInputs
+    from spar.sweep.frontier import METRICS, FrontierInputs
     from spar.index.served import served_passage_vectors
     from spar.index.spar_index import IndexOptions
     from spar.index.combine import spar_query_vectors

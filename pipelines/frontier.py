@@ -4,8 +4,9 @@ Needs the run's ``queries/``, ``labels/``, ``teacher_index/`` and base embedding
 encode.encoders=[base]``, or a whole run). Every point fits or trains its Λ in memory (static ones under
 ``frontier/static-d<dim>-s<seed>/``); nothing else of the run changes. Options (``frontier.*`` is not a config
 section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``, ``--storages``,
-``--indexes`` (index types timed on the first seed: ``flat``, what the default rule needs, and the approximate
-``hnsw`` and ``ivf``, also scored against the exact scan); ``section.key=value`` overrides apply as for the stages
+``--indexes`` (index types timed on the first seed: the exhaustive ``flat``, what the default rule needs, and any
+other registered type, e.g. the approximate ``hnsw`` and ``ivf``, built as ``spar index`` builds them and also scored
+against the exact scan); ``section.key=value`` overrides apply as for the stages
 (e.g. the static Λ's ``train.max_steps``, ``index.nprobe``).
 
 Points computed earlier under the same settings are kept, so a frontier can be grown kind by kind, dimension by
@@ -14,8 +15,8 @@ settings (another teacher, base or training option) are not mixed in: they are m
 ``frontier/superseded-<settings>.json``, never dropped. Every command that added to the frontier is recorded.
 Writes ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*`` (a results copy
 holding points this frontier lacks is first kept as ``frontier/replaced-<name>-frontier.json``); a command that
-would leave the frontier empty is refused and writes nothing. Logic: :mod:`spar.evaluate.frontier`, the report and the
-default rule: :mod:`spar.evaluate.frontier_report`.
+would leave the frontier empty is refused and writes nothing. Logic: the package :mod:`spar.sweep`
+(:mod:`spar.sweep.frontier`), the report and the default rule: :mod:`spar.sweep.report`.
 """
 
 from __future__ import annotations
@@ -98,10 +99,10 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
 
 def _check_run_lambda(cfg, kind: str) -> None:
     from spar.core.run_context import RunContext
-    from spar.experiment.lambda_source import run_lambda
+    from spar.experiment.plan import Experiment
 
     lam_dir = RunContext(cfg).artifact("lambda")
-    source = run_lambda(cfg)
+    source = Experiment(cfg).own_lambda  # the Λ the frontier scores as the run's own point
     found = source.kind if source is not None else None
     if found != kind:
         held = f"holds a {found} Λ" if found else "holds no trained Λ"
@@ -110,16 +111,18 @@ def _check_run_lambda(cfg, kind: str) -> None:
 
 
 def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: bool = False,
-        storages: Sequence[str] = ("float32",), index_types: Sequence[str] = ("flat",)) -> dict:
+        storages: Sequence[str] = ("float32",), index_types: Sequence[str] | None = None) -> dict:
     """Compute the frontier's missing points and write it. ``kinds=None``: projection, static, and the run's own
-    trained Λ when it is of another kind; kinds given explicitly must all be computable."""
-    from spar.evaluate.frontier import DEFAULT_DIMS
+    trained Λ when it is of another kind; kinds given explicitly must all be computable. ``index_types=None``: the
+    exhaustive type (:func:`spar.index.types.registry.exhaustive_type`)."""
+    from spar.index.types.registry import exhaustive_type
+    from spar.sweep.frontier import DEFAULT_DIMS
     from spar.lexical import KINDS
     from spar.core.run_context import RunContext
 
     kinds, dims, seeds, storages, index_types = check_arguments(
         cfg, kinds, DEFAULT_DIMS if dims is None else dims, (0, 1, 2) if seeds is None else seeds, storages,
-        index_types)
+        (exhaustive_type().name,) if index_types is None else index_types)
 
     # What the points depend on, the run's base embeddings first: a run without them is refused before frontier/
     # exists (it was left behind empty).
@@ -139,7 +142,8 @@ def _run(cfg, kinds, dims, seeds, force: bool, storages, index_types, out: Path,
     from dataclasses import asdict
 
     from spar.core.run_context import RunContext
-    from spar.evaluate.frontier import FrontierPoint, run_frontier
+    from spar.sweep.frontier import run_frontier
+    from spar.sweep.report import FrontierPoint
 
     previous = json.loads((out / "frontier.json").read_text()) if (out / "frontier.json").exists() else {}
     kept, superseded = [], []

@@ -13,7 +13,7 @@ from pipelines import cli
 from spar.core.artifacts import artifact_dir
 from spar.core.config import IndexSection, LexicalSection, TrainSection, load_config
 from spar.core.errors import ConfigError
-from spar.evaluate.frontier_report import FrontierPoint, FrontierReport
+from spar.sweep.report import FrontierPoint, FrontierReport
 
 from test_tune import experiment_config, sample_experiment  # noqa: F401
 
@@ -210,7 +210,7 @@ def test_force_recomputes_only_what_it_is_asked_and_every_command_is_recorded(sa
 
 
 def test_a_repeated_point_is_computed_once(sample_experiment, tmp_path):  # noqa: F811
-    from spar.evaluate.frontier import run_frontier
+    from spar.sweep.frontier import run_frontier
 
     root = tmp_path / "run"
     root.mkdir()
@@ -240,7 +240,7 @@ def test_a_frontier_refused_for_want_of_base_embeddings_leaves_no_directory(tmp_
 
 def test_the_default_dims_reach_the_default_point():
     """#37 item 12: the default dims stopped at 3072 while the embedded default's point is 4608."""
-    from spar.evaluate.frontier import DEFAULT_DIMS
+    from spar.sweep.frontier import DEFAULT_DIMS
 
     assert LexicalSection().dim in DEFAULT_DIMS and load_config().train.lexical.dim in DEFAULT_DIMS
 
@@ -250,19 +250,19 @@ def test_each_ratio_to_the_hybrid_divides_timings_of_one_moment(sample_experimen
     then): on CISI a 6.14 ms point was printed as 0.10× beside a 9.90 ms hybrid. Here every timing is made up, and
     the base indexes are twice as slow at each later moment: the ratio printed must be the point's own SPAR time over
     the hybrid time printed beside it, timed together."""
-    import spar.evaluate.frontier as frontier
-    from spar.evaluate.frontier import run_frontier
+    import spar.evaluate.latency as latency
+    from spar.sweep.frontier import run_frontier
 
     moments: list[list[str]] = []
 
-    def timed(systems, queries):
+    def timed(systems, queries, single):
         moments.append(sorted(systems))
         slower = 2 ** (len(moments) - 1)
         ms = {name: 10.0 if name == "hybrid" else (1.0 * slower if name.startswith("base") else 6.0)
               for name in systems}
         return {name: {"single_ms": v, "p50_ms": v, "batched_ms": v / 2} for name, v in ms.items()}
 
-    monkeypatch.setattr(frontier, "_time_one_thread", timed)
+    monkeypatch.setattr(latency, "time_systems", timed)  # what spar.sweep.timing.time_beside_peers times with
     root = tmp_path / "run"
     root.mkdir()
     for name in ("queries", "teacher_index", "embeddings"):

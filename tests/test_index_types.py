@@ -9,9 +9,11 @@ auto, named by the config's errors and listed by the frontier, then unregistered
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import shutil
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -24,6 +26,8 @@ from spar.index.files import SEARCH_TIME
 from spar.index.storage import factory_component
 from spar.index.types.registry import (REGISTRY, IndexType, auto_type, index_type_names, register, registered_type,
                                        unregister)
+
+from test_tune import sample_experiment  # noqa: F401
 
 NLIST = 4
 
@@ -116,8 +120,8 @@ def test_an_unregistered_type_fails_in_one_line():
 
 def test_the_errors_and_the_frontier_name_a_registered_type(ivfhnsw):
     import pipelines.frontier as frontier_stage
-    from spar.evaluate.frontier import can_hold
-    from spar.evaluate.frontier_report import FrontierPoint, FrontierReport
+    from spar.sweep.frontier import can_hold
+    from spar.sweep.report import FrontierPoint, FrontierReport
     from spar.index.spar_index import SparIndex
 
     with pytest.raises(ConfigError, match=r"use one of flat, hnsw, ivf, ivfpq, ivfhnsw, or auto"):
@@ -140,6 +144,42 @@ def test_the_errors_and_the_frontier_name_a_registered_type(ivfhnsw):
     refs = {name: {"nDCG@10": 0.6, "R@100": 0.8} for name in ("base", "hybrid", "bm25")}
     table = FrontierReport("toy", [point], refs).markdown()
     assert "| flat 1-query ms | IVF-HNSW nDCG@10 (vs flat); 1-query ms |" in table and "| 0.690 (-0.010); 1.00" in table
+
+
+@pytest.mark.parametrize("fold", ["auto", "never"])
+def test_a_type_registered_in_a_test_runs_through_the_frontier(ivfhnsw, sample_experiment, tmp_path,  # noqa: F811
+                                                              monkeypatch, fold):
+    """The frontier builds a point's indexes as the index stage does: by SparIndex.build with the run's options, an
+    approximate type folded by μ (index.fold: auto) and the exhaustive one never; the test's type is timed, scored
+    against the exact scan and listed without the frontier knowing its name."""
+    from spar.core.artifacts import artifact_dir
+    from spar.index.spar_index import SparIndex
+    from spar.sweep.frontier import run_frontier
+    from test_tune import experiment_config
+
+    built: list[tuple[str, float, str, int]] = []
+    build = SparIndex.build.__func__  # type: ignore[attr-defined]
+
+    def recorded(cls, base_p, lambda_p, *args, **kwargs):
+        index = build(cls, base_p, lambda_p, *args, **kwargs)
+        built.append((index.info["type"], float(index.info.get("fold", 1.0)), index.storage,
+                      int(index.info["options"]["nprobe"])))
+        return index
+
+    monkeypatch.setattr(SparIndex, "build", classmethod(recorded))
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    cfg = experiment_config(root, root / "results", "index.nprobe=3", f"index.fold={fold}")
+    report = run_frontier(cfg, ("projection",), (16,), (0,), ("sq8",), progress=lambda _: None,
+                          index_types=("flat", "ivfhnsw"))
+    point = report.points[0]
+    assert built == [("flat", 1.0, "sq8", 3), ("ivfhnsw", point.mu if fold == "auto" else 1.0, "sq8", 3)]
+    assert set(point.latency) == {"flat", "ivfhnsw"} and set(point.approximate) == {"ivfhnsw"}
+    scored = point.approximate["ivfhnsw"]
+    assert scored["loss"] == pytest.approx(point.spar["nDCG@10"] - scored["nDCG@10"], abs=1e-5)
+    assert report.details["index_types"] == ["flat", "ivfhnsw"] and "IVF-HNSW nDCG@10 (vs flat)" in report.markdown()
 
 
 def test_a_type_registered_in_a_test_is_built_and_searched_through_the_index_stage(ivfhnsw, encoded, tmp_path):
@@ -188,3 +228,68 @@ def test_a_type_registered_in_a_test_is_built_and_searched_through_the_index_sta
     # index.type: auto chooses it from 40 passages (below HNSW's 300,000), with its storage and settings.
     concrete = resolved_index(load_config(None, [*overrides[:2], "index.type=auto"])).index
     assert (concrete.type, concrete.storage, concrete.nprobe, concrete.refine) == ("ivfhnsw", "sq8", 2, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Nothing outside the types asks a type by name
+# ----------------------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Where the type names are written: the types' own modules, and the config's names (``INDEX_TYPES``).
+NAMED_IN = ("spar/index/types/", "spar/core/config_sections.py")
+
+
+def type_name_comparisons(text: str, names: tuple[str, ...]) -> list[str]:
+    """The lines of ``text`` that compare something against an index-type name written as a string:
+    ``t == "flat"``, ``"ivf" != kind``, ``t in ("hnsw", "ivf")``, ``t not in {"flat"}``."""
+    lines = text.splitlines()
+
+    def names_a_type(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(isinstance(e, ast.Constant) and e.value in names for e in node.elts)
+        return False
+
+    found = {node.lineno - 1 for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Compare)
+             and any(names_a_type(operand) for operand in [node.left, *node.comparators])}
+    return [lines[i].strip() for i in sorted(found)]
+
+
+@pytest.mark.parametrize("line", ['if t == "flat": pass', 'ok = "ivf" != kind', 'x = t in ("hnsw", "ivf")',
+                                  'y = info.get("type") not in {"flat"}', 'z = [t for t in ts if t != "ivfpq"]'])
+def test_the_scan_sees_a_comparison_with_a_type_name(line):
+    assert type_name_comparisons(line, index_type_names()) == [line]
+
+
+@pytest.mark.parametrize("line", ['index = build(base, None, "sum", "flat")', 'kind = info.get("type", "flat")',
+                                  'ok = kind.approximate', 'def f():\n    """Not "flat" == x."""',
+                                  'ok = t == scan.name'])
+def test_the_scan_passes_what_compares_no_type_name(line):
+    assert type_name_comparisons(line, index_type_names()) == []
+
+
+def test_no_code_outside_the_types_compares_against_a_type_name():
+    """What differs by type is asked of its class (the registry): nothing in spar/ outside spar/index/types/ and the
+    config's names (``INDEX_TYPES``) compares against a type's name, as nothing outside spar/lexical/ names a Λ kind
+    (tests/test_contract.py). The frontier (spar/sweep/) names none at all, not even as a default."""
+    found = {}
+    for path in sorted((ROOT / "spar").rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith(NAMED_IN):
+            continue
+        lines = type_name_comparisons(path.read_text(encoding="utf-8"), index_type_names())
+        if lines:
+            found[relative] = lines
+    assert not found, found
+    named = {}
+    for path in sorted((ROOT / "spar" / "sweep").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(getattr(node, "body", None), list) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        strings = sorted({node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                          and node.value in index_type_names() and id(node) not in docstrings})
+        if strings:
+            named[path.name] = strings
+    assert not named, named

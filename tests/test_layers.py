@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
                                       # model | the SPAR FAISS index (built from the embeddings' shards), storage
     ("train", "publish"),       # the Lightning loop and its data | model directory, card, search, corpus index
     ("experiment",),            # which Λ, an experiment's assembled inputs, preflight
-    ("evaluate",),              # exact search, metrics, tuning μ/α, the evaluation table, latency, frontier
+    ("evaluate",),              # exact search, metrics, tuning μ/α, the evaluation table, latency timing
+    ("sweep",),                 # the quality-per-byte frontier: its points, shared inputs, latency peers, report
 ]
 #: Modules of ``spar/`` outside every package: the package root (its version), which imports nothing of spar.
 ROOT_MODULES = {"spar"}

@@ -329,10 +329,13 @@ def test_a_lambda_is_opened_by_the_one_resolver():
     inputs) and publish ask."""
     users = _importers("*:load_lambda", "*:read_lambda_config")
     assert {u for u in users if not u.startswith("spar/lexical/")} == {"spar/experiment/lambda_source.py"}
-    assert _importers("spar.experiment.lambda_source:run_lambda", "spar.experiment.lambda_source:resolve_lambda") >= {
-        "spar/experiment/plan.py", "spar/evaluate/frontier.py", "pipelines/frontier.py"}
+    resolvers = _importers("spar.experiment.lambda_source:run_lambda", "spar.experiment.lambda_source:resolve_lambda")
+    assert "spar/experiment/plan.py" in resolvers
+    # The frontier's run's own Λ is the Experiment's (Experiment.own_lambda), as every stage's Λ is.
+    assert not {u for u in resolvers if u.startswith("spar/sweep/") or u == "pipelines/frontier.py"}
     assert _importers("spar.experiment.plan:Experiment") >= {
-        "pipelines/encode.py", "pipelines/publish.py", "pipelines/tune.py", "spar/experiment/inputs.py"}
+        "pipelines/encode.py", "pipelines/publish.py", "pipelines/tune.py", "spar/experiment/inputs.py",
+        "pipelines/frontier.py"}
 
 
 def test_mu_is_chosen_in_one_place():
@@ -342,4 +345,4 @@ def test_mu_is_chosen_in_one_place():
     callers = [node.name for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)
                and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "tune_mu" for c in ast.walk(node))]
     assert callers == ["choose_mu"]
-    assert _importers("*:choose_mu") == {"spar/evaluate/frontier.py"}
+    assert _importers("*:choose_mu") == {"spar/sweep/frontier.py"}

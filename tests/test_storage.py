@@ -233,7 +233,7 @@ def test_overrides_the_stored_index_cannot_honour_are_refused(sample_experiment,
 
 
 def test_frontier_has_a_storage_axis_with_latency(sample_experiment, tmp_path):  # noqa: F811
-    from spar.evaluate.frontier import run_frontier
+    from spar.sweep.frontier import run_frontier
 
     root = _copy_experiment(sample_experiment, tmp_path / "run")
     cfg = experiment_config(root, root / "results")

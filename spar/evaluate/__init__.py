@@ -1,3 +1,3 @@
-"""Tuning μ and α, metrics, exact search, the evaluation table, latency and the quality-per-byte frontier.
+"""Tuning μ and α, metrics, exact search, the evaluation table and latency timing (the frontier is ``spar/sweep/``).
 
 See docs/architecture.md for the packages and who imports whom."""

@@ -2,7 +2,7 @@
 
 Systems are timed in one process, query by query in turn, so a busy moment of a shared machine falls on all of them
 alike; the ratios between systems are the figures to read. Used by the frontier (each SPAR point against the
-base-only index and the BM25 + dense hybrid) and by ``bench/search_latency.py``.
+base-only index and the BM25 + dense hybrid, :mod:`spar.sweep.timing`) and by ``bench/search_latency.py``.
 
 Example::
 

@@ -181,11 +181,12 @@ def _why_confirmation_differs(confirm_with) -> str:
     """The causes that apply to the index the confirming search ran on (#48: a flat sq4 index was told of approximate
     indexes and fast-scan tables, neither of which it has)."""
     from spar.index.storage import FAST_SCAN
+    from spar.index.types.registry import is_approximate
 
     index_type, options = (confirm_with[2], confirm_with[3]) if confirm_with else ("flat", None)
     storage = getattr(options, "storage", "float32")
     causes = []
-    if index_type != "flat":
+    if is_approximate(index_type):
         causes.append(f"the {index_type} index is approximate: it misses passages the sweep scored")
     if storage in FAST_SCAN:
         causes.append(f"{storage} scores with rounded look-up tables")

@@ -225,6 +225,14 @@ class Experiment:
         return with_target(resolve_lambda(self.cfg.encode.lambda_, self.output_dir), self.passages,
                            self.data.corpus_format, self.on_bad_record)
 
+    @cached_property
+    def own_lambda(self):
+        """The Λ this run trained (its complete ``lambda/``), whatever ``encode.lambda`` names; None when it has none
+        (:func:`spar.experiment.lambda_source.run_lambda`): the frontier scores it as one more point."""
+        from spar.experiment.lambda_source import run_lambda
+
+        return run_lambda(self.cfg)
+
     def encoder(self, name: str) -> EncoderPlan:
         """The encoder ``base`` (``encode.base``) or ``lambda`` (:attr:`lambda_source`)."""
         from spar.core.fingerprint import fingerprint_dict

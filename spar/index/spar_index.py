@@ -480,8 +480,7 @@ class SparIndex:
         fingerprints must match the index's). Returns scores [n, k] and ids (``None`` where fewer than k exist).
         """
         base_q, lambda_q = self.check_query_side(base_q, lambda_q)
-        fold = float(self.info.get("fold", 1.0))  # [P, μ₀·PΛ] is searched with [Q, (μ/μ₀)·QΛ]: the same scores
-        qvecs = spar_query_vectors(base_q, lambda_q, mu / fold, self.variant)
+        qvecs = self.query_vectors(base_q, lambda_q, mu)
         refine = self.refine
         if not refine:
             return self.search_vectors(qvecs, k)
@@ -490,6 +489,13 @@ class SparIndex:
         _, rows = self.index.search(np.ascontiguousarray(qvecs, dtype=np.float32), k * refine)
         scores, rows = refine_top_k(self.passage_rows(), base_q, lambda_q, mu, rows, k)
         return scores, [[self.ids[j] if j >= 0 else None for j in row] for row in rows]
+
+    def query_vectors(self, base_q, lambda_q, mu: float) -> np.ndarray:
+        """The query vectors this index is searched with for ``μ``: ``[Q, μ·QΛ]``, or for an index holding
+        ``[P, μ₀·PΛ]`` (folded) ``[Q, (μ/μ₀)·QΛ]``: the same scores."""
+        base_q, lambda_q = self.check_query_side(base_q, lambda_q)
+        fold = float(self.info.get("fold", 1.0))
+        return spar_query_vectors(base_q, lambda_q, mu / fold, self.variant)
 
     @property
     def refine(self) -> int:

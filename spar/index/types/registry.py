@@ -24,7 +24,8 @@ the ``index`` config section plus the codec-training seed):
   ``index.refine`` re-ranks its candidates, :mod:`spar.index.approximate`);
 - ``index.type: auto``: :meth:`~IndexType.auto_from`, the smallest corpus auto serves with it (None: never; auto
   takes the type with the largest one the corpus reaches) and :attr:`~IndexType.auto`, the settings it comes with;
-- words: :attr:`~IndexType.description` (errors, ``--help``) and :attr:`~IndexType.label` (the frontier's table).
+- words: :attr:`~IndexType.description` (errors, ``--help``) and :attr:`~IndexType.label` (the frontier's table);
+- :func:`exhaustive_type`: the registered type that scans every passage (the frontier's scored and default-timed one).
 
 A new type is its module ``spar/index/types/<name>.py`` (a subclass of :class:`IndexType` named ``INDEX_TYPE`` there)
 and its name in :data:`spar.core.config_sections.INDEX_TYPES` (which the config checks ``index.type`` against); a type
@@ -33,9 +34,9 @@ defined outside spar (a plug-in, a test) is registered by :func:`register` inste
 
 Example::
 
-    >>> from spar.index.types.registry import auto_type, index_type_names, registered_type
-    >>> index_type_names()
-    ('flat', 'hnsw', 'ivf', 'ivfpq')
+    >>> from spar.index.types.registry import auto_type, exhaustive_type, index_type_names, registered_type
+    >>> index_type_names(), exhaustive_type().name
+    (('flat', 'hnsw', 'ivf', 'ivfpq'), 'flat')
     >>> hnsw = registered_type("hnsw")
     >>> hnsw.approximate, hnsw.search_time, hnsw.accepts("sq4"), hnsw.accepts("fs4")
     (True, ('hnsw_ef_search',), True, False)
@@ -153,6 +154,16 @@ def registered_type(name: str) -> IndexType:
             cls = getattr(cls, part)
         found = _INSTANCES[where] = cls()
     return found
+
+
+def exhaustive_type() -> IndexType:
+    """The first registered type that scans every passage (not :attr:`~IndexType.approximate`): what the frontier
+    scores each point through and times by default (the default rule's latency), and the dense half of its hybrid."""
+    for name in index_type_names():
+        kind = registered_type(name)
+        if not kind.approximate:
+            return kind
+    raise ConfigError(f"no registered index type scans every passage (registered: {', '.join(index_type_names())})")
 
 
 def is_approximate(name: str) -> bool:

@@ -1,18 +1,18 @@
 """The frontier's report: its points, the default rule that picks one, its table and its plot.
 
-A :class:`FrontierPoint` is one (Λ kind, dimension, passage storage, seed) scored by :mod:`spar.evaluate.frontier`; a
+A :class:`FrontierPoint` is one (Λ kind, dimension, passage storage, seed) scored by :mod:`spar.sweep.frontier`; a
 :class:`FrontierReport` groups the points of one run by (kind, dim, storage) over seeds.
 
 **The default rule** (:meth:`FrontierReport.choice`), which every shipped config, the embedded default and the code's
 own defaults follow: take the best group by mean **dev** SPAR score (never test); every group whose mean dev score is
 within one seed standard deviation of it (the best group's standard deviation over seeds: differences smaller than
 that are noise) is as good; of those, pick the cheapest — fewest bytes per passage, then the lowest single-query
-latency of a flat index, then the better dev score. With one seed the noise is unknown and the rule picks the best
-dev score (the choice line says so).
+latency of the exhaustive (flat) index, then the better dev score. With one seed the noise is unknown and the rule
+picks the best dev score (the choice line says so).
 
 Example::
 
-    >>> from spar.evaluate.frontier_report import FrontierPoint, FrontierReport
+    >>> from spar.sweep.report import FrontierPoint, FrontierReport
     >>> def point(dim, storage, nbytes, dev, seed, ms):
     ...     return FrontierPoint(kind="projection", dim=dim, seed=seed, mu=1.0, dev_spar=dev, spar={"nDCG@10": dev},
     ...                          lambda_alone={}, rbo=0.0, bytes_per_passage=nbytes, train_seconds=0.0,
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.index.storage import STORAGES
-from spar.index.types.registry import index_type_names, registered_type
+from spar.index.types.registry import exhaustive_type, index_type_names, registered_type
 
 
 @dataclass
@@ -124,8 +124,10 @@ class FrontierReport:
         return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))))
 
     @staticmethod
-    def single_ms(pts: list[FrontierPoint], index_type: str = "flat") -> float | None:
-        """The group's single-query latency with ``index_type`` (measured on its timed seed), if measured."""
+    def single_ms(pts: list[FrontierPoint], index_type: str | None = None) -> float | None:
+        """The group's single-query latency with ``index_type`` (default the exhaustive type's, measured on its timed
+        seed), if measured."""
+        index_type = index_type or exhaustive_type().name
         return next((p.latency[index_type]["single_ms"] for p in pts if index_type in p.latency), None)
 
     def choice(self) -> Choice | None:
@@ -157,7 +159,7 @@ class FrontierReport:
         noise = (f"within one seed sd ({c.tolerance:.4f}) of the best on dev ({c.best[0]} {c.best[1]} {c.best[2]}, "
                  f"{c.best_dev:.4f})" if c.tolerance is not None
                  else "the best on dev (one seed: the noise is unknown, run more seeds)")
-        ms = f", flat {c.single_ms:.2f} ms/query" if c.single_ms is not None else ""
+        ms = f", {exhaustive_type().label} {c.single_ms:.2f} ms/query" if c.single_ms is not None else ""
         return (f"Default rule — the cheapest point (bytes, then single-query latency) {noise}: {kind} Λ, {dim} "
                 f"dims, {storage} ({c.bytes_per_passage:,} B/passage{ms}): dev SPAR {c.dev:.4f}, test SPAR nDCG@10 "
                 f"{c.test:.4f} over {c.seeds} seed(s).")
@@ -184,19 +186,20 @@ class FrontierReport:
         refs = self.references
         base_bytes = refs.get("base", {}).get("bytes_per_passage")
         types = [t for t in index_type_names() if any(t in p.latency or t in p.approximate for p in self.points)]
-        types = types or ["flat"]
+        scan = exhaustive_type()
+        types = types or [scan.name]
         kinds = {t: registered_type(t) for t in types}
-        header = {t: f"{kind.label} nDCG@10 (vs flat); 1-query ms" if kind.approximate else f"{kind.label} 1-query ms"
-                  for t, kind in kinds.items()}
+        header = {t: f"{kind.label} nDCG@10 (vs {scan.label}); 1-query ms" if kind.approximate
+                  else f"{kind.label} 1-query ms" for t, kind in kinds.items()}
         lines = [f"**{self.dataset}** — quality per byte (test queries; μ tuned on dev against the stored vectors). "
                  f"Base nDCG@10 {refs['base']['nDCG@10']:.3f} / R@100 {refs['base']['R@100']:.3f}"
                  + (f" at {base_bytes:,} B/passage (float32)" if base_bytes else "") + "; BM25 hybrid "
                  f"{refs['hybrid']['nDCG@10']:.3f} / {refs['hybrid']['R@100']:.3f}; BM25 "
                  f"{refs['bm25']['nDCG@10']:.3f} / {refs['bm25']['R@100']:.3f}. Latency: ms per query, one at a "
-                 "time, k = 100, first seed; in brackets the ratio to the hybrid (base flat float32 + Pyserini BM25 + "
-                 "fusion) and to the base-only index of the same type. Approximate indexes: SPAR nDCG@10 through "
-                 "that index at the flat index's μ (first seed), in brackets the change against the exact flat scan "
-                 "of the same storage.", "",
+                 f"time, k = 100, first seed; in brackets the ratio to the hybrid (base {scan.label} float32 + "
+                 "Pyserini BM25 + fusion) and to the base-only index of the same type. Approximate indexes: SPAR "
+                 f"nDCG@10 through that index at the {scan.label} index's μ (first seed), in brackets the change "
+                 f"against the exact {scan.label} scan of the same storage.", "",
                  "| Λ kind | dim | storage | bytes/passage | seeds | Λ nDCG@10 | RBO vs teacher | SPAR nDCG@10 | "
                  "SPAR R@100 | " + " | ".join(header[t] for t in types) + " | train s |",
                  "|---|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(types) + "---:|"]
