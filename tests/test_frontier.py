@@ -274,3 +274,43 @@ def test_each_ratio_to_the_hybrid_divides_timings_of_one_moment(sample_experimen
     assert flat["vs_hybrid"]["single_ms"] == pytest.approx(0.6) and flat["vs_base"]["single_ms"] == pytest.approx(
         6.0 / flat["base"]["single_ms"])
     assert "6.00 (0.60× hybrid" in report.markdown()
+
+
+def test_the_frontiers_hybrid_is_the_hybrid_as_served(sample_experiment, tmp_path, monkeypatch):  # noqa: F811
+    """Issue #46 item 1: the frontier's "× hybrid" peer scanned the base flat. Its timed hybrid now answers one
+    question through ServedHybrid (the base in HNSW and BM25 at once), and the references hold that hybrid's and the
+    graph's quality beside the exact ones, with the efSearch chosen on dev."""
+    import spar.evaluate.latency as latency
+    from spar.evaluate.served_hybrid import EF_LADDER, ServedHybrid
+    from spar.sweep.frontier import run_frontier
+
+    served_calls: list[str] = []
+    real_search = ServedHybrid.search
+
+    def spy(self, qid, text, query, k, depth=None, timings=None):
+        served_calls.append(qid)
+        return real_search(self, qid, text, query, k, depth, timings)
+
+    def timed(systems, queries, single):
+        systems["hybrid"]([0])  # one question: through ServedHybrid
+        systems["hybrid"]([0, 1])  # batched: the graph and BM25 in one call each
+        return {name: {"single_ms": 1.0, "p50_ms": 1.0, "batched_ms": 1.0} for name in systems}
+
+    monkeypatch.setattr(ServedHybrid, "search", spy)
+    monkeypatch.setattr(latency, "time_systems", timed)
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16,), (0,),
+                          progress=lambda _: None)
+    assert served_calls and len(served_calls) == served_calls.count(served_calls[0])  # one per single-question call
+    refs = report.references
+    graph = refs["base_hnsw"]
+    assert graph["type"] == "IndexHNSWFlat" and graph["ef_search"] in EF_LADDER
+    assert graph["calibration"]["loss"] <= 0.3 or graph["ef_search"] == max(EF_LADDER)
+    assert refs["hybrid_served"]["ef_search"] == graph["ef_search"] and refs["hybrid_served"]["alpha"] == refs[
+        "hybrid"]["alpha"]
+    # 600 passages: the calibrated graph is (near) exact, so the served hybrid is within a point of the exact one
+    assert refs["hybrid_served"]["nDCG@10"] == pytest.approx(refs["hybrid"]["nDCG@10"], abs=0.01)
+    assert f"as served {refs['hybrid_served']['nDCG@10']:.3f}" in report.markdown()

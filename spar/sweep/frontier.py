@@ -154,9 +154,22 @@ class FrontierInputs:
         """:func:`spar.sweep.timing.time_beside_peers` on this run's test questions, its BM25 and its hybrid's α,
         with the exhaustive base index the hybrid searches."""
         scan = exhaustive_type().name
-        return time_beside_peers(self.test, self.base_q["test"], self.doc_ids, self.experiment.bm25,
+        return time_beside_peers(self.test, self.base_q["test"], self.served_base[0], self.experiment.bm25,
                                  self.hybrid_alpha, self.cfg.tune.hybrid_normalize,
                                  {scan: self.base_index(scan), **base_indexes}, spar)
+
+    @cached_property
+    def served_base(self) -> tuple[Any, dict[str, Any]]:
+        """The hybrid's dense half as users serve it: the base's vectors in an HNSW graph
+        (:class:`spar.evaluate.served_hybrid.HnswBase`), its efSearch the smallest whose base alone loses at most 0.3
+        Success@20 points against its exact scan on the dev questions (:func:`~spar.evaluate.served_hybrid.
+        calibrate_ef`); with its settings and calibration."""
+        from spar.evaluate.served_hybrid import HnswBase, calibrate_ef
+
+        graph = HnswBase.build(self.base_p, self.doc_ids)
+        exact = top_run(self.base_q["dev"], self.base_p, self.dev.ids, self.doc_ids, 20)
+        calibration = calibrate_ef(graph, self.dev.ids, self.base_q["dev"], exact, lambda *runs: self.dev.qrels)
+        return graph, {**graph.settings(), "calibration": calibration}
 
     def latency(self, spar_indexes: Mapping[str, Any], spar_q: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """Single-query and batched latency of SPAR indexes (FAISS indexes by type, with their query vectors), each
@@ -196,9 +209,18 @@ def references(inputs: FrontierInputs, metric: str = "nDCG@10") -> dict[str, dic
     hybrid = {q: hybrid_fuse(base[q], inputs.bm25["test"].get(q, []), alpha, cfg.tune.hybrid_normalize, 100)
               for q in inputs.test.ids}
     qrels = inputs.test.qrels
+    graph, served = inputs.served_base
+    graph_lists = graph.run(inputs.test.ids, inputs.base_q["test"], 100)
+    hybrid_served = {q: hybrid_fuse(hits, inputs.bm25["test"].get(q, []), alpha, cfg.tune.hybrid_normalize, 100)
+                     for q, hits in graph_lists.items()}
     return {"base": {**evaluate_run(qrels, base, METRICS), "bytes_per_passage": 4 * inputs.base_p.shape[1]},
             "bm25": evaluate_run(qrels, inputs.bm25["test"], METRICS),
-            "hybrid": {**evaluate_run(qrels, hybrid, METRICS), "alpha": alpha}}
+            "hybrid": {**evaluate_run(qrels, hybrid, METRICS), "alpha": alpha},
+            # the hybrid and the base as users serve them (issue #46): the base in HNSW, efSearch chosen on dev
+            "base_hnsw": {**evaluate_run(qrels, graph_lists, METRICS),
+                          "bytes_per_passage": round(graph.nbytes() / len(inputs.doc_ids), 1), **served},
+            "hybrid_served": {**evaluate_run(qrels, hybrid_served, METRICS), "alpha": alpha,
+                              "ef_search": served["ef_search"]}}
 
 
 def can_hold(index_type: str, storage: str) -> bool:

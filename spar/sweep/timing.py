@@ -6,11 +6,10 @@ every ratio a point reports divides timings of one moment (:mod:`spar.evaluate.l
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from spar.index.types.registry import exhaustive_type
 
 #: Hits asked of every timed system.
 LATENCY_K = 100
@@ -18,7 +17,7 @@ LATENCY_K = 100
 LATENCY_SINGLE = 100
 
 
-def time_beside_peers(test: Any, base_q: np.ndarray, doc_ids: Sequence[str], bm25: Any, alpha: float,
+def time_beside_peers(test: Any, base_q: np.ndarray, graph: Any, bm25: Any, alpha: float,
                       normalize: bool, base_indexes: Mapping[str, Any],
                       spar: Mapping[str, tuple[Any, np.ndarray]] | None = None) -> dict[str, dict[str, float]]:
     """Single-query and batched latency (:func:`spar.evaluate.latency.time_systems`, ``k`` = :data:`LATENCY_K`, one
@@ -26,9 +25,11 @@ def time_beside_peers(test: Any, base_q: np.ndarray, doc_ids: Sequence[str], bm2
     :class:`spar.data.question_sets.SplitQueries`; ``base_q``: their base vectors) of, timed side by side in this
     order:
 
-    - ``hybrid``: the BM25 + dense hybrid, the frontier's reference: the base-only float32 index of the exhaustive
-      type (:func:`spar.index.types.registry.exhaustive_type`, in ``base_indexes``) searched, ``bm25`` (Pyserini
-      BM25) searched, the two fused at ``alpha`` (tuned on dev; ``normalize``: ``tune.hybrid_normalize``);
+    - ``hybrid``: the BM25 + dense hybrid as users serve it, the frontier's reference (issue #46): the base's
+      vectors in an HNSW ``graph`` (a :class:`spar.evaluate.served_hybrid.HnswBase`, efSearch calibrated on dev
+      questions) and ``bm25`` (Pyserini BM25) searched, one question at a time at once on two threads
+      (:class:`spar.evaluate.served_hybrid.ServedHybrid`), batched one after the other, fused at ``alpha`` (tuned
+      on dev; ``normalize``: ``tune.hybrid_normalize``);
     - ``base_<type>``: the base-only float32 index (``base_indexes``: ``{type: FAISS index}``) of each type of
       ``spar``, or with ``spar`` None of every type in ``base_indexes``;
     - ``spar_<type>``: each SPAR index of ``spar`` (``{type: (FAISS index, its test query vectors)}``).
@@ -38,16 +39,20 @@ def time_beside_peers(test: Any, base_q: np.ndarray, doc_ids: Sequence[str], bm2
 
     from spar.evaluate.candidates import hybrid_fuse
     from spar.evaluate.latency import time_systems
+    from spar.evaluate.served_hybrid import ServedHybrid
 
     k, pairs = LATENCY_K, test.pairs()
-    dense = base_indexes[exhaustive_type().name]
+    served = ServedHybrid(graph, bm25, alpha, normalize)
 
     def hybrid(rows: list[int]) -> None:
-        scores, found = dense.search(base_q[rows], k)
+        if len(rows) == 1:
+            (qid, text), = [pairs[rows[0]]]
+            served.search(qid, text, base_q[rows[0]], k)
+            return
+        dense = graph.search(base_q[rows], k)
         sparse = bm25.search([pairs[r] for r in rows], k)
         for j, r in enumerate(rows):
-            hits = [(doc_ids[d], float(x)) for d, x in zip(found[j], scores[j]) if d >= 0]
-            hybrid_fuse(hits, sparse.get(pairs[r][0], []), alpha, normalize, k)
+            hybrid_fuse(dense[j], sparse.get(pairs[r][0], []), alpha, normalize, k)
 
     def searcher(index: Any, queries: np.ndarray) -> Callable[[list[int]], Any]:
         return lambda rows: index.search(queries[rows], k)
@@ -62,3 +67,4 @@ def time_beside_peers(test: Any, base_q: np.ndarray, doc_ids: Sequence[str], bm2
         return time_systems(systems, len(test.ids), LATENCY_SINGLE)
     finally:
         faiss.omp_set_num_threads(threads)
+        served.close()
