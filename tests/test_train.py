@@ -314,7 +314,8 @@ def test_stage_trains_lambda_beyond_its_init_and_logs_to_wandb(labelled: Path, d
 
 
 @pytest.mark.slow  # three training processes, one killed: ~2 min
-def test_resume_after_a_kill_is_identical_to_an_uninterrupted_run(labelled: Path, tmp_path: Path):
+def test_resume_after_a_kill_is_identical_to_an_uninterrupted_run(labelled: Path, one_layer_minilm: Path,
+                                                                  tmp_path: Path):
     """Killed after a checkpoint, re-run: same global step, the remaining batches in the same order and the same
     random state (dropout), so the final weights equal an uninterrupted run's bit for bit."""
     import lightning.pytorch as pl
@@ -327,7 +328,7 @@ def test_resume_after_a_kill_is_identical_to_an_uninterrupted_run(labelled: Path
     work = tmp_path / "lambda.partial"
     args = (labelled / "queries" / "passages.arrow", labelled / "labels", work)
     cfg = _tiny_train(max_steps=9, val_check_interval=100, checkpoint_every_n_steps=3, batch_size=8,
-                      encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 16, "passage_max_length": 24})
+                      encoder={"model": str(one_layer_minilm), "query_max_length": 16, "passage_max_length": 24})
     with pytest.raises(RuntimeError, match="killed"):
         train_lambda(TransformerLambda.from_section(cfg), cfg, *args, seed=3, enable_progress_bar=False,
                      callbacks=[Kill()])
@@ -360,7 +361,8 @@ def test_sampler_resumes_mid_epoch_in_the_same_order(labelled: Path):
 
 
 @pytest.mark.slow
-def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, datasets_dir: Path, tmp_path: Path):
+def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, one_layer_minilm: Path,
+                                                               datasets_dir: Path, tmp_path: Path):
     """The multi-device path end to end: `spar train` with devices=2 (Lightning's DDP launcher re-runs the command
     as rank 1), sharded batches, all-gathered passages, gathered validation, rank 0 exports and writes the manifest."""
     import shutil
@@ -375,6 +377,7 @@ def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, d
         shutil.copytree(labelled / name, out / name)
     cmd = [sys.executable, "-m", "pipelines.cli", "train", f"experiment.output_dir={out}",
            f"data.corpus={datasets_dir / 'scifact' / 'corpus.jsonl'}", "train.kind=transformer",
+           f"train.encoder.model={one_layer_minilm}",
            "train.accelerator=cpu", "train.devices=2",
            "train.max_steps=4", "train.batch_size=8", "train.val_check_interval=2", "train.wandb_mode=disabled",
            "train.encoder.query_max_length=16", "train.encoder.passage_max_length=24", "train.num_workers=0"]
@@ -386,25 +389,6 @@ def test_two_process_ddp_on_cpu_trains_with_gathered_negatives(labelled: Path, d
     assert stats["initial_valid_mrr"] > 0 and stats["best_valid_mrr"] > 0
     assert BiEncoder.load(out / "lambda").settings.passage_max_length == 24
     assert not (out / "lambda.partial").exists()
-
-
-@pytest.fixture(scope="module")
-def one_layer_minilm(tmp_path_factory) -> Path:
-    """all-MiniLM-L6-v2 cut to its first transformer layer (its tokenizer, embeddings and pooling as they are): for
-    tests of how training is wired, not of what it learns; on the CPU each of its steps costs a fraction of the
-    six-layer model's, in emulated fp16 above all."""
-    from transformers import AutoModel, AutoTokenizer
-
-    from spar.model.resolve import resolve_model
-
-    source = str(resolve_model("all-MiniLM-L6-v2"))
-    model = AutoModel.from_pretrained(source, use_safetensors=True)
-    model.encoder.layer = model.encoder.layer[:1]
-    model.config.num_hidden_layers = 1
-    out = tmp_path_factory.mktemp("minilm-one-layer")
-    model.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(source).save_pretrained(out)
-    return out
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
@@ -477,7 +461,8 @@ def test_batch_kl_scores_every_pair_of_the_batch_with_the_exact_teacher(labelled
 
 
 @pytest.mark.slow  # worker processes start torch: minutes on 2 shared cores (CI's second command runs it)
-def test_dataloader_workers_give_the_batches_of_the_main_process(labelled: Path, tmp_path: Path):
+def test_dataloader_workers_give_the_batches_of_the_main_process(labelled: Path, one_layer_minilm: Path,
+                                                                tmp_path: Path):
     """num_workers > 0 (what `auto` gives on a GPU) on the CPU: the workers prepare the same batches as the main
     process (same losses, step by step), the batch-KL teacher's sparse matrices included (pickled to each worker)."""
     from spar.lexical import build_lambda
@@ -487,7 +472,7 @@ def test_dataloader_workers_give_the_batches_of_the_main_process(labelled: Path,
     for workers in (0, 2):
         cfg = _tiny_train(max_steps=3, val_check_interval=100, batch_size=4, num_workers=workers,
                           loss="contrastive+kl", kl_target="batch",
-                          encoder={"model": "all-MiniLM-L6-v2", "query_max_length": 12, "passage_max_length": 16})
+                          encoder={"model": str(one_layer_minilm), "query_max_length": 12, "passage_max_length": 16})
         lam = build_lambda(cfg, passages, teacher="bm25", k1=0.9, b=0.4, fields=["title", "text"], seed=0)
         result = train_lambda(lam, cfg, passages, labelled / "labels", tmp_path / f"w{workers}", seed=7,
                               enable_progress_bar=False)
