@@ -151,3 +151,22 @@ def datasets_dir() -> Path:
 @pytest.fixture(scope="session")
 def sample_dir() -> Path:
     return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def one_layer_minilm(tmp_path_factory) -> Path:
+    """all-MiniLM-L6-v2 cut to its first transformer layer (its tokenizer, embeddings and pooling as they are): for
+    tests of how training is wired (mixed precision, resuming, DDP, dataloader workers), not of what it learns; on the
+    CPU each of its steps and validations costs a fraction of the six-layer model's, in emulated fp16 above all."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from spar.model.resolve import resolve_model
+
+    source = str(resolve_model("all-MiniLM-L6-v2"))
+    model = AutoModel.from_pretrained(source, use_safetensors=True)
+    model.encoder.layer = model.encoder.layer[:1]
+    model.config.num_hidden_layers = 1
+    out = tmp_path_factory.mktemp("minilm-one-layer")
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    return out

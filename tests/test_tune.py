@@ -30,7 +30,7 @@ QS = "data.question_sets.default"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# A small real experiment (shared with tests/test_evaluate.py; built once per session, idempotently)
+# A small real experiment (shared with tests/test_evaluate.py and others; built once per session, idempotently)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -99,11 +99,30 @@ def build_sample_experiment(root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sample_experiment(tmp_path_factory) -> Path:
+def sample_experiment(tmp_path_factory, worker_id: str) -> Path:
+    """The sample experiment, built once per session: under pytest-xdist the first worker to need it builds it under
+    a file lock in the directory all workers share (pytest-xdist's documented recipe), and every worker uses its own
+    copy, since tests run stages (tune, evaluate, publish) in it."""
+    import shutil
+
+    from filelock import FileLock
+
     # SPAR_TEST_SAMPLE_EXPERIMENT=<dir> keeps the encoded sample between sessions while iterating on these tests.
     cached = os.environ.get("SPAR_TEST_SAMPLE_EXPERIMENT")
-    return build_sample_experiment(Path(cached) if cached
-                                   else tmp_path_factory.getbasetemp() / "spar-sample-experiment")
+    if cached:
+        return build_sample_experiment(Path(cached))
+    own = tmp_path_factory.getbasetemp() / "spar-sample-experiment"
+    if worker_id == "master":  # one process (-n 0)
+        return build_sample_experiment(own)
+    shared = tmp_path_factory.getbasetemp().parent / "spar-sample-experiment"
+    built = shared.with_name(f"{shared.name}.built")  # beside it, not in it: the copies hold only the experiment
+    with FileLock(f"{shared}.lock"):
+        if not built.exists():
+            build_sample_experiment(shared)
+            built.touch()
+    # Nothing writes to the shared copy once built; manifests name their sources by relative path.
+    shutil.copytree(shared, own, symlinks=True)
+    return own
 
 
 # ----------------------------------------------------------------------------------------------------------------
