@@ -116,6 +116,14 @@ class Experiment:
         self.data = cfg.data
         self.sets = cfg.data.question_sets
 
+    # -- its artifacts -------------------------------------------------------------------------------------------
+    def artifact(self, name: str, **values: Any):
+        """The artifact ``name`` as this experiment declares it (:class:`spar.core.stage.Declared`: output, kind,
+        settings, what it is made from; :mod:`spar.experiment.declarations`)."""
+        from spar.experiment.declarations import declared
+
+        return declared(self, name, **values)
+
     # -- passages --------------------------------------------------------------------------------------------------
     @cached_property
     def passages(self) -> Path | list[Path]:

@@ -1,0 +1,130 @@
+"""Each artifact of an experiment, declared once: where it goes, the settings its fingerprint hashes and what it is
+made from (:mod:`spar.core.dependency`), as :meth:`spar.experiment.plan.Experiment.artifact` hands it out.
+
+A stage's plan turns the declaration into the runner's unit (:meth:`spar.core.stage.Declared.unit`); the runner
+derives the checks, the input fingerprints and the lineage from the dependencies. Settings and input keys are those
+the drivers wrote by hand before (the embedded default's fingerprints are pinned by ``tests/test_declarations.py``
+from a run of that code), so runs made before stay up to date.
+
+Example::
+
+    >>> from spar.core.config import load_config
+    >>> from spar.experiment.plan import Experiment
+    >>> declared = Experiment(load_config(None)).artifact("queries")
+    >>> declared.kind, declared.output.name, [need.key for need in declared.needs]
+    ('queries', 'queries', ['corpus'])
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from spar.core.dependency import Dependency, artifact, file_set
+from spar.core.stage import Declared, settings
+
+if TYPE_CHECKING:
+    from spar.experiment.plan import Experiment
+
+
+def queries(experiment: Experiment) -> Declared:
+    """``queries/`` (sample): the corpus's sentences and its passages table. ``experiment.on_bad_record`` is not a
+    setting: for one corpus a successful run writes the same output either way (a record ``skip`` drops is one
+    ``fail`` stops on); the records skipped are counted in its manifest. Its content is verified: an edited passages
+    table is not up to date (#48)."""
+    from spar.data.readers import corpus_files, corpus_fingerprint
+
+    cfg, corpus = experiment.cfg, experiment.data.corpus
+    files = corpus_files(corpus)
+    fingerprint = corpus_fingerprint(corpus)
+    config = {"sample": settings(cfg.sample), "seed": experiment.seed, "corpus": fingerprint,
+              "format": experiment.data.corpus_format}
+    where = files[0] if len(files) == 1 else files[0].parent
+    return Declared(experiment.run.artifact("queries"), "queries", config,
+                    [file_set("corpus", where, fingerprint, files)], verify_content=True)
+
+
+def _sampled(experiment: Experiment) -> Dependency:
+    """``queries/`` as the stages after sample read it: by rows (labels and Λ point at rows of its passages table),
+    so its content must be the one sample wrote, not only its size."""
+    return artifact("queries", experiment.run.artifact("queries"), "queries", unchanged=True)
+
+
+def teacher_index(experiment: Experiment) -> Declared:
+    """``teacher_index/`` (label): the teacher's index of the passages table, identified by the passages'
+    fingerprint sample recorded (the table's own for a run made before it did)."""
+    from spar.core.artifacts import read_manifest
+    from spar.core.fingerprint import file_fingerprint
+
+    passages = experiment.run.passages
+    qdir = experiment.run.artifact("queries")
+
+    def recorded() -> str:
+        return read_manifest(qdir).get("stats", {}).get("passages_fingerprint") or file_fingerprint(passages)
+
+    table = Dependency("passages", passages, "file", value=recorded)
+    return Declared(experiment.run.artifact("teacher_index"), "teacher_index", experiment.teacher.index_settings(),
+                    [_checked_only(_sampled(experiment)), table])
+
+
+def _checked_only(need: Dependency) -> Dependency:
+    """``need`` checked before use but neither fingerprinted nor recorded (what its artifact reads of it is)."""
+    return Dependency(None, need.path, need.of, need.kind, need.unchanged, need.optional, need.missing,
+                      records=lambda: [])
+
+
+def labels(experiment: Experiment) -> Declared:
+    """``labels/`` (label): the teacher's positives and negatives of every sampled query; resumable by shard on one
+    machine (``label.num_shards`` parts are the label stage's)."""
+    section = experiment.cfg.label
+    return Declared(experiment.run.artifact("labels"), "labels", experiment.teacher.label_settings(),
+                    [_sampled(experiment),
+                     artifact("teacher_index", experiment.run.artifact("teacher_index"), "teacher_index")],
+                    resumable=section.num_shards == 1)
+
+
+def lambda_(experiment: Experiment) -> Declared:
+    """``lambda/`` (train): every train option but the runtime-only ones, the seed and the fields; a term-based kind
+    carries the teacher's statistics. A fitted kind needs the passages only, a trainable one the labels too. Its
+    content is verified (an edited ``vocab.txt`` is not up to date); resumable from its last checkpoint."""
+    from spar.lexical import lambda_class
+
+    cfg = experiment.cfg
+    kind = lambda_class(cfg.train.kind)
+    config = {"train": kind.fingerprint_settings(settings(cfg.train)), "seed": experiment.seed,
+              "title_field": experiment.data.title_field}
+    if kind.term_based:
+        config["teacher"] = {"k1": cfg.label.k1, "b": cfg.label.b, "fields": list(cfg.label.fields)}
+    needs = [_sampled(experiment)]
+    if kind.trainable:
+        needs.append(artifact("labels", experiment.run.artifact("labels"), "labels", unchanged=True))
+    return Declared(experiment.run.artifact("lambda"), "lambda", config, needs, resumable=True, verify_content=True)
+
+
+def index(experiment: Experiment, fold: float = 1.0) -> Declared:
+    """``index/`` (index): the passage vectors of both encoders and the seed; an index with Λ's half folded by μ₀
+    (``fold``, the tuned μ: :mod:`spar.index.approximate`) also μ₀, and is made from ``tune/`` (a flat index, and one
+    made before folding, keep their fingerprints)."""
+    run = experiment.run
+    needs = [artifact(key, run.embeddings(key), "embeddings",
+                      missing=f"{run.embeddings(key)}: passage embeddings are missing (run `spar encode`)")
+             for key in ("base", "lambda")]
+    values = {"seed": str(experiment.seed)}
+    if fold != 1.0:
+        values["fold"] = repr(fold)
+        needs.append(artifact(None, run.artifact("tune"), "tune"))
+    return Declared(run.artifact("index"), "index", settings(experiment.cfg.index), needs, values)
+
+
+#: Every declared artifact, by the name :meth:`spar.experiment.plan.Experiment.artifact` takes.
+DECLARATIONS: dict[str, Callable[..., Declared]] = {
+    "queries": queries, "teacher_index": teacher_index, "labels": labels, "lambda": lambda_, "index": index,
+}
+
+
+def declared(experiment: Experiment, name: str, **values: Any) -> Declared:
+    """The artifact ``name`` of ``experiment``; ``values``: what the declaration takes from a layer above the
+    experiment (the index's μ₀, read from ``tune/``)."""
+    if name not in DECLARATIONS:
+        raise KeyError(f"no declared artifact {name!r}; declared: {sorted(DECLARATIONS)}")
+    return DECLARATIONS[name](experiment, **values)
+
