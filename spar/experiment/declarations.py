@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from spar.core.dependency import Dependency, artifact, file_set
+from spar.core.dependency import Dependency, artifact, computed, file, file_set
 from spar.core.stage import Declared, settings
 
 if TYPE_CHECKING:
@@ -115,9 +115,72 @@ def index(experiment: Experiment, fold: float = 1.0) -> Declared:
     return Declared(run.artifact("index"), "index", settings(experiment.cfg.index), needs, values)
 
 
+def tune_section(cfg: Any) -> dict[str, Any]:
+    """The ``tune`` section as fingerprints record it: its options, and the variant μ is tuned for (``index.variant``)
+    under the key ``variant``, where ``tune.variant`` kept it before spar 0.2 (runs made before stay up to date)."""
+    return {**settings(cfg.tune), "variant": cfg.index.variant}
+
+
+def _vectors(experiment: Experiment, keys: list[str]) -> list[Dependency]:
+    """What scoring questions of the splits ``keys`` reads: both encoders' passage vectors (required), their stored
+    vectors of those splits (when encoded), and Λ itself (its content fingerprint and origin)."""
+    from spar.experiment.inputs import ENCODERS
+
+    run, needs = experiment.run, []
+    for name in ENCODERS:
+        passages = run.embeddings(name)
+        needs.append(artifact(f"{name}/passages", passages, "embeddings",
+                              missing=f"{passages}: passage embeddings of '{name}' are missing (run `spar encode`)"))
+        needs += [artifact(f"{name}/queries-{key}", run.embeddings(name, f"queries-{key}"), "embeddings", optional=True)
+                  for key in keys]
+    source = experiment.lambda_source
+    return [*needs, computed("lambda", source.location, source.fingerprint, source.sources)]
+
+
+def tune(experiment: Experiment) -> Declared:
+    """``tune/`` (tune): μ and α on the dev questions, from the dev splits' vectors, their question files (keys as
+    before spar 0.2: :meth:`spar.experiment.plan.Experiment.tune_files`) and, when labelled, the teacher's index
+    (BM25 for α); its settings say which passages' codes μ is tuned on (``served_passages``)."""
+    cfg = experiment.cfg
+    needs = [*_vectors(experiment, experiment.dev_keys()),
+             *(file(key, path) for key, path in experiment.tune_files().items()),
+             artifact("teacher_index", experiment.run.artifact("teacher_index"), "teacher_index", optional=True)]
+    config = {"tune": tune_section(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "seed": experiment.seed,
+              "served_passages": experiment.index_options.scored_codec(cfg.index.type), **experiment.tune_settings()}
+    return Declared(experiment.run.artifact("tune"), "tune", config, needs)
+
+
+def evaluation(experiment: Experiment) -> Declared:
+    """``evaluation/`` (evaluate): the test splits' vectors, μ and the index when there (and the teacher's index for
+    BM25), every set's test files and answers, the published figures it prints; its settings name the results files
+    (``results``) and, for an approximate index, the search-time settings it is served with. Resumable: each set's
+    progress is saved chunk by chunk (hours at 663k)."""
+    from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES
+    from spar.index.files import search_settings
+
+    cfg, run = experiment.cfg, experiment.run
+    needs = [*_vectors(experiment, experiment.test_keys()),
+             *(artifact(name, run.artifact(name), name, optional=True) for name in ("tune", "index", "teacher_index")),
+             *(file(key, path) for key, path in experiment.evaluate_files().items())]
+    if cfg.evaluate.published:  # the results print it: another file, other results
+        needs.append(file("published", cfg.evaluate.published))
+    paths = experiment.result_paths()
+    config = {"evaluate": experiment.evaluate_settings(),
+              "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
+              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": experiment.holdout,
+              "seed": experiment.seed, "results": str(paths[0])}
+    sets = experiment.evaluate_set_settings()
+    if sets:
+        config.update(results=[str(p) for p in paths], **sets)
+    if cfg.index.type not in EXHAUSTIVE_INDEX_TYPES:
+        config["search"] = search_settings(cfg.index)
+    return Declared(run.artifact("evaluation"), "evaluation", config, needs, resumable=True)
+
+
 #: Every declared artifact, by the name :meth:`spar.experiment.plan.Experiment.artifact` takes.
 DECLARATIONS: dict[str, Callable[..., Declared]] = {
-    "queries": queries, "teacher_index": teacher_index, "labels": labels, "lambda": lambda_, "index": index,
+    "queries": queries, "teacher_index": teacher_index, "labels": labels, "lambda": lambda_, "tune": tune,
+    "index": index, "evaluation": evaluation,
 }
 
 

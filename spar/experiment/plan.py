@@ -216,6 +216,10 @@ class Experiment:
         """The question-set settings of tune's fingerprint (the default set's hold-out under its old key)."""
         return {"dev_holdout_fraction": self.holdout, **set_settings(self.sets, TUNE_SET_OPTIONS)}
 
+    def result_paths(self) -> list[Path]:
+        """Every results file evaluate writes (``<results_dir>/<stem>.json`` and ``.md`` of each group)."""
+        return [path for stem in self.run.results_groups for path in self.run.results_file(stem)]
+
     def evaluate_settings(self) -> dict[str, Any]:
         """The evaluate section and the question-set settings of evaluate's fingerprint."""
         return evaluate_settings(self.cfg.evaluate, self.sets)
