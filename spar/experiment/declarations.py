@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from spar.core.dependency import Dependency, artifact, computed, file, file_set
@@ -177,10 +178,37 @@ def evaluation(experiment: Experiment) -> Declared:
     return Declared(run.artifact("evaluation"), "evaluation", config, needs, resumable=True)
 
 
+def model(experiment: Experiment, tuned: Path | None = None) -> Declared:
+    """``model/`` (publish; ``publish.output`` when set): Λ, μ (``tuned``: ``tune/``'s weights file, read above the
+    experiment), the index (its ``index.json``), the base model, and the results its card quotes when they are
+    there. Upload settings and where it is written are not settings (the directory's contents do not change with
+    them). Its content is verified: a weight file damaged in place is not up to date (#48)."""
+    from spar.core.fingerprint import file_fingerprint
+    from spar.core.run_context import published_model_dir
+    from spar.index.files import index_fingerprint
+    from spar.model.resolve import model_fingerprint, model_sources
+
+    cfg, run = experiment.cfg, experiment.run
+    if tuned is None:
+        raise ValueError("the model's declaration takes tune/'s weights file (tuned=...)")
+    base, index_dir, results_md = cfg.encode.base, run.artifact("index"), run.results[1]
+    source = experiment.lambda_source
+    needs = [computed("lambda", source.location, source.fingerprint, source.sources),
+             artifact("tune", tuned.parent, "tune", value=lambda: file_fingerprint(tuned)),
+             artifact("index", index_dir, "index", value=lambda: index_fingerprint(index_dir)),
+             computed("base_model", base.model, lambda: model_fingerprint(base.model),
+                      lambda: model_sources(base.model, base.passage_model)),
+             Dependency("results", results_md, "file", optional=True, records=lambda: []),
+             artifact(None, run.artifact("evaluation"), "evaluation", optional=True)]  # the card quotes its results
+    publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
+    config = {"publish": publish, "base": settings(base)}
+    return Declared(published_model_dir(cfg), "model", config, needs, verify_content=True)
+
+
 #: Every declared artifact, by the name :meth:`spar.experiment.plan.Experiment.artifact` takes.
 DECLARATIONS: dict[str, Callable[..., Declared]] = {
     "queries": queries, "teacher_index": teacher_index, "labels": labels, "lambda": lambda_, "tune": tune,
-    "index": index, "evaluation": evaluation,
+    "index": index, "evaluation": evaluation, "model": model,
 }
 
 
