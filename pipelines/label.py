@@ -33,10 +33,10 @@ from spar.core.tracking import Report, figures
 from spar.teacher.registry import choose_engine, configured_teacher
 
 
-def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
+def build_teacher_index(cfg: SparConfig, force: bool = False, experiment: Experiment | None = None) -> Path:
     """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists
     (:func:`spar.experiment.declarations.teacher_index`)."""
-    experiment = Experiment(cfg)
+    experiment = experiment if experiment is not None else Experiment(cfg)
     teacher, passages = experiment.teacher, experiment.run.passages
     unit = experiment.artifact("teacher_index").unit()
 
@@ -69,7 +69,7 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
         remove_stale_temporaries(experiment.output_dir)  # a killed run's teacher_index.tmp-<pid>/, collection copy
     experiment.teacher.start()  # (the Lucene teachers start the JVM)
-    build_teacher_index(cfg, force=force)
+    build_teacher_index(cfg, force, experiment)
     final = declared.unit()
     if s.num_shards == 1:
         return final

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from spar.core.artifacts import check_unchanged, is_complete, require
+from spar.core.artifacts import MANIFEST, check_unchanged, is_complete, require
 from spar.core.errors import ArtifactError
 from spar.core.lineage import STAGE_OF, Of, fingerprint_of, source
 
@@ -87,14 +87,16 @@ class Dependency:
         """Refuse it, in one line naming the stage to re-run, when it cannot be read as it was made."""
         if self.of != "artifact" or self.optional:
             return
-        if not is_complete(self.path):
-            what = f"the {self.kind} artifact" if self.kind else "the input artifact"
-            raise ArtifactError(self.missing
-                                or f"{self.path}: {what} is missing or incomplete: run `spar {self.stage}`")
+        what = f"the {self.kind} artifact" if self.kind else "the input artifact"
+        refusal = self.missing or f"{self.path}: {what} is missing or incomplete: run `spar {self.stage}`"
+        if not (self.path / MANIFEST).is_file():
+            raise ArtifactError(refusal)
         if self.kind is not None:
             require(self.path, self.kind)
-        if self.unchanged:
+        if self.unchanged:  # names the first file that is not as its stage wrote it
             check_unchanged(self.path, self.stage)
+        elif not is_complete(self.path):
+            raise ArtifactError(refusal)
 
     def fingerprint(self) -> str:
         """What it contributes to the artifact's ``inputs``."""
