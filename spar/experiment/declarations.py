@@ -18,13 +18,14 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from spar.core.dependency import Dependency, artifact, computed, file, file_set
+from spar.core.run_context import ENCODERS
 from spar.core.stage import Declared, settings
 
-if TYPE_CHECKING:
-    from spar.experiment.plan import Experiment
+#: :class:`spar.experiment.plan.Experiment`, which imports this module (the declarations take it, never import it).
+Experiment = Any
 
 
 def queries(experiment: Experiment) -> Declared:
@@ -125,8 +126,6 @@ def tune_section(cfg: Any) -> dict[str, Any]:
 def _vectors(experiment: Experiment, keys: list[str]) -> list[Dependency]:
     """What scoring questions of the splits ``keys`` reads: both encoders' passage vectors (required), their stored
     vectors of those splits (when encoded), and Λ itself (its content fingerprint and origin)."""
-    from spar.experiment.inputs import ENCODERS
-
     run, needs = experiment.run, []
     for name in ENCODERS:
         passages = run.embeddings(name)
