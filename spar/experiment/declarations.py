@@ -183,6 +183,7 @@ def model(experiment: Experiment, tuned: Path | None = None) -> Declared:
     there. Upload settings and where it is written are not settings (the directory's contents do not change with
     them). Its content is verified: a weight file damaged in place is not up to date (#48)."""
     from spar.core.fingerprint import file_fingerprint
+    from spar.core.lineage import source
     from spar.core.run_context import published_model_dir
     from spar.index.files import index_fingerprint
     from spar.model.resolve import model_fingerprint, model_sources
@@ -191,10 +192,12 @@ def model(experiment: Experiment, tuned: Path | None = None) -> Declared:
     if tuned is None:
         raise ValueError("the model's declaration takes tune/'s weights file (tuned=...)")
     base, index_dir, results_md = cfg.encode.base, run.artifact("index"), run.results[1]
-    source = experiment.lambda_source
-    needs = [computed("lambda", source.location, source.fingerprint, source.sources),
-             artifact("tune", tuned.parent, "tune", value=lambda: file_fingerprint(tuned)),
-             artifact("index", index_dir, "index", value=lambda: index_fingerprint(index_dir)),
+    lam = experiment.lambda_source
+    needs = [computed("lambda", lam.location, lam.fingerprint, lam.sources),
+             # μ's file and the index's index.json, each recorded as what its directory is (an index saved by
+             # SparIndex.save, without a manifest, is read as its files); publish checks both itself first.
+             computed("tune", tuned.parent, lambda: file_fingerprint(tuned), lambda: [source(tuned.parent)]),
+             computed("index", index_dir, lambda: index_fingerprint(index_dir), lambda: [source(index_dir)]),
              computed("base_model", base.model, lambda: model_fingerprint(base.model),
                       lambda: model_sources(base.model, base.passage_model)),
              Dependency("results", results_md, "file", optional=True, records=lambda: []),
