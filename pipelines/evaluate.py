@@ -11,18 +11,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from spar.core.artifacts import ArtifactWriter, ensure_writable, is_complete, read_manifest
-from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES
-from spar.core.fingerprint import file_fingerprint
-from spar.core.artifacts import write_json_atomic
+from spar.core.artifacts import ArtifactWriter, ensure_writable, write_json_atomic
 from spar.evaluate.evaluation import evaluate_sets
 from spar.evaluate.results import results_markdown, results_payload
 from spar.evaluate.published import Published
 from spar.experiment.costs import costs_markdown, stage_costs
 from spar.experiment.inputs import ExperimentInputs, resolved_index
-from spar.index.files import index_info, search_settings
+from spar.index.files import index_info
 from spar.index.spar_index import check_serves
-from spar.core.lineage import source
 from spar.experiment.preflight import check_inputs, skipped_records
 from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
@@ -30,46 +26,19 @@ from spar.core.stage import Stage, Unit
 from spar.core.tracking import Report
 
 
-def _result_paths(cfg) -> list[Path]:
-    context = RunContext(cfg)
-    return [path for stem in context.results_groups for path in context.results_file(stem)]
-
-
 def plan(cfg, force: bool = False) -> Unit:
+    """``evaluation/`` as the experiment declares it (:func:`spar.experiment.declarations.evaluation`), up to date
+    while its results files are there; never evaluates vectors encode would not make now, nor an index with an
+    override it cannot honour (refused also when the results are up to date)."""
     experiment = Experiment(cfg)
     inputs = ExperimentInputs(cfg, experiment)
-    test_keys = experiment.test_keys()
-    fingerprints = inputs.input_fingerprints(test_keys)
-    sources = inputs.sources(test_keys)
-    for name in ("tune", "index", "teacher_index"):
-        d = RunContext(cfg).artifact(name)
-        if is_complete(d):
-            fingerprints[name] = read_manifest(d)["fingerprint"]
-            sources.append(source(d))
-    index_dir = RunContext(cfg).artifact("index")
+    inputs.check_embeddings(experiment.test_keys())
+    index_dir = experiment.run.artifact("index")
     info = index_info(index_dir, required=False)
-    if info:  # an override the index cannot honour is refused, also when the results are up to date
+    if info:
         check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
-    for key, path in experiment.evaluate_files().items():  # every set's test files (and answers)
-        fingerprints[key] = file_fingerprint(path)
-        sources.append(source(path, "file"))
-    if cfg.evaluate.published:  # the results print it: another file, other results
-        fingerprints["published"] = file_fingerprint(cfg.evaluate.published)
-        sources.append(source(cfg.evaluate.published, "file"))
-    paths = _result_paths(cfg)
-    config = {"evaluate": experiment.evaluate_settings(),
-              "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
-              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b},
-              "dev_holdout_fraction": experiment.holdout,
-              "seed": cfg.experiment.seed, "results": str(paths[0])}
-    sets = experiment.evaluate_set_settings()
-    if sets:
-        config.update(results=[str(p) for p in paths], **sets)
-    if cfg.index.type not in EXHAUSTIVE_INDEX_TYPES:  # the search-time settings evaluate serves the index with
-        config["search"] = search_settings(cfg.index)
-    # Resumable: each test set's progress is saved chunk by chunk in evaluation.partial/progress/ (hours at 663k).
-    return Unit(RunContext(cfg).artifact("evaluation"), kind="evaluation", config=config, inputs=fingerprints,
-                current=lambda: all(p.exists() for p in paths), payload=inputs, sources=sources, resumable=True)
+    paths = experiment.result_paths()
+    return experiment.artifact("evaluation").unit(payload=inputs, current=lambda: all(p.exists() for p in paths))
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

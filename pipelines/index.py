@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 
-from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest
-from spar.core.errors import ArtifactError
+from spar.core.artifacts import ArtifactWriter
 from spar.core.executor import make_executor
-from spar.core.lineage import source
 from spar.core.run_context import RunContext
-from spar.core.stage import Stage, Unit, settings
+from spar.core.stage import Stage, Unit
 from spar.core.tracking import Report, figures
 from spar.experiment.inputs import ExperimentInputs, resolved_index
+from spar.experiment.plan import Experiment
 from spar.index.files import SEARCH_TIME, index_file_bytes, index_schema, refresh_search_params
 from spar.index.spar_index import IndexOptions, SparIndex
 from spar.model.stored_vectors import load_embeddings
@@ -28,21 +27,14 @@ log = logging.getLogger(__name__)
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    run = RunContext(cfg)
-    base_dir, lambda_dir = run.embeddings("base"), run.embeddings("lambda")
-    for d in (base_dir, lambda_dir):
-        if not is_complete(d):
-            raise ArtifactError(f"{d}: passage embeddings are missing (run `spar encode`)")
-    ExperimentInputs(cfg).check_embeddings()  # never index vectors encode would not make now
-    inputs = {"base": read_manifest(base_dir)["fingerprint"], "lambda": read_manifest(lambda_dir)["fingerprint"],
-              "seed": str(cfg.experiment.seed)}
-    sources = [source(base_dir), source(lambda_dir)]
+    """``index/`` as the experiment declares it (:func:`spar.experiment.declarations.index`), folded by μ₀ when
+    its type is approximate. Never indexes vectors encode would not make now (refused naming `spar encode`)."""
+    experiment = Experiment(cfg)
+    ExperimentInputs(cfg, experiment).check_embeddings()
     fold = folded_mu(cfg)
-    if fold != 1.0:  # flat indexes, and runs made before folding, keep their fingerprints
-        inputs["fold"] = repr(fold)
-        sources.append(source(run.artifact("tune")))
-    return Unit(RunContext(cfg).artifact("index"), kind="index", config=settings(cfg.index), inputs=inputs,
-                payload=(base_dir, lambda_dir, fold), sources=sources)
+    run = experiment.run
+    return experiment.artifact("index", fold=fold).unit(payload=(run.embeddings("base"), run.embeddings("lambda"),
+                                                                 fold))
 
 
 def folded_mu(cfg) -> float:

@@ -22,31 +22,27 @@ import functools
 from pathlib import Path
 
 from spar.core import schemas
-from spar.core.artifacts import (ArtifactWriter, check_unchanged, manifest_fingerprint, read_manifest,
-                                 remove_stale_temporaries, require)
-from spar.core.fingerprint import file_fingerprint
+from spar.core.artifacts import ArtifactWriter, read_manifest, remove_stale_temporaries
 from spar.core.config import SparConfig
 from spar.core.executor import make_executor
-from spar.core.lineage import source
+from spar.experiment.plan import Experiment
 from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, run_unit
 from spar.core.tracking import Report, figures
-from spar.teacher.registry import choose_engine, configured_teacher, teacher_for
+from spar.teacher.registry import choose_engine, configured_teacher
 
 
-def build_teacher_index(cfg: SparConfig, force: bool = False) -> Path:
-    """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists."""
-    teacher = teacher_for(cfg.label)
-    qdir = RunContext(cfg).artifact("queries")
-    stats = require(qdir, "queries").get("stats", {})
-    passages = RunContext(cfg).passages
-    passages_fp = stats.get("passages_fingerprint") or file_fingerprint(passages)
-    unit = Unit(RunContext(cfg).artifact("teacher_index"), kind="teacher_index",
-                config=teacher.index_settings(), inputs={"passages": passages_fp}, sources=[source(passages, "file")])
+def build_teacher_index(cfg: SparConfig, force: bool = False, experiment: Experiment | None = None) -> Path:
+    """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists
+    (:func:`spar.experiment.declarations.teacher_index`)."""
+    experiment = experiment if experiment is not None else Experiment(cfg)
+    teacher, passages = experiment.teacher, experiment.run.passages
+    unit = experiment.artifact("teacher_index").unit()
 
     def work(w: ArtifactWriter) -> dict:
-        w.stats.update(passages=stats.get("passages"), **teacher.build_index(passages, w.path))
+        queries = read_manifest(experiment.run.artifact("queries")).get("stats", {})
+        w.stats.update(passages=queries.get("passages"), **teacher.build_index(passages, w.path))
         return {}
 
     run_unit(unit, work, force)
@@ -64,27 +60,23 @@ def _engine(cfg: SparConfig) -> tuple[str, str]:
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
     """The labels (one machine), or this machine's part of them (``label.num_shards`` > 1); builds the teacher
-    index first, since the labels depend on it."""
+    index first, since the labels depend on it (:func:`spar.experiment.declarations.labels`: the passages table is
+    checked unchanged since `spar sample` wrote it, --force too: another table put there would label rows of one
+    corpus with an index of another)."""
     s = cfg.label
-    qdir = RunContext(cfg).artifact("queries")
-    require(qdir, "queries")
-    # The teacher index and the labels' rows are made from passages.arrow: another table put there since `spar
-    # sample` wrote it would label rows of one corpus with an index of another (--force too).
-    check_unchanged(qdir, "sample")
+    experiment = Experiment(cfg)
+    declared = experiment.artifact("labels")
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
-        remove_stale_temporaries(cfg.output_dir)  # a killed run's teacher_index.tmp-<pid>/ and collection copy
-    teacher_for(s).start()  # (the Lucene teachers start the JVM)
-    index_dir = build_teacher_index(cfg, force=force)
-    inputs = {"queries": manifest_fingerprint(qdir), "teacher_index": manifest_fingerprint(index_dir)}
-    labels_dir = RunContext(cfg).artifact("labels")
-    final = Unit(labels_dir, kind="labels", config=teacher_for(s).label_settings(), inputs=inputs,
-                 resumable=s.num_shards == 1, sources=[source(qdir), source(index_dir)])
+        remove_stale_temporaries(experiment.output_dir)  # a killed run's teacher_index.tmp-<pid>/, collection copy
+    experiment.teacher.start()  # (the Lucene teachers start the JVM)
+    build_teacher_index(cfg, force, experiment)
+    final = declared.unit()
     if s.num_shards == 1:
         return final
     # A part's payload is the final labels' unit: its fingerprint names the job the parts belong to.
-    return Unit(labels_dir.with_name(part_dir_name(s.shard_index, s.num_shards)), kind="labels-part",
-                config={**final.config, "num_shards": s.num_shards, "shard_index": s.shard_index}, inputs=inputs,
-                resumable=True, payload=final, sources=final.sources)
+    return Unit(declared.output.with_name(part_dir_name(s.shard_index, s.num_shards)), kind="labels-part",
+                config={**final.config, "num_shards": s.num_shards, "shard_index": s.shard_index},
+                needs=declared.needs, resumable=True, payload=final)
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

@@ -13,15 +13,14 @@ import json
 from pathlib import Path
 
 from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, write_json_atomic
-from spar.core.fingerprint import file_fingerprint
 from spar.core.errors import ArtifactError
-from spar.core.stage import Stage, Unit, settings
+from spar.core.stage import Stage, Unit
 from spar.core.tracking import Report, figures
 from spar.core.run_context import RunContext, published_model_dir
 from spar.evaluate.tuning import read_tuned
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.experiment.plan import Experiment
-from spar.index.files import index_fingerprint, require_index
+from spar.index.files import require_index
 from spar.index.files import index_info as index_info_of
 
 #: Marker of the last successful upload (dot file: never uploaded itself).
@@ -33,39 +32,17 @@ def model_output(cfg) -> Path:
 
 
 def plan(cfg, force: bool = False) -> Unit:
-    from spar.core.lineage import source as lineage_source
-    from spar.model.resolve import model_sources
-    from spar.model.resolve import model_fingerprint
-
-    source = Experiment(cfg).lambda_source  # this run's lambda/, or encode.lambda
-    index_dir = RunContext(cfg).artifact("index")
+    """``model/`` as the experiment declares it (:func:`spar.experiment.declarations.model`), from μ of
+    ``tune/`` (refused naming `spar tune` when missing) and the index (checked against the run)."""
+    experiment = Experiment(cfg)
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
+    index_dir = experiment.run.artifact("index")
     require_index(index_dir)
-    ExperimentInputs(cfg).check_embeddings()  # vectors encode would not make now: `spar encode`, named first
+    ExperimentInputs(cfg, experiment).check_embeddings()  # vectors encode would not make now: `spar encode`, first
     # An override the index cannot honour is refused, also when the model is up to date (as evaluate does).
     _check_served(cfg, tuned, index_dir)
-    results_md = RunContext(cfg).results[1]
-    inputs = {
-        "lambda": source.fingerprint(),
-        "tune": file_fingerprint(tuned.path),
-        "index": index_fingerprint(index_dir),
-        "base_model": model_fingerprint(cfg.encode.base.model),
-    }
-    sources = [*source.sources(), lineage_source(tuned.path.parent), lineage_source(index_dir),
-               *model_sources(cfg.encode.base.model, cfg.encode.base.passage_model)]
-    if results_md.exists():
-        inputs["results"] = file_fingerprint(results_md)
-    evaluation = RunContext(cfg).artifact("evaluation")
-    if is_complete(evaluation):  # the card quotes its results
-        sources.append(lineage_source(evaluation))
-    # Upload settings (runtime-only) do not change the directory's contents: not part of its fingerprint; nor does
-    # where it is written (publish.output), and the manifest that ships with the model names no directory.
-    publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
-    config = {"publish": publish, "base": settings(cfg.encode.base)}
-    # verify_content: a weight file damaged in place (same size) is not "up to date" (#48: publish skipped it while
-    # `spar search` refused the same model as damaged).
-    return Unit(model_output(cfg), kind="model", config=config, inputs=inputs, verify_content=True,
-                payload=(source, tuned, index_dir, results_md), sources=sources)
+    return experiment.artifact("model", tuned=tuned.path).unit(
+        payload=(experiment.lambda_source, tuned, index_dir, experiment.run.results[1]))
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

@@ -13,28 +13,15 @@ from spar.core.artifacts import PASSAGES_FILE, ArtifactWriter
 from spar.core.fingerprint import fingerprint_dict
 from spar.core.config import SparConfig
 from spar.core.executor import make_executor
-from spar.core.lineage import source as lineage_source
-from spar.data.readers import ReadStats, corpus_files, corpus_fingerprint, read_corpus
+from spar.data.readers import ReadStats, read_corpus
 from spar.data.sampling import write_query_set
-from spar.core.run_context import RunContext
-from spar.core.stage import Stage, Unit, settings
-
-
-def _passages_source(cfg: SparConfig) -> dict:
-    return {"corpus": corpus_fingerprint(cfg.data.corpus), "format": cfg.data.corpus_format}
+from spar.core.stage import Stage, Unit
+from spar.experiment.plan import Experiment
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
-    # experiment.on_bad_record is not part of the fingerprint: for one corpus file a successful run writes the same
-    # output either way (a record 'skip' drops is one that 'fail' stops on), so switching it re-runs nothing; the
-    # records skipped are counted in the manifest's stats ('read').
-    source = _passages_source(cfg)
-    config = {"sample": settings(cfg.sample), "seed": cfg.experiment.seed, **source}
-    # verify_content: an edited passages table is not "up to date" (#48: `spar run` skipped the sample as up to date,
-    # then label refused the sample's own, edited, table).
-    return Unit(RunContext(cfg).artifact("queries"), kind="queries", config=config, verify_content=True,
-                inputs={"corpus": source["corpus"]},
-                sources=[lineage_source(path, "file") for path in corpus_files(cfg.data.corpus)])
+    """``queries/`` as the experiment declares it (:func:`spar.experiment.declarations.queries`)."""
+    return Experiment(cfg).artifact("queries").unit()
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
@@ -47,7 +34,7 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
             read_stats=read_stats, executor=executor)
     stats.update(executor.describe())
     # Identifies passages.arrow for the teacher index (it does not change with the sampling options).
-    stats["passages_fingerprint"] = fingerprint_dict(_passages_source(cfg))
+    stats["passages_fingerprint"] = fingerprint_dict({k: unit.config[k] for k in ("corpus", "format")})
     stats["read"] = read_stats.as_dict()
     w.stats.update(stats)
     w.schema = {PASSAGES_FILE: schemas.PASSAGES.names, "queries-*.arrow": schemas.QUERIES.names}

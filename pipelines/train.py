@@ -15,44 +15,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spar.core.artifacts import ArtifactWriter, check_unchanged, is_complete, manifest_fingerprint, require
+from spar.core.artifacts import ArtifactWriter, is_complete
 from spar.core.config import SparConfig
 from spar.core.fingerprint import CONTENT_IDENTITY
 from spar.core.run_context import RunContext
-from spar.lexical import build_lambda, lambda_class
-from spar.core.lineage import source
-from spar.core.stage import Stage, Unit, settings
-from spar.experiment.plan import run_facts
+from spar.lexical import build_lambda
+from spar.core.stage import Stage, Unit
+from spar.experiment.plan import Experiment, run_facts
 from spar.teacher.registry import teacher_for
 from spar.train.training import is_primary_process, summarize, train_lambda
 
 
 def fingerprint_config(cfg: SparConfig) -> dict:
-    """What the trained Λ depends on: every train option but the runtime-only ones, the seed, the fields."""
-    kind = lambda_class(cfg.train.kind)
-    config = {"train": kind.fingerprint_settings(settings(cfg.train)), "seed": cfg.experiment.seed,
-              "title_field": cfg.data.title_field}
-    if kind.term_based:  # term-based kinds carry the teacher's statistics
-        config["teacher"] = {"k1": cfg.label.k1, "b": cfg.label.b, "fields": list(cfg.label.fields)}
-    return config
+    """What the trained Λ depends on (:func:`spar.experiment.declarations.lambda_`)."""
+    return Experiment(cfg).artifact("lambda").settings
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
-    qdir = RunContext(cfg).artifact("queries")
-    require(qdir, "queries")
-    check_unchanged(qdir, "sample")  # the passages Λ is fitted on or trained against, the rows labels point to
-    inputs = {"queries": manifest_fingerprint(qdir)}
-    sources = [source(qdir)]
-    if lambda_class(cfg.train.kind).trainable:  # a fitted kind (projection) needs the corpus only, not the labels
-        ldir = RunContext(cfg).artifact("labels")
-        require(ldir, "labels")
-        check_unchanged(ldir, "label")
-        inputs["labels"] = manifest_fingerprint(ldir)
-        sources.append(source(ldir))
-    # verify_content: an edited vocab.txt is not "up to date"; primary: extra DDP ranks train alongside rank 0 in
-    # the same work directory, and rank 0 exports and finalises.
-    return Unit(RunContext(cfg).artifact("lambda"), kind="lambda", config=fingerprint_config(cfg),
-                inputs=inputs, resumable=True, verify_content=True, primary=is_primary_process(), sources=sources)
+    """``lambda/`` as the experiment declares it; ``primary``: extra DDP ranks train alongside rank 0 in the same work
+    directory, and rank 0 exports and finalises."""
+    return Experiment(cfg).artifact("lambda").unit(primary=is_primary_process())
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

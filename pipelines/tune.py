@@ -10,31 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from spar.core.artifacts import ArtifactWriter, write_json_atomic
-from spar.core.fingerprint import file_fingerprint
 from spar.experiment.inputs import ExperimentInputs, resolved_index
-from spar.core.lineage import source
 from spar.experiment.plan import Experiment
 from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 from spar.core.tracking import Line, Report
-from spar.evaluate.tuning import TUNE_FILE, plot_curve, read_tuned, tune_experiment, tune_settings
+from spar.evaluate.tuning import TUNE_FILE, plot_curve, read_tuned, tune_experiment
 
 
 def plan(cfg, force: bool = False) -> Unit:
+    """``tune/`` as the experiment declares it (:func:`spar.experiment.declarations.tune`); never tunes on vectors
+    encode would not make now (refused naming `spar encode`)."""
     experiment = Experiment(cfg)
     inputs = ExperimentInputs(cfg, experiment)
-    files = experiment.tune_files()
-    fingerprints = {**inputs.input_fingerprints(experiment.dev_keys()),
-                    **{key: file_fingerprint(path) for key, path in files.items()}}
-    sources = [*inputs.sources(experiment.dev_keys()), *(source(path, "file") for path in files.values())]
-    if inputs.bm25_fingerprint():
-        fingerprints["teacher_index"] = inputs.bm25_fingerprint()
-        sources.append(source(RunContext(cfg).artifact("teacher_index")))
-    codec = experiment.index_options.scored_codec(cfg.index.type)
-    config = {"tune": tune_settings(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "seed": cfg.experiment.seed,
-              "served_passages": codec, **experiment.tune_settings()}
-    return Unit(RunContext(cfg).artifact("tune"), kind="tune", config=config, inputs=fingerprints,
-                payload=inputs, sources=sources)
+    inputs.check_embeddings(experiment.dev_keys())
+    return experiment.artifact("tune").unit(payload=inputs)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:

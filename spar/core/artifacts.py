@@ -26,7 +26,7 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -223,7 +223,8 @@ class ArtifactSpec:
 
     kind: str
     config: Any
-    inputs: dict[str, str]
+    #: Input fingerprints by key; a stage unit derives them from its dependencies (:mod:`spar.core.dependency`).
+    inputs: dict[str, str] = field(default_factory=dict)
     resumable: bool = False
     #: What the artifact was made from (:func:`spar.core.lineage.source` records), kept in the manifest as ``sources``
     #: with paths relative to the artifact, so :func:`spar.core.lineage.check_current` can tell when one has changed.

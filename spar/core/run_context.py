@@ -27,6 +27,10 @@ from typing import Any, Mapping
 from spar.core.artifacts import PASSAGES_FILE, RUN_COMMAND_ENV, artifact_dir, is_complete, read_manifest
 
 
+#: The encoders whose vectors a run stores (``embeddings/<encoder>/``): the base retriever and Λ.
+ENCODERS = ("base", "lambda")
+
+
 @dataclass(frozen=True)
 class RunContext:
     """The run a config describes (``cfg``: a :class:`spar.core.config.SparConfig`)."""

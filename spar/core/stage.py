@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 from pydantic import BaseModel
 
 from spar.core.artifacts import ArtifactSpec, ArtifactWriter, is_complete, read_manifest, remove_stale_temporaries
+from spar.core.dependency import Dependency, merged, resolve
 from spar.core.output_lock import holds_output_lock
 from spar.core.lineage import changed_sources, check_all_current
 from spar.core.tracking import Report, StageRun, default_report
@@ -53,11 +54,18 @@ class Unit(ArtifactSpec):
     #: False on a worker rank of a multi-process job: it works in the primary's directory and never writes the
     #: artifact (nor discards it on ``--force``); the primary does.
     primary: bool = True
+    #: What it is made from, each one value (:mod:`spar.core.dependency`): checked here (a missing or edited input is
+    #: refused naming its stage), and its fingerprints and lineage records added to ``inputs`` and ``sources``.
+    needs: Sequence[Dependency] = ()
     # sources (ArtifactSpec): every artifact among them must be current before this unit is skipped or written, and a
     # change to any of them makes the output out of date.
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
+        if self.needs:
+            inputs, sources = resolve(self.needs)
+            self.inputs = merged(self.inputs, inputs)
+            self.sources = [*sources, *self.sources]
 
     def writer(self) -> ArtifactWriter:
         return ArtifactWriter(self.output, **self.spec())
@@ -65,6 +73,28 @@ class Unit(ArtifactSpec):
     def up_to_date(self, fingerprint: str) -> bool:
         return (is_complete(self.output, fingerprint, content=self.verify_content)
                 and (self.current is None or self.current()) and not changed_sources(self.output))
+
+
+@dataclass
+class Declared:
+    """An artifact as its experiment declares it (:meth:`spar.experiment.plan.Experiment.artifact`): where it goes,
+    its kind, the settings its fingerprint hashes, what it is made from (:mod:`spar.core.dependency`) and the few
+    values of its inputs that are no file (a seed, μ₀). A stage's plan makes it a :class:`Unit` (:meth:`unit`)."""
+
+    output: Path
+    kind: str
+    settings: Any
+    needs: Sequence[Dependency] = ()
+    #: Input values that are not read from anything (``{"seed": "13"}``); the rest come from ``needs``.
+    values: dict[str, str] = field(default_factory=dict)
+    resumable: bool = False
+    verify_content: bool = False
+
+    def unit(self, **options: Any) -> Unit:
+        """The stage runner's unit of this artifact (``options``: :class:`Unit`'s other fields, e.g. ``payload``)."""
+        return Unit(self.output, kind=self.kind, config=self.settings, inputs=dict(self.values), needs=self.needs,
+                    resumable=options.pop("resumable", self.resumable),
+                    verify_content=options.pop("verify_content", self.verify_content), **options)
 
 
 def is_current(unit: Unit) -> bool:

@@ -217,12 +217,11 @@ class TuneReport:
 
 
 def tune_settings(cfg) -> dict[str, Any]:
-    """The ``tune`` section as the stages' fingerprints record it: its options, and the variant μ is tuned for
-    (``index.variant``) under the key ``variant``, where ``tune.variant`` kept it before spar 0.2, so that runs
-    made before stay up to date."""
-    from spar.core.stage import settings
+    """The ``tune`` section as fingerprints record it (:func:`spar.experiment.declarations.tune_section`, its one
+    owner; kept here for the frontier's fingerprint)."""
+    from spar.experiment.declarations import tune_section
 
-    return {**settings(cfg.tune), "variant": cfg.index.variant}
+    return tune_section(cfg)
 
 
 def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info) -> TuneReport:

@@ -30,12 +30,11 @@ import numpy as np
 
 from spar.core.artifacts import PASSAGES_FILE, is_complete, read_manifest
 from spar.core.errors import ArtifactError, ConfigError
-from spar.core.run_context import RunContext
+from spar.core.run_context import ENCODERS, RunContext
 from spar.data.question_sets import SplitQueries
 
 log = logging.getLogger(__name__)
 
-ENCODERS = ("base", "lambda")
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -116,6 +116,14 @@ class Experiment:
         self.data = cfg.data
         self.sets = cfg.data.question_sets
 
+    # -- its artifacts -------------------------------------------------------------------------------------------
+    def artifact(self, name: str, **values: Any):
+        """The artifact ``name`` as this experiment declares it (:class:`spar.core.stage.Declared`: output, kind,
+        settings, what it is made from; :mod:`spar.experiment.declarations`)."""
+        from spar.experiment.declarations import declared
+
+        return declared(self, name, **values)
+
     # -- passages --------------------------------------------------------------------------------------------------
     @cached_property
     def passages(self) -> Path | list[Path]:
@@ -207,6 +215,10 @@ class Experiment:
     def tune_settings(self) -> dict[str, Any]:
         """The question-set settings of tune's fingerprint (the default set's hold-out under its old key)."""
         return {"dev_holdout_fraction": self.holdout, **set_settings(self.sets, TUNE_SET_OPTIONS)}
+
+    def result_paths(self) -> list[Path]:
+        """Every results file evaluate writes (``<results_dir>/<stem>.json`` and ``.md`` of each group)."""
+        return [path for stem in self.run.results_groups for path in self.run.results_file(stem)]
 
     def evaluate_settings(self) -> dict[str, Any]:
         """The evaluate section and the question-set settings of evaluate's fingerprint."""
