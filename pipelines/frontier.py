@@ -44,9 +44,9 @@ def settings_fingerprint(cfg, kind: str) -> str:
     from spar.core.run_context import RunContext
     from spar.core.stage import settings
     from spar.data.question_sets import data_settings
-    from spar.evaluate.tuning import tune_settings
+    from spar.experiment.declarations import tune_section
 
-    shared = {"label": settings(cfg.label), "tune": tune_settings(cfg), "data": data_settings(cfg.data),
+    shared = {"label": settings(cfg.label), "tune": tune_section(cfg), "data": data_settings(cfg.data),
               "projection": cfg.train.lexical.projection,
               **({"nonzeros": cfg.train.lexical.nonzeros} if cfg.train.lexical.projection == "sparse" else {}),
               "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}

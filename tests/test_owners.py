@@ -308,13 +308,13 @@ def test_the_tune_fingerprint_settings_are_those_recorded_before_the_move():
     """tune's (and the frontier's) fingerprint records the tune section with the variant in it, as a run of the
     embedded default made before the move recorded it (its tune/manifest.json: config.tune)."""
     from spar.core.config import load_config
-    from spar.evaluate.tuning import tune_settings
+    from spar.experiment.declarations import tune_section
 
     recorded_before = {"metric": "nDCG@10", "variant": "concat", "grid": None, "candidates": None,
                        "max_extensions": 4, "hybrid_alphas": None, "hybrid_normalize": False,
                        "tune_both_variants": True, "confirm": True}
-    assert tune_settings(load_config(None)) == recorded_before
-    assert tune_settings(load_config(None, ["index.variant=sum"]))["variant"] == "sum"
+    assert tune_section(load_config(None)) == recorded_before
+    assert tune_section(load_config(None, ["index.variant=sum"]))["variant"] == "sum"
 
 
 # ----------------------------------------------------------------------------------------------------------------

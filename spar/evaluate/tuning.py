@@ -216,14 +216,6 @@ class TuneReport:
     alpha_search: GridSearch
 
 
-def tune_settings(cfg) -> dict[str, Any]:
-    """The ``tune`` section as fingerprints record it (:func:`spar.experiment.declarations.tune_section`, its one
-    owner; kept here for the frontier's fingerprint)."""
-    from spar.experiment.declarations import tune_section
-
-    return tune_section(cfg)
-
-
 def tune_experiment(cfg, inputs=None, progress: Callable[[str], None] = log.info) -> TuneReport:
     """The ``tune`` stage on an experiment's artifacts: μ (configured variant, and the other one when
     ``tune.tune_both_variants``) and the hybrid's α, on dev questions only (never a test split): the dev pool of
