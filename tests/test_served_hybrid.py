@@ -70,10 +70,12 @@ def test_the_scale_bench_fits_power_laws_and_finds_where_they_meet():
 def test_the_served_hybrid_fuses_one_question_as_evaluate_fuses_its_hybrid(sample_experiment):  # noqa: F811
     """With an efSearch as large as the corpus the graph returns the exact lists, so the served hybrid, one question
     at a time with its halves on two threads, ranks exactly as evaluate's ``hybrid`` row (same α, same depth)."""
+    from pipelines import tune as tune_stage
     from spar.evaluate.evaluation import evaluate_sets
     from spar.experiment.inputs import ExperimentInputs
 
     cfg = experiment_config(sample_experiment, sample_experiment / "results-served")
+    tune_stage.run(cfg)  # α (skipped once tuned)
     inputs = ExperimentInputs(cfg)
     report = next(iter(evaluate_sets(cfg, inputs, systems=("hybrid",)).values()))
     test = inputs.experiment.test_splits()[0]
