@@ -69,6 +69,17 @@ def test_an_optional_input_counts_only_when_it_is_there_and_keys_are_never_given
         Unit(tmp_path / "index", kind="index", config={}, inputs={"tune": "x"}, needs=[tune])
 
 
+def test_an_optional_file_not_there_counts_for_nothing_even_when_it_records_nothing(tmp_path: Path):
+    """publish's card quotes the results file when there: missing, its fingerprint crashed the plan (FileNotFoundError
+    under `spar publish` before evaluate had run), since a dependency with its own records counted as present."""
+    from spar.core.dependency import Dependency
+
+    results = Dependency("results", tmp_path / "results.md", "file", optional=True, records=lambda: [])
+    assert resolve([results]) == ({}, [])
+    (tmp_path / "results.md").write_text("| system |\n")
+    assert resolve([results]) == ({"results": file_fingerprint(tmp_path / "results.md")}, [])
+
+
 def test_a_file_set_and_a_computed_source_give_their_own_fingerprint_and_records(tmp_path: Path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -114,6 +114,11 @@ def sample_experiment(tmp_path_factory, worker_id: str) -> Path:
     own = tmp_path_factory.getbasetemp() / "spar-sample-experiment"
     if worker_id == "master":  # one process (-n 0)
         return build_sample_experiment(own)
+    if own.exists():
+        # Each test module that imports this fixture holds its own copy of the definition, so pytest calls it once
+        # per module: this worker's copy is made by the first and reused (stages skip what is up to date), as the
+        # experiment built in place was before.
+        return own
     shared = tmp_path_factory.getbasetemp().parent / "spar-sample-experiment"
     built = shared.with_name(f"{shared.name}.built")  # beside it, not in it: the copies hold only the experiment
     with FileLock(f"{shared}.lock"):

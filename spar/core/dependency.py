@@ -81,6 +81,8 @@ class Dependency:
         """Whether it is there to be read (an artifact: complete; anything else: exists)."""
         if self.of == "artifact":
             return is_complete(self.path)
+        if self.of == "file":  # an optional file (the results a card quotes) is there or not, whatever it records
+            return self.path.exists()
         return self.path.exists() or self.records is not None
 
     def check(self) -> None:
