@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from bench._common import command_line, machine, positive_int, write_result
+from bench.serving_scale import LuceneOne
 from spar.evaluate.served_hybrid import EF_LADDER, PEER_EF_CONSTRUCTION, PEER_M, PEER_MAX_LOSS
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -131,15 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
     # -- the BM25 halves ---------------------------------------------------------------------------------------------
     lucene = ExperimentInputs(cfg).bm25
 
-    class LuceneOne:
-        """One question through Pyserini's ``LuceneSearcher.search`` (no batch thread pool per call)."""
-
-        @staticmethod
-        def search(one: list[tuple[str, str]], k: int) -> dict:
-            (qid, text), = one
-            return {qid: [(hit.docid, hit.score) for hit in lucene.searcher.search(text, k)]}
-
-    bm25s = {"lucene": LuceneOne()}
+    bm25s = {"lucene": LuceneOne(lucene)}
     bm25s["lucene"].search(pairs[:1], args.k)  # the JVM warm
     if not args.no_memory_bm25:
         label = cfg.label

@@ -245,13 +245,25 @@ def test_the_default_dims_reach_the_default_point():
     assert LexicalSection().dim in DEFAULT_DIMS and load_config().train.lexical.dim in DEFAULT_DIMS
 
 
+def _one_point_frontier(sample: Path, tmp_path: Path):
+    """The frontier of one projection point (16 dims, seed 0) on a run sharing the sample's upstream artifacts."""
+    from spar.sweep.frontier import run_frontier
+
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample, name), target_is_directory=True)
+    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16,), (0,),
+                          progress=lambda _: None)
+    return report
+
+
 def test_each_ratio_to_the_hybrid_divides_timings_of_one_moment(sample_experiment, tmp_path, monkeypatch):  # noqa: F811
     """#37 item 12: the "× hybrid" ratio went through a hybrid timed once per frontier (SPAR / base now × base / hybrid
     then): on CISI a 6.14 ms point was printed as 0.10× beside a 9.90 ms hybrid. Here every timing is made up, and
     the base indexes are twice as slow at each later moment: the ratio printed must be the point's own SPAR time over
     the hybrid time printed beside it, timed together."""
     import spar.evaluate.latency as latency
-    from spar.sweep.frontier import run_frontier
 
     moments: list[list[str]] = []
 
@@ -263,12 +275,7 @@ def test_each_ratio_to_the_hybrid_divides_timings_of_one_moment(sample_experimen
         return {name: {"single_ms": v, "p50_ms": v, "batched_ms": v / 2} for name, v in ms.items()}
 
     monkeypatch.setattr(latency, "time_systems", timed)  # what spar.sweep.timing.time_beside_peers times with
-    root = tmp_path / "run"
-    root.mkdir()
-    for name in ("queries", "teacher_index", "embeddings"):
-        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
-    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16,), (0,),
-                          progress=lambda _: None)
+    report = _one_point_frontier(sample_experiment, tmp_path)
     flat = report.points[0].latency["flat"]
     assert flat["single_ms"] == 6.0 and flat["hybrid"]["single_ms"] == 10.0
     assert flat["vs_hybrid"]["single_ms"] == pytest.approx(0.6) and flat["vs_base"]["single_ms"] == pytest.approx(
@@ -282,7 +289,6 @@ def test_the_frontiers_hybrid_is_the_hybrid_as_served(sample_experiment, tmp_pat
     graph's quality beside the exact ones, with the efSearch chosen on dev."""
     import spar.evaluate.latency as latency
     from spar.evaluate.served_hybrid import EF_LADDER, ServedHybrid
-    from spar.sweep.frontier import run_frontier
 
     served_calls: list[str] = []
     real_search = ServedHybrid.search
@@ -298,12 +304,7 @@ def test_the_frontiers_hybrid_is_the_hybrid_as_served(sample_experiment, tmp_pat
 
     monkeypatch.setattr(ServedHybrid, "search", spy)
     monkeypatch.setattr(latency, "time_systems", timed)
-    root = tmp_path / "run"
-    root.mkdir()
-    for name in ("queries", "teacher_index", "embeddings"):
-        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
-    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16,), (0,),
-                          progress=lambda _: None)
+    report = _one_point_frontier(sample_experiment, tmp_path)
     assert served_calls and len(served_calls) == served_calls.count(served_calls[0])  # one per single-question call
     refs = report.references
     graph = refs["base_hnsw"]
