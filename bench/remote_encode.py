@@ -57,7 +57,7 @@ def pack(args) -> None:
         path = out / f"shard-{index:05d}.jsonl.xz"
         if not path.exists():
             tmp = path.with_suffix(".tmp")
-            with lzma.open(tmp, "wt", preset=9 | lzma.PRESET_EXTREME) as fh:
+            with lzma.open(tmp, "wt", preset=6) as fh:
                 for pid, (title, text) in items:
                     fh.write(json.dumps([pid, title, text], ensure_ascii=False) + "\n")
             tmp.rename(path)
@@ -69,6 +69,23 @@ def pack(args) -> None:
         "precision": unit.config.get("precision", "32")}
     (out / PLAN).write_text(json.dumps(plan, indent=1))
     print(json.dumps({"shards": len(sizes), "mib": round(sum(sizes) / 2**20, 1), "fingerprint": plan["fingerprint"]}))
+
+
+def skip(args) -> None:
+    """The pack's plan with ``skip``: the shards the run's ``.partial/`` holds finished already (same fingerprint),
+    which the remote encoder then leaves out — nothing is encoded or carried twice."""
+    _, unit = _base_unit(args.config, args.overrides)
+    plan = json.loads((Path(args.pack) / PLAN).read_text())
+    partial = unit.writer().path
+    stamp = partial / ".fingerprint"
+    finished: list[int] = []
+    if stamp.exists() and stamp.read_text() == plan["fingerprint"]:
+        finished = sorted(int(p.stem.split("-")[1]) for p in partial.glob("part-*.json"))
+    plan["skip"] = finished
+    out = Path(args.into)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PLAN).write_text(json.dumps(plan, indent=1))
+    print(json.dumps({"shards": plan["shards"], "skip": finished}))
 
 
 def _quantize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,11 +118,12 @@ def encode(args) -> None:
     deadline = time.time() + args.watch
     done: set[int] = set()
     log = (out / "encode.log").open("a")
-    while len(done) < plan["shards"]:
-        ready = [i for i in range(plan["shards"]) if i not in done and (pack_dir / f"shard-{i:05d}.jsonl.xz").exists()]
+    todo = set(range(plan["shards"])) - set(plan.get("skip", []))  # skip: finished on the machine that packed
+    while len(done) < len(todo):
+        ready = [i for i in sorted(todo) if i not in done and (pack_dir / f"shard-{i:05d}.jsonl.xz").exists()]
         if not ready:
             if time.time() > deadline:
-                raise SystemExit(f"waited {args.watch}s; shards {sorted(set(range(plan['shards'])) - done)} missing")
+                raise SystemExit(f"waited {args.watch}s; shards {sorted(todo - done)} missing")
             time.sleep(1)
             continue
         index = ready[0]
@@ -183,12 +201,17 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--batch-size", type=int, default=512)
     e.add_argument("--transport", choices=["sq8", "float32"], default="sq8")
     e.add_argument("--watch", type=float, default=0, help="seconds to wait for shards still on their way")
+    k = sub.add_parser("skip", help="write the pack's plan with the shards the run finished already")
+    k.add_argument("-c", "--config", required=True)
+    k.add_argument("--pack", required=True)
+    k.add_argument("--into", required=True)
+    k.add_argument("overrides", nargs="*")
     u = sub.add_parser("unpack")
     u.add_argument("-c", "--config", required=True)
     u.add_argument("--from", required=True, help="the directory of the shards brought back (one folder each)")
     u.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    {"pack": pack, "encode": encode, "unpack": unpack}[args.command](args)
+    {"pack": pack, "skip": skip, "encode": encode, "unpack": unpack}[args.command](args)
 
 
 if __name__ == "__main__":
