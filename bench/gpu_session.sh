@@ -47,13 +47,15 @@ ship() {  # finished job results first, then whole encoded shards, within one ca
       budget=$((budget - size)); files=$((files + pieces)); touch "$S/shipped/$job"
     fi
   done
+  local taken=0 piece=$((15 * 1024 * 1024))
   for d in "$S"/enc/back/*/; do
     [ -e "$d/DONE" ] || continue
     local index; index=$(basename "$d")
     [ -e "$S/shipped/shard-$index" ] && continue
     local size; size=$(du -sb "$d" | cut -f1)
-    [ "$size" -lt "$budget" ] && [ $((files + (${#names[@]} + 1) * 2)) -le 8 ] || break
-    names+=("$index"); budget=$((budget - size))
+    # one tar of the shards, cut in 15 MiB pieces: within what is left of the budget and of the 8 files
+    [ $((taken + size)) -lt "$budget" ] && [ $((files + (taken + size + 65536) / piece + 1)) -le 8 ] || break
+    names+=("$index"); taken=$((taken + size))
   done
   if [ ${#names[@]} -gt 0 ]; then
     tar -C "$S/enc/back" -cf - "${names[@]}" | split -b 15M -d - "$BACK/shards-${names[0]}-${names[-1]}.tar."

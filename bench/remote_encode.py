@@ -152,6 +152,23 @@ def encode(args) -> None:
         done.add(index)
 
 
+def _same_passages(shards, pack_dir: Path, fingerprint: str) -> None:
+    """Refuse unless the packed shards (made under ``fingerprint``) hold exactly the passages the split's shards
+    hold now: the split's identity changes when its passages are read from the sampled table instead of the corpus
+    files (``queries/passages.arrow``), its vectors do not (a shard's bytes depend only on its own passages)."""
+    plan = json.loads((pack_dir / PLAN).read_text())
+    if plan["fingerprint"] != fingerprint:
+        raise SystemExit(f"{pack_dir / PLAN}: packed under {plan['fingerprint']}, the shards under {fingerprint}")
+    shards = list(shards)
+    if len(shards) != plan["shards"]:
+        raise SystemExit(f"{pack_dir}: {plan['shards']} shards packed, the split has {len(shards)} now")
+    for index, items in enumerate(shards):
+        with lzma.open(pack_dir / f"shard-{index:05d}.jsonl.xz", "rt") as fh:
+            packed = [(pid, (title, text)) for pid, title, text in map(json.loads, fh)]
+        if packed != [(pid, tuple(passage)) for pid, passage in items]:
+            raise SystemExit(f"{pack_dir}/shard-{index:05d}.jsonl.xz: not the passages of shard {index} any more")
+
+
 def unpack(args) -> None:
     from spar.core.artifacts import read_manifest
 
@@ -160,11 +177,17 @@ def unpack(args) -> None:
     partial = writer.path
     partial.mkdir(parents=True, exist_ok=True)
     stamp = partial / ".fingerprint"
-    if stamp.exists() and stamp.read_text() != writer.fingerprint:
-        raise SystemExit(f"{partial}: its .fingerprint is another config's; remove it first")
-    stamp.write_text(writer.fingerprint)
     record_path = partial.parent / "transport.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {"shards": {}}
+    if stamp.exists() and stamp.read_text() != writer.fingerprint:
+        if not args.pack:
+            raise SystemExit(f"{partial}: its .fingerprint is another config's; remove it first")
+        _same_passages(unit.payload.shards, Path(args.pack), stamp.read_text())
+        record.setdefault("restamped", []).append({"from": stamp.read_text(), "to": writer.fingerprint})
+        print(f"{partial}: the passages are now read from {unit.config.get('source', 'elsewhere')}; the same ids, "
+              f"titles and texts in the same shards: its shards are this split's ({stamp.read_text()} -> "
+              f"{writer.fingerprint})", flush=True)
+    stamp.write_text(writer.fingerprint)
     for back in sorted(p for p in Path(getattr(args, "from")).glob("*") if (p / "DONE").exists()):
         index = int(back.name)
         stats = json.loads((back / "DONE").read_text())
@@ -209,6 +232,8 @@ def main(argv: list[str] | None = None) -> None:
     u = sub.add_parser("unpack")
     u.add_argument("-c", "--config", required=True)
     u.add_argument("--from", required=True, help="the directory of the shards brought back (one folder each)")
+    u.add_argument("--pack", help="the packed passages the shards were made from: when the split now reads the same "
+                   "passages from elsewhere (the sampled table), its shards are checked against them and kept")
     u.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     {"pack": pack, "skip": skip, "encode": encode, "unpack": unpack}[args.command](args)

@@ -94,3 +94,49 @@ def test_finished_shards_are_skipped_and_sq8_stays_within_its_error(run_config, 
     assert 0 < done["sq8_max_abs_error"] <= 1 / 255  # a vector of norm 1: each dimension's range is at most 2
     codes = np.load(there / "back" / "00000" / "codes-a.npy")
     assert codes.dtype == np.uint8
+
+
+def test_shards_made_from_the_corpus_serve_the_sampled_table_of_the_same_passages(sample_dir, one_layer_minilm,
+                                                                                  tmp_path):
+    """Encoded before `spar sample` (passages read from the corpus file), unpacked after it (read from
+    queries/passages.arrow): the split's identity changed, its passages did not — checked against the pack, then kept;
+    a changed passage is refused."""
+    import pipelines.encode as stage
+    from spar.core.config import load_config
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join((sample_dir / "corpus.jsonl").read_text().splitlines(keepends=True)[:12]))
+    out = tmp_path / "run"
+    overrides = [f"experiment.output_dir={out}", f"data.corpus={corpus}", f"encode.base.model={one_layer_minilm}",
+                 "encode.base.passage_max_length=64", f"encode.shard_size={SHARD}", "encode.batch_size=8",
+                 "encode.precision=32", "encode.encoders=[base]", "experiment.wandb_mode=disabled",
+                 "data.question_sets={}"]
+    config = str(Path(__file__).parents[1] / "configs" / "default.yaml")
+    pack, there = tmp_path / "pack", tmp_path / "there"
+    _cli("pack", "-c", config, "--out", str(pack), *overrides)
+    _cli("encode", "--pack", str(pack), "--model", str(one_layer_minilm), "--out", str(there),
+         "--transport", "float32", "--batch-size", "8")
+    rows = list(read_corpus(corpus))
+    (out / "queries").mkdir(parents=True)
+
+    def sampled(texts: list[str]) -> None:
+        write_table(out / "queries" / "passages.arrow", pa.table({
+            "row": list(range(len(rows))), "id": [p.id for p in rows], "title": [p.title for p in rows],
+            "text": texts}, schema=PASSAGES))
+
+    (out / "embeddings" / "base" / "passages.partial").mkdir(parents=True)
+    (out / "embeddings" / "base" / "passages.partial" / ".fingerprint").write_text(
+        json.loads((pack / "plan.json").read_text())["fingerprint"])  # as a CPU encode before sampling left it
+    sampled([p.text for p in rows[:-1]] + [rows[-1].text + " edited"])
+    with pytest.raises(SystemExit, match="shard-00002.jsonl.xz: not the passages of shard 2"):
+        _cli("unpack", "-c", config, "--from", str(there / "back"), "--pack", str(pack), *overrides)
+    sampled([p.text for p in rows])
+    with pytest.raises(SystemExit, match="another config's"):  # without the pack, nothing vouches for them
+        _cli("unpack", "-c", config, "--from", str(there / "back"), *overrides)
+    _cli("unpack", "-c", config, "--from", str(there / "back"), "--pack", str(pack), *overrides)
+    result = stage.run(load_config(config, overrides))
+    assert result["source"].endswith("passages.arrow")
+    came_back = load_embeddings(out / "embeddings" / "base" / "passages")
+    assert came_back.ids == [p.id for p in rows] and came_back.manifest["stats"]["shards"] == 3
+    record = json.loads((out / "embeddings" / "base" / "transport.json").read_text())
+    assert record["restamped"][0]["from"] == json.loads((pack / "plan.json").read_text())["fingerprint"]
