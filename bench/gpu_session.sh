@@ -35,7 +35,8 @@ feed() {  # passages packed here, carried in .gpu/c*/
 }
 
 ship() {  # finished job results first, then whole encoded shards, within one call's 62 MiB and 8 files (15 MiB each)
-  local budget=$((62 * 1024 * 1024)) files=1 names=()
+  # what an earlier ship of the same call left in $BACK counts too (feed then collect in one call)
+  local budget=$((62 * 1024 * 1024 - $(du -sb "$BACK" | cut -f1))) files=$(( $(ls "$BACK" | grep -vc '^status.txt$') + 1 )) names=()
   for done in "$S"/jobs/*.done; do
     [ -e "$done" ] || continue
     local job; job=$(basename "$done" .done)
