@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -103,7 +104,7 @@ def die(index, stats):
     raise Killed
 
 
-def test_resume_gives_identical_shards(base_encoder, passages, tmp_path):
+def test_resume_gives_identical_shards(base_encoder, passages, tmp_path, capsys):
     encode_passages(base_encoder, passages, tmp_path / "full", shard_size=10, options=QUIET,
                     weights_fingerprint="minilm")
 
@@ -114,9 +115,11 @@ def test_resume_gives_identical_shards(base_encoder, passages, tmp_path):
     assert (partial / "part-00000.npy").exists() and not (partial / "part-00001.npy").exists()
     assert not (tmp_path / "resumed").exists()  # never looks complete
 
-    stats = encode_passages(base_encoder, passages, tmp_path / "resumed", shard_size=10, options=QUIET,
-                            weights_fingerprint="minilm")
+    stats = encode_passages(base_encoder, passages, tmp_path / "resumed", shard_size=10,
+                            options=dataclasses.replace(QUIET, show_progress=True), weights_fingerprint="minilm")
     assert stats["resumed_shards"] == 1 and stats["encoded_this_run"] == 14 and stats["count"] == 24
+    # the bar counts this run's work: the shard found finished is neither progress nor speed
+    assert "encode encoder/resumed: 14/14 item in " in capsys.readouterr().err
     for name in ["ids.arrow", "part-00000.npy", "part-00001.npy", "part-00002.npy"]:
         assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "resumed" / name).read_bytes(), name
     assert not partial.exists()

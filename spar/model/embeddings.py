@@ -200,7 +200,9 @@ def write_split(w: ArtifactWriter, unit: Unit) -> dict[str, Any]:
 
     def finished(index: int, stats: dict[str, Any], progressed: bool) -> None:
         shard_stats[index] = stats
-        if not progressed:
+        if stats["resumed"] and getattr(progress, "total", None):
+            progress.total -= stats["count"]  # the bar and its rate are this run's work, not shards found finished
+        elif not progressed:
             progress.update(stats["count"])
         if job.on_shard is not None:
             job.on_shard(index, stats)
