@@ -73,7 +73,7 @@ def projection_run(tmp_path_factory) -> ProjectionRun:
     return ProjectionRun(out, cwd, done.stdout + done.stderr, done.stdout, as_found)
 
 
-@pytest.mark.slow  # two `spar run`s of the embedded default through publish and search: ~14 min on 2 busy cores
+@pytest.mark.slow  # the fixture's projection run, then static in its directory through publish, and search
 def test_spar_run_for_projection_then_static_through_publish_and_search(projection_run: ProjectionRun):
     from spar.core.artifacts import read_manifest
     from spar.lexical import load_lambda
