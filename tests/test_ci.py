@@ -89,6 +89,25 @@ def test_the_costliest_test_files_are_handed_out_first(request):
     assert own == [name for name in written if name in own]  # a file's tests in the order they are written
 
 
+def test_xdist_hands_out_the_files_in_the_order_of_their_costs(tmp_path: Path):
+    """Run for real on a scratch suite with tests/conftest.py: one worker, a costly file of one test and a cheap one
+    of five. pytest-xdist's default re-sort by number of tests would run the five first (as it ran the slow suite's
+    longest file, test_kinds.py, after every many-test file); the costs' order runs the costly one first."""
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(REPO / "tests" / "file_costs.py", tmp_path / "file_costs.py")
+    (tmp_path / "file_costs.json").write_text('{"default": {"test_costly.py": 600.0, "test_cheap.py": 5.0}}')
+    ran = tmp_path / "ran.txt"
+    record = f"def test_{{n}}():\n    open({str(ran)!r}, 'a').write('{{name}}\\n')\n"
+    (tmp_path / "test_costly.py").write_text(record.format(n=0, name="costly"))
+    (tmp_path / "test_cheap.py").write_text("".join(record.format(n=n, name="cheap") for n in range(5)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           "-c", "/dev/null", "-n", "1", "--dist", "loadfile", str(tmp_path)],
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ran.read_text().split() == ["costly"] + ["cheap"] * 5
+
+
 def test_each_suite_is_ordered_by_its_own_costs(tmp_path, monkeypatch):
     """A file's default and slow tests cost different amounts: `-m slow` reads the slow table, the default suite
     (`-m "not slow"`, pyproject's addopts) the default one, any other selection both added up."""
