@@ -31,8 +31,9 @@ computed now from those passages' text (the teacher's statistics; ``-c CONFIG`` 
 ``encode.base``, the query encoder); queries with judgments (``--queries``, ``--qrels-test``, ``--qrels-dev``). μ and
 the hybrid's α are tuned on the dev judgments against the stored codes, as ``spar tune`` does; test reports
 nDCG@10 and R@100 of the base, the hybrid, SPAR by exact scan of the codes, and SPAR through each index
-(``--index flat hnsw ivf``, at each ``--ef-search`` / ``--nprobe``; HNSW only for storages it can hold; IVF holds
-``[P, μ·PΛ]``, as the frontier folds it, :mod:`spar.sweep.frontier`), and every
+(``--index flat hnsw ivf``, at each ``--ef-search`` / ``--nprobe``; HNSW only for storages it can hold; each built
+by :meth:`spar.index.spar_index.SparIndex.build` as ``spar index`` and the frontier build it: an approximate index
+holds ``[P, μ·PΛ]`` under the config's ``index.fold``, :mod:`spar.index.approximate`), and every
 system's latency one query at a time and batched, side by side in one process with one FAISS thread. The headline
 is the flat index of the first storage against the hybrid; each approximate row gives its nDCG@10 loss against
 the exact scan of the same codes::
@@ -160,7 +161,8 @@ def real_vectors(args, argv) -> dict:
     from spar.model.encoders import BiEncoder
     from spar.evaluate.exact import top_k
     from spar.index.served import served_passage_vectors
-    from spar.index.spar_index import IndexOptions, add_passages, build_faiss_index, faiss_threads, trained_faiss_index
+    from spar.index.approximate import fold_factor
+    from spar.index.spar_index import IndexOptions, SparIndex, build_faiss_index, faiss_threads
     from spar.index.combine import spar_query_vectors
     from spar.evaluate.latency import ratios, time_systems
     from spar.data.passages import corpus_texts
@@ -232,8 +234,9 @@ def real_vectors(args, argv) -> dict:
         rows_out: list[dict] = []
         for storage in args.storages:
             options = IndexOptions(storage=storage, **opts)
-            flat = trained_faiss_index([base_p, lam_p], "concat", "flat", options)
-            served = served_passage_vectors(base_p, lam_p, "concat", "flat", options, flat)
+            # Its codec (trained once) codes the served vectors μ is tuned against.
+            flat = SparIndex.build(base_p, lam_p, ids=doc_ids, variant="concat", index_type="flat", options=options)
+            served = served_passage_vectors(base_p, lam_p, "concat", "flat", options, flat.index)
             tuned = tune_mu(base_q["dev"], lam_q["dev"], *served, dev[0], doc_ids, dev[2], "nDCG@10", "concat",
                             confirm=False)
             mu = tuned.search.best
@@ -247,14 +250,12 @@ def real_vectors(args, argv) -> dict:
             for index_type in args.index:
                 if not registered_type(index_type).holds(storage):
                     continue
-                queries = test_q
-                if index_type == "flat":
-                    index = add_passages(flat, [base_p, lam_p], "concat")
-                elif index_type == "ivf":  # [P, μ·PΛ] searched with [Q, QΛ]: the same scores (spar.sweep.frontier)
-                    index = build_faiss_index([base_p, np.float32(mu) * lam_p], "concat", "ivf", options)
-                    queries = spar_query_vectors(base_q["test"], lam_q["test"], 1.0)
-                else:
-                    index = build_faiss_index([base_p, lam_p], "concat", index_type, options)
+                # As `spar index` builds it: an approximate index folded by μ₀ = μ (index.fold: auto)
+                built = flat if index_type == "flat" else SparIndex.build(
+                    base_p, lam_p, ids=doc_ids, variant="concat", index_type=index_type, options=options,
+                    fold=fold_factor(index_type, cfg.index.fold, mu))
+                # [Q, (μ/μ₀)·QΛ] against [P, μ₀·PΛ]: the scores of [Q, μ·QΛ]·[P, PΛ]
+                index, queries = built.index, built.query_vectors(base_q["test"], lam_q["test"], mu)
                 step(f"{storage}: {index_type} index built")
                 settings = ([("efSearch", v) for v in args.ef_search] if index_type == "hnsw" else
                             [("nprobe", v) for v in args.nprobe] if index_type == "ivf" else [(None, None)])
@@ -273,6 +274,7 @@ def real_vectors(args, argv) -> dict:
                     spar_systems[name] = (index, queries, knob, value)
                     rows_out.append({"system": name, "index": index_type, "storage": storage, knob or "params": value,
                                      "bytes_per_passage": nbytes, "mu": mu,
+                                     "fold": float(built.info.get("fold", 1.0)),  # μ₀ of [P, μ₀·PΛ]
                                      **{m: round(v, 4) for m, v in quality[name].items()},
                                      "loss_vs_exact_points": round(100 * (quality[f"spar/{storage}/exact"]["nDCG@10"]
                                                                           - quality[name]["nDCG@10"]), 2),
@@ -404,6 +406,8 @@ def main(argv: list[str] | None = None) -> dict:
     import faiss
     import numpy as np
 
+    from spar.core.config import IndexSection
+    from spar.index.approximate import fold_factor
     from spar.index.spar_index import SparIndex, build_spar_index
     from spar.core.java import pyserini_module
     from spar.evaluate.metrics import ranked_run
@@ -453,7 +457,8 @@ def main(argv: list[str] | None = None) -> dict:
         for storage in args.storages:
             start = time.perf_counter()
             spar_ix = SparIndex.build(base_p, lambda_p, ids=doc_ids, variant="concat", index_type=index_type,
-                                      storage=storage, **opts)
+                                      fold=fold_factor(index_type, IndexSection().fold, args.mu), storage=storage,
+                                      **opts)
             indexes[f"{index_type}/{storage}"] = (spar_ix, base_ix)
             print(f"built {index_type}/{storage} index in {time.perf_counter() - start:.0f}s", file=sys.stderr)
     del lambda_p

@@ -52,13 +52,14 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """The costliest test files first, each file's tests in their order: xdist hands out whole files in this order,
-    and a long file handed out last would keep one worker busy while the others wait (tests/file_costs.py)."""
+    """The costliest test files of this suite first, each file's tests in their order: xdist hands out whole files in
+    this order (pytest_configure), and a long file handed out last would keep one worker busy while the others wait
+    (tests/file_costs.py)."""
     try:
         from file_costs import load_costs, longest_first
     except ModuleNotFoundError:  # this conftest copied alone (tests that run pytest on a scratch suite)
         return
-    order = longest_first(list(dict.fromkeys(item.path.name for item in items)), load_costs())
+    order = longest_first(list(dict.fromkeys(item.path.name for item in items)), load_costs(config.option.markexpr))
     rank = {name: position for position, name in enumerate(order)}
     items.sort(key=lambda item: rank[item.path.name])  # stable
 
@@ -88,6 +89,11 @@ _AUTO_FIXTURES: set[str] = set()
 
 
 def pytest_configure(config):
+    # pytest-xdist's loadfile re-sorts the files by their number of tests before handing them out (its
+    # --loadscope-reorder, on by default), which undid the costliest-first order above: the slow suite's longest
+    # test, alone in its file, started last. Its --no-loadscope-reorder, set here where the order is made.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     config.addinivalue_line("markers", "cpu_class(name): run the test as on a CPU of that class (none, avx512_bf16, "
                             "amx_bf16)")
     config.addinivalue_line("markers", "precision_independent(why): compares vectors after `precision: auto` was "

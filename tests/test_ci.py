@@ -70,17 +70,56 @@ def test_ci_says_where_it_ran_and_how_long_each_phase_took():
 
 
 def test_the_costliest_test_files_are_handed_out_first(request):
-    """#49 item 5: xdist hands out whole files in collection order, so the session's files come from the costliest
-    down (tests/file_costs.json; an unlisted file as one of median cost) and each file's tests stay in order."""
+    """#49 item 5: xdist hands out whole files in collection order (its re-sort by number of tests is off), so the
+    session's files come from the costliest down by this suite's own costs (tests/file_costs.json; an unlisted file
+    as one of median cost) and each file's tests stay in order."""
     from file_costs import load_costs, longest_first
 
     assert longest_first(["a.py", "b.py", "c.py", "d.py"], {"a.py": 1.0, "b.py": 9.0, "c.py": 5.0}) == \
         ["b.py", "c.py", "d.py", "a.py"]
+    # pytest-xdist's --loadscope-reorder (on by default) would hand the files out by number of tests instead
+    assert getattr(request.config.option, "loadscopereorder", False) is False
     files = list(dict.fromkeys(item.path.name for item in request.session.items))
-    costs = load_costs()
-    assert {"test_lineage.py", "test_ray.py", "test_kinds.py"} <= set(costs)  # measured, not guessed
+    costs = load_costs(request.config.option.markexpr)
+    assert "test_lineage.py" in load_costs("not slow") and {"test_ray.py", "test_kinds.py"} <= set(load_costs("slow"))
     if len(files) > 1:  # the whole suite, not one file picked out
         assert files == longest_first(sorted(files), costs), files
     own = [item.name for item in request.session.items if item.path.name == "test_ci.py"]
     written = re.findall(r"^def (test_\w+)", Path(__file__).read_text(), flags=re.M)
     assert own == [name for name in written if name in own]  # a file's tests in the order they are written
+
+
+def test_xdist_hands_out_the_files_in_the_order_of_their_costs(tmp_path: Path):
+    """Run for real on a scratch suite with tests/conftest.py: one worker, a costly file of one test and a cheap one
+    of five. pytest-xdist's default re-sort by number of tests would run the five first (as it ran the slow suite's
+    longest file, test_kinds.py, after every many-test file); the costs' order runs the costly one first."""
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(REPO / "tests" / "file_costs.py", tmp_path / "file_costs.py")
+    (tmp_path / "file_costs.json").write_text('{"default": {"test_costly.py": 600.0, "test_cheap.py": 5.0}}')
+    ran = tmp_path / "ran.txt"
+    record = f"def test_{{n}}():\n    open({str(ran)!r}, 'a').write('{{name}}\\n')\n"
+    (tmp_path / "test_costly.py").write_text(record.format(n=0, name="costly"))
+    (tmp_path / "test_cheap.py").write_text("".join(record.format(n=n, name="cheap") for n in range(5)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           "-c", "/dev/null", "-n", "1", "--dist", "loadfile", str(tmp_path)],
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ran.read_text().split() == ["costly"] + ["cheap"] * 5
+
+
+def test_each_suite_is_ordered_by_its_own_costs(tmp_path, monkeypatch):
+    """A file's default and slow tests cost different amounts: `-m slow` reads the slow table, the default suite
+    (`-m "not slow"`, pyproject's addopts) the default one, any other selection both added up."""
+    import file_costs
+
+    table = tmp_path / "file_costs.json"
+    table.write_text('{"default": {"a.py": 600.0, "b.py": 5.0, "d.py": 50.0}, "slow": {"b.py": 900.0, "c.py": 30.0}}')
+    monkeypatch.setattr(file_costs, "TABLE", table)
+    assert file_costs.load_costs("slow") == {"b.py": 900.0, "c.py": 30.0}
+    assert file_costs.load_costs("not slow") == {"a.py": 600.0, "b.py": 5.0, "d.py": 50.0}
+    assert file_costs.load_costs("slow or not slow") == {"a.py": 600.0, "b.py": 905.0, "c.py": 30.0, "d.py": 50.0}
+    assert file_costs.longest_first(["c.py", "b.py"], file_costs.load_costs("slow")) == ["b.py", "c.py"]
+    # c.py, not in the default table, counts as its median (d.py's 50 s)
+    assert file_costs.longest_first(["b.py", "c.py", "a.py"], file_costs.load_costs("not slow")) == \
+        ["a.py", "c.py", "b.py"]

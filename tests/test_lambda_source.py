@@ -1,5 +1,6 @@
 """Λ trained once, used anywhere (`encode.lambda`): resolution, checks with one-line errors, corpus statistics
-carried or refitted, and `spar run` with a Λ from another run's directory and from a published model."""
+carried or refitted, and the run plans it changes. (`spar run` with a Λ from another run's directory and from a
+published model, end to end, is tests/test_kinds.py's: on the projection run made there, one pipeline fewer.)"""
 
 from __future__ import annotations
 
@@ -220,55 +221,9 @@ def test_target_statistics_are_refused_for_a_transformer(tmp_path: Path):
         resolve_lambda({"path": str(d), "statistics": "target"}, tmp_path)
 
 
-# -- spar run with a Λ from elsewhere --------------------------------------------------------------------------
-
-
-@pytest.mark.slow  # three `spar run`s of the embedded default: ~9 min on 2 busy cores
-def test_spar_run_uses_a_lambda_from_another_run_then_from_a_published_model(tmp_path: Path):
-    """Run 1 trains (fits) Λ only; run 2 uses run 1's directory (sample/label/train skipped) through publish;
-    run 3 points the same experiment at run 2's published model: only Λ is re-encoded, and its vectors are the
-    same as run 1's Λ gives."""
-    from spar.core.artifacts import read_manifest
-    from spar.model.stored_vectors import load_embeddings
-    from spar.lexical import load_lambda
-
-    quiet = ["train.wandb_mode=disabled", "experiment.wandb_mode=disabled", "evaluate.shuffled=false",
-             "train.lexical.dim=48", "encode.base.passage_max_length=64", "sample.max_queries=300"]
-    first, second = tmp_path / "first", tmp_path / "second"
-    _spar("run", "--to", "train", f"experiment.output_dir={first}", *quiet)
-    assert (first / "lambda" / "README.md").exists() and (first / "lambda" / "manifest.json").exists()
-    common = [f"experiment.output_dir={second}", f"experiment.results_dir={second / 'results'}", *quiet]
-    out = _spar("run", *common, f"encode.lambda.path={first}", "encode.lambda.kind=projection",
-                "encode.lambda.dim=48").stdout
-    assert "Λ comes from encode.lambda" in out
-    assert not any((second / name).exists() for name in ("queries", "labels", "lambda"))  # skipped, not run
-    report = json.loads((second / "results" / "scifact-sample.json").read_text())
-    assert report["systems"]["spar"]["nDCG@10"] > report["systems"]["base"]["nDCG@10"]
-
-    # The Λ vectors come from run 1's Λ, on this experiment's corpus.
-    run1 = load_lambda(first / "lambda")
-    stored = load_embeddings(second / "embeddings" / "lambda" / "passages")
-    corpus = {pid: (title, text) for pid, title, text in _corpus(first)}
-    assert np.allclose(stored.vectors[:5], run1.encode_passage([corpus[i] for i in stored.ids[:5]]), atol=1e-5)
-
-    base_before = read_manifest(second / "embeddings" / "base" / "passages")["fingerprint"]
-    lambda_before = read_manifest(second / "embeddings" / "lambda" / "passages")["fingerprint"]
-    _spar("run", *common, f"encode.lambda={second / 'model'}", "experiment.name=from-published")
-    assert read_manifest(second / "embeddings" / "base" / "passages")["fingerprint"] == base_before
-    after = read_manifest(second / "embeddings" / "lambda" / "passages")
-    assert after["fingerprint"] != lambda_before and after["inputs"]["lambda_source"]["origin"] == "published"
-    republished = load_embeddings(second / "embeddings" / "lambda" / "passages")
-    assert np.allclose(republished.vectors, stored.vectors, atol=1e-5)
-    card = (second / "model" / "README.md").read_text()
-    assert "trained in another experiment" in card
-
-
-def _corpus(run: Path):
-    from spar.data.passages import PassagesTable
-
-    table = PassagesTable.open(run / "queries" / "passages.arrow")
-    for ids, titles, texts in table.iter_slices(1000):
-        yield from zip(ids, titles, texts)
+# -- spar run with a Λ from elsewhere ----------------------------------------------------------------------------
+# End to end (a second experiment using another run's directory, then its published model) in tests/test_kinds.py,
+# on the projection run the kinds test makes: the slow suite runs that pipeline once, not a third time here.
 
 
 def test_run_plans_skip_the_lambda_stages_with_encode_lambda_and_the_evaluation_stages_without_queries():
