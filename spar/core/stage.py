@@ -85,8 +85,9 @@ class Declared:
     kind: str
     settings: Any
     needs: Sequence[Dependency] = ()
-    #: Input values that are not read from anything (``{"seed": "13"}``); the rest come from ``needs``.
-    values: dict[str, str] = field(default_factory=dict)
+    #: Input values that are not read from anything (``{"seed": "13"}``, a Λ's description); the rest come from
+    #: ``needs``.
+    values: dict[str, Any] = field(default_factory=dict)
     resumable: bool = False
     verify_content: bool = False
 

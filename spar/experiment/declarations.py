@@ -102,6 +102,39 @@ def lambda_(experiment: Experiment) -> Declared:
     return Declared(experiment.run.artifact("lambda"), "lambda", config, needs, resumable=True, verify_content=True)
 
 
+def embeddings(experiment: Experiment, encoder: str, split: str) -> Declared:
+    """``embeddings/<encoder>/<split>/`` (encode): one split's vectors, ``passages`` or a question split's
+    ``queries-<key>``. Made from what is encoded (the passages' file(s); a question split's questions, by content,
+    and its questions file) and the encoder (its origin recorded; a Λ's description as an input value). Its settings
+    here are the encoder's name, the side, the shard size and the dtype;
+    :func:`spar.model.embeddings.declared_unit` adds what the loaded encoder decides (its vectors' fingerprint,
+    their precision, dropped titles). Resumable by shard."""
+    from spar.core.fingerprint import fingerprint_dict
+    from spar.data.readers import corpus_files, corpus_fingerprint
+
+    run, section = experiment.run, experiment.cfg.encode
+    spec = experiment.encoder(encoder)
+    origin = computed(None, spec.location, spec.weights, lambda: spec.sources)  # in the vectors' fingerprint
+    if split == "passages":
+        passages = experiment.passages
+        if isinstance(passages, Path) and passages.suffix == ".arrow":
+            read = [file("passages", passages)]
+        else:  # no sample stage: the corpus file(s)
+            read = [file_set("passages", passages if isinstance(passages, Path) else passages[0].parent,
+                             lambda: corpus_fingerprint(passages), corpus_files(passages))]
+        side = "passage"
+    else:
+        question = experiment.question_split(split.removeprefix("queries-"))
+        content = Dependency("queries", Path(question.files[question.split]), "files",
+                             value=lambda: fingerprint_dict(question.pairs(), ascii_only=False), records=lambda: [])
+        read = [content, *(file("queries_file" if option == question.split else None, path)
+                           for option, path in question.files.items())]
+        side = "query"
+    config = {"encoder": encoder, "side": side, "shard_size": section.shard_size, "dtype": section.dtype}
+    return Declared(run.embeddings(encoder, split), "embeddings", config, [*read, origin], dict(spec.inputs),
+                    resumable=True)
+
+
 def index(experiment: Experiment, fold: float = 1.0) -> Declared:
     """``index/`` (index): the passage vectors of both encoders and the seed; an index with Λ's half folded by μ₀
     (``fold``, the tuned μ: :mod:`spar.index.approximate`) also μ₀, and is made from ``tune/`` (a flat index, and one
@@ -215,9 +248,13 @@ DECLARATIONS: dict[str, Callable[..., Declared]] = {
 
 
 def declared(experiment: Experiment, name: str, **values: Any) -> Declared:
-    """The artifact ``name`` of ``experiment``; ``values``: what the declaration takes from a layer above the
-    experiment (the index's μ₀, read from ``tune/``)."""
+    """The artifact ``name`` of ``experiment`` (``embeddings/<encoder>/<split>`` for a split's vectors);
+    ``values``: what the declaration takes from a layer above the experiment (the index's μ₀, read from ``tune/``)."""
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] == "embeddings" and parts[1] in ENCODERS:
+        return embeddings(experiment, parts[1], parts[2], **values)
     if name not in DECLARATIONS:
-        raise KeyError(f"no declared artifact {name!r}; declared: {sorted(DECLARATIONS)}")
+        raise KeyError(f"no declared artifact {name!r}; declared: {sorted(DECLARATIONS)} and "
+                       "embeddings/<encoder>/<split>")
     return DECLARATIONS[name](experiment, **values)
 

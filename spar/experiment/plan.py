@@ -97,6 +97,8 @@ class EncoderPlan:
     weights: str
     inputs: dict[str, Any]
     sources: list[dict[str, str]]
+    #: Where its weights are (a model's path or hub id, a Λ's directory).
+    location: Path
 
 
 def _lambda_encoder(source) -> Any:
@@ -115,6 +117,7 @@ class Experiment:
         self.on_bad_record = cfg.experiment.on_bad_record
         self.data = cfg.data
         self.sets = cfg.data.question_sets
+        self._encoders: dict[str, EncoderPlan] = {}
 
     # -- its artifacts -------------------------------------------------------------------------------------------
     def artifact(self, name: str, **values: Any):
@@ -154,6 +157,16 @@ class Experiment:
         return [QuestionSplit(name, split, embeddings_key(name, split), split_files(self.sets[name], split),
                               functools.partial(self.read, name, split))
                 for name, split in configured_splits(self.sets)]
+
+    def question_split(self, key: str) -> QuestionSplit:
+        """The split whose vectors are ``embeddings/<encoder>/queries-<key>``."""
+        from spar.core.errors import ConfigError
+
+        for split in self.question_splits:
+            if split.key == key:
+                return split
+        raise ConfigError(f"no question split queries-{key}: the splits are "
+                          f"{[f'queries-{s.key}' for s in self.question_splits]}")
 
     def read(self, name: str, split: str) -> SplitQueries:
         """Set ``name``'s ``split`` ("dev" or "test"), read now."""
@@ -246,7 +259,13 @@ class Experiment:
         return run_lambda(self.cfg)
 
     def encoder(self, name: str) -> EncoderPlan:
-        """The encoder ``base`` (``encode.base``) or ``lambda`` (:attr:`lambda_source`)."""
+        """The encoder ``base`` (``encode.base``) or ``lambda`` (:attr:`lambda_source`), resolved once (its weights
+        are hashed)."""
+        if name not in self._encoders:
+            self._encoders[name] = self._encoder(name)
+        return self._encoders[name]
+
+    def _encoder(self, name: str) -> EncoderPlan:
         from spar.core.fingerprint import fingerprint_dict
         from spar.model.encoders import BiEncoder
         from spar.model.resolve import model_fingerprint, model_sources
@@ -256,14 +275,14 @@ class Experiment:
             weights = fingerprint_dict({"model": model_fingerprint(base.model), "passage_model":
                                         model_fingerprint(base.passage_model) if base.passage_model else None})
             return EncoderPlan(name, functools.partial(BiEncoder.from_section, base), weights, {},
-                               model_sources(base.model, base.passage_model))
+                               model_sources(base.model, base.passage_model), Path(base.model))
         if name != "lambda":
             raise KeyError(name)
         source = self.lambda_source
         # Its origin is recorded without machine-specific paths (the target corpus's content is in the fingerprint).
         described = {k: v for k, v in source.describe().items() if k not in ("path", "statistics_from")}
         return EncoderPlan(name, functools.partial(_lambda_encoder, source), source.fingerprint(),
-                           {"lambda_source": described}, source.sources())
+                           {"lambda_source": described}, source.sources(), Path(source.location))
 
     # -- teacher and index -----------------------------------------------------------------------------------------
     @cached_property
