@@ -152,8 +152,19 @@ def index(experiment: Experiment, fold: float = 1.0) -> Declared:
 
 def tune_section(cfg: Any) -> dict[str, Any]:
     """The ``tune`` section as fingerprints record it: its options, and the variant μ is tuned for (``index.variant``)
-    under the key ``variant``, where ``tune.variant`` kept it before spar 0.2 (runs made before stay up to date)."""
-    return {**settings(cfg.tune), "variant": cfg.index.variant}
+    under the key ``variant``, where ``tune.variant`` kept it before spar 0.2
+    (:data:`spar.core.legacy_spellings.PRE_0_2`)."""
+    from spar.core.legacy_spellings import old_section_settings
+
+    return {**settings(cfg.tune), **old_section_settings("tune", lambda key: _dotted(cfg, key))}
+
+
+def _dotted(cfg: Any, key: str) -> Any:
+    """The config's value of a dotted key (``index.variant``)."""
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _vectors(experiment: Experiment, keys: list[str]) -> list[Dependency]:
@@ -200,7 +211,7 @@ def evaluation(experiment: Experiment) -> Declared:
     paths = experiment.result_paths()
     config = {"evaluate": experiment.evaluate_settings(),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
-              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": experiment.holdout,
+              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, **experiment.holdout_setting(),
               "seed": experiment.seed, "results": str(paths[0])}
     sets = experiment.evaluate_set_settings()
     if sets:

@@ -10,7 +10,8 @@ works out, at most once each, what the drivers and the layers below used to re-d
   and each **encoder** (:class:`EncoderPlan`: a picklable factory, its weights fingerprint, what its manifests
   record and its sources);
 - its **teacher** (:mod:`spar.teacher.registry`) and **index options**;
-- how tune's and evaluate's fingerprints spell the question sets (unchanged since before spar 0.2).
+- how tune's and evaluate's fingerprints spell the question sets (unchanged since before spar 0.2:
+  :mod:`spar.core.legacy_spellings`).
 
 Below ``spar/experiment/`` functions take these typed parts (a set's section, the seed, a Λ source), never the config;
 the functions of this module that take it (``dev_pool(cfg)``, ``test_splits(cfg)``, ...) are the entry points of
@@ -219,15 +220,16 @@ class Experiment:
         return {file_key(name, option): path for name, qs in self.sets.items()
                 for option, path in split_files(qs, "test").items()}
 
-    @property
-    def holdout(self) -> float | None:
-        """The default set's ``dev_holdout_fraction`` (``data.dev_holdout_fraction`` in tune's and evaluate's
-        fingerprints, as before spar 0.2)."""
-        return default_holdout(self.sets)
+    def holdout_setting(self) -> dict[str, Any]:
+        """The default set's ``dev_holdout_fraction`` as tune's and evaluate's fingerprints record it: under its key
+        before spar 0.2 (:data:`spar.core.legacy_spellings.PRE_0_2`)."""
+        from spar.core.legacy_spellings import DEFAULT_SET_PREFIX, old_key
+
+        return {old_key(f"{DEFAULT_SET_PREFIX}dev_holdout_fraction"): default_holdout(self.sets)}
 
     def tune_settings(self) -> dict[str, Any]:
         """The question-set settings of tune's fingerprint (the default set's hold-out under its old key)."""
-        return {"dev_holdout_fraction": self.holdout, **set_settings(self.sets, TUNE_SET_OPTIONS)}
+        return {**self.holdout_setting(), **set_settings(self.sets, TUNE_SET_OPTIONS)}
 
     def result_paths(self) -> list[Path]:
         """Every results file evaluate writes (``<results_dir>/<stem>.json`` and ``.md`` of each group)."""
