@@ -40,7 +40,7 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
     the experiment's ``embeddings/<encoder>/<split>`` (:func:`spar.experiment.declarations.embeddings`: what it is
     made from); the loaded encoder adds its vectors' fingerprint (:func:`spar.model.embeddings.declared_unit`)."""
     enc = cfg.encode
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
     device = resolve_devices(enc.accelerator, enc.devices)[0]
@@ -77,7 +77,7 @@ def on_skip(cfg, manifest: dict) -> dict:
 def summary(cfg, results: dict[str, dict], unit: None) -> dict:
     """One line per encoder and split (``embeddings/<encoder>/<split>``)."""
     result: dict = {"skipped": True} if all(s.get("skipped") for s in results.values()) else {}
-    result["source"] = str(Experiment(cfg).passages)
+    result["source"] = str(Experiment.of(cfg).passages)
     for output, s in results.items():
         name = f"{Path(output).parent.name}/{Path(output).name}"
         if s.get("skipped"):

@@ -30,7 +30,7 @@ import numpy as np
 
 from spar.core.artifacts import PASSAGES_FILE, is_complete, read_manifest
 from spar.core.errors import ArtifactError, ConfigError
-from spar.core.run_context import ENCODERS, RunContext
+from spar.core.run_context import ENCODERS
 from spar.data.question_sets import SplitQueries
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,12 @@ def resolved_index(cfg):
     """``cfg`` with ``index.type: auto`` made concrete for the run's corpus (its base passage embeddings' count):
     the stages that build, tune for or serve the index prepare their config with this
     (:attr:`spar.core.stage.Stage.prepare`). Unchanged before the passages are encoded, or for a concrete type."""
+    from spar.experiment.plan import Experiment
     from spar.index.approximate import resolve_index_section
 
     if cfg.index.type != "auto":
         return cfg
-    d = RunContext(cfg).embeddings("base")
+    d = Experiment.of(cfg).run.embeddings("base")
     if not is_complete(d):
         return cfg
     count = int(read_manifest(d)["stats"]["count"])
@@ -71,7 +72,7 @@ class ExperimentInputs:
 
         self.cfg = cfg
         #: The experiment's resolved parts (:class:`spar.experiment.plan.Experiment`): its Λ is resolved once.
-        self.experiment = experiment if experiment is not None else Experiment(cfg)
+        self.experiment = experiment if experiment is not None else Experiment.of(cfg)
         self.out = cfg.output_dir
         self.run = self.experiment.run
         self._encoders: dict[str, Any] = {}

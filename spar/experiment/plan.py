@@ -120,6 +120,15 @@ class Experiment:
         self.sets = cfg.data.question_sets
         self._encoders: dict[str, EncoderPlan] = {}
 
+    @classmethod
+    def of(cls, cfg: Any) -> "Experiment":
+        """The experiment of ``cfg``, built once per stage run (:mod:`spar.core.stage_scope`): the stage's plan,
+        work and report, and the layers they call, share its resolved parts (Λ found, weights hashed, questions read
+        once); outside a stage run, a new one."""
+        from spar.core.stage_scope import once_per_stage_run
+
+        return once_per_stage_run("experiment", cfg, lambda: cls(cfg))
+
     # -- its artifacts -------------------------------------------------------------------------------------------
     def artifact(self, name: str, **values: Any):
         """The artifact ``name`` as this experiment declares it (:class:`spar.core.stage.Declared`: output, kind,
@@ -331,7 +340,7 @@ def run_facts(cfg):
 
 def set_split(cfg, name: str, split: str) -> SplitQueries:
     """Set ``name``'s ``split`` ("dev" or "test") of the experiment ``cfg``."""
-    return Experiment(cfg).read(name, split)
+    return Experiment.of(cfg).read(name, split)
 
 
 def split_queries(cfg, split: str) -> SplitQueries:
@@ -342,20 +351,20 @@ def split_queries(cfg, split: str) -> SplitQueries:
 
 
 def dev_split(cfg, name: str) -> SplitQueries:
-    return Experiment(cfg).dev_split(name)
+    return Experiment.of(cfg).dev_split(name)
 
 
 def dev_pool(cfg, names: Sequence[str] | None = None) -> SplitQueries:
-    return Experiment(cfg).dev_pool(names)
+    return Experiment.of(cfg).dev_pool(names)
 
 
 def own_mu_sets(cfg) -> list[str]:
-    return Experiment(cfg).own_mu()
+    return Experiment.of(cfg).own_mu()
 
 
 def pooled_sets(cfg) -> list[str]:
-    return Experiment(cfg).pooled()
+    return Experiment.of(cfg).pooled()
 
 
 def test_splits(cfg) -> list[SplitQueries]:
-    return Experiment(cfg).test_splits()
+    return Experiment.of(cfg).test_splits()
