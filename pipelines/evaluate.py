@@ -32,12 +32,12 @@ def plan(cfg, force: bool = False) -> Unit:
     override it cannot honour (refused also when the results are up to date)."""
     experiment = Experiment.of(cfg)
     inputs = ExperimentInputs(cfg, experiment)
-    inputs.check_embeddings(experiment.test_keys())
+    inputs.check_embeddings(experiment.test_split_keys())
     index_dir = experiment.run.artifact("index")
     info = index_info(index_dir, required=False)
     if info:
         check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
-    paths = experiment.result_paths()
+    paths = experiment.run.results_paths()
     return experiment.artifact("evaluation").unit(payload=inputs, current=lambda: all(p.exists() for p in paths))
 
 

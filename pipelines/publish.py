@@ -71,7 +71,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     results_json = results_md.with_suffix(".json")
     encoding = Experiment.of(cfg).run.encoding()
     encoder.metadata["provenance"]["encoding"] = encoding  # spar_model.json: the precision the index was made in
-    facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.tune_split(), encoder,
+    facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.dev_pool_description(), encoder,
                               tuned.payload, manifests, results_text, _portable_command(command), config_yaml,
                               source.describe(), encoding=encoding,
                               results=json.loads(results_json.read_text()) if results_json.exists() else None)

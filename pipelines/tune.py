@@ -22,7 +22,7 @@ def plan(cfg, force: bool = False) -> Unit:
     encode would not make now (refused naming `spar encode`)."""
     experiment = Experiment.of(cfg)
     inputs = ExperimentInputs(cfg, experiment)
-    inputs.check_embeddings(experiment.dev_keys())
+    inputs.check_embeddings(experiment.dev_pool_keys())
     return experiment.artifact("tune").unit(payload=inputs)
 
 

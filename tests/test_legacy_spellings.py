@@ -61,7 +61,7 @@ def test_the_default_set_is_fingerprinted_under_its_old_keys(tmp_path: Path):
     evaluate = evaluate_settings(cfg.evaluate, cfg.data.question_sets)
     assert (evaluate["answers"], evaluate["answer_match"]) == (str(answers), "regex")
     assert tune_section(cfg)["variant"] == "sum"
-    assert Experiment(cfg).tune_settings()["dev_holdout_fraction"] is None
+    assert Experiment(cfg).holdout_setting() == {"dev_holdout_fraction": None}
 
 
 def test_a_config_in_the_old_keys_reads_as_the_default_set(tmp_path: Path):

@@ -27,6 +27,10 @@ from spar.core.stage import Declared, settings
 #: :class:`spar.experiment.plan.Experiment`, which imports this module (the declarations take it, never import it).
 Experiment = Any
 
+#: The question-set options that change what tune computes, and what evaluate reports.
+TUNE_SET_OPTIONS = ("answer_match", "dev_sample", "own_mu")
+EVALUATE_SET_OPTIONS = ("answer_match", "own_mu")
+
 
 def queries(experiment: Experiment) -> Declared:
     """``queries/`` (sample): the corpus's sentences and its passages table. ``experiment.on_bad_record`` is not a
@@ -183,14 +187,15 @@ def _vectors(experiment: Experiment, keys: list[str]) -> list[Dependency]:
 
 def tune(experiment: Experiment) -> Declared:
     """``tune/`` (tune): μ and α on the dev questions, from the dev splits' vectors, their question files (keys as
-    before spar 0.2: :meth:`spar.experiment.plan.Experiment.tune_files`) and, when labelled, the teacher's index
+    before spar 0.2: :meth:`spar.experiment.plan.Experiment.question_files`) and, when labelled, the teacher's index
     (BM25 for α); its settings say which passages' codes μ is tuned on (``served_passages``)."""
     cfg = experiment.cfg
-    needs = [*_vectors(experiment, experiment.dev_keys()),
-             *(file(key, path) for key, path in experiment.tune_files().items()),
+    needs = [*_vectors(experiment, experiment.dev_pool_keys()),
+             *(file(key, path) for key, path in experiment.question_files("dev").items()),
              artifact("teacher_index", experiment.run.artifact("teacher_index"), "teacher_index", optional=True)]
     config = {"tune": tune_section(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "seed": experiment.seed,
-              "served_passages": experiment.index_options.scored_codec(cfg.index.type), **experiment.tune_settings()}
+              "served_passages": experiment.index_options.scored_codec(cfg.index.type), **experiment.holdout_setting(),
+              **experiment.set_settings(TUNE_SET_OPTIONS)}
     return Declared(experiment.run.artifact("tune"), "tune", config, needs)
 
 
@@ -203,17 +208,19 @@ def evaluation(experiment: Experiment) -> Declared:
     from spar.index.files import search_settings
 
     cfg, run = experiment.cfg, experiment.run
-    needs = [*_vectors(experiment, experiment.test_keys()),
+    needs = [*_vectors(experiment, experiment.test_split_keys()),
              *(artifact(name, run.artifact(name), name, optional=True) for name in ("tune", "index", "teacher_index")),
-             *(file(key, path) for key, path in experiment.evaluate_files().items())]
+             *(file(key, path) for key, path in experiment.question_files("test").items())]
     if cfg.evaluate.published:  # the results print it: another file, other results
         needs.append(file("published", cfg.evaluate.published))
-    paths = experiment.result_paths()
-    config = {"evaluate": experiment.evaluate_settings(),
+    from spar.data.question_sets import evaluate_settings
+
+    paths = run.results_paths()
+    config = {"evaluate": evaluate_settings(cfg.evaluate, experiment.sets),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
               "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, **experiment.holdout_setting(),
               "seed": experiment.seed, "results": str(paths[0])}
-    sets = experiment.evaluate_set_settings()
+    sets = experiment.set_settings(EVALUATE_SET_OPTIONS)
     if sets:
         config.update(results=[str(p) for p in paths], **sets)
     if cfg.index.type not in EXHAUSTIVE_INDEX_TYPES:

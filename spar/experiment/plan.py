@@ -10,7 +10,7 @@ works out, at most once each, what the drivers and the layers below used to re-d
   and each **encoder** (:class:`EncoderPlan`: a picklable factory, its weights fingerprint, what its manifests
   record and its sources);
 - its **teacher** (:mod:`spar.teacher.registry`) and **index options**;
-- how tune's and evaluate's fingerprints spell the question sets (unchanged since before spar 0.2:
+- how fingerprints spell the question sets' files and options (unchanged since before spar 0.2:
   :mod:`spar.core.legacy_spellings`).
 
 Below ``spar/experiment/`` functions take these typed parts (a set's section, the seed, a Λ source), never the config;
@@ -23,7 +23,7 @@ Example::
     >>> experiment = Experiment(load_config(None))
     >>> [(s.set, s.split, s.key, sorted(s.files)) for s in experiment.question_splits]
     [('default', 'dev', 'dev', ['dev', 'qrels_dev']), ('default', 'test', 'test', ['qrels_test', 'test'])]
-    >>> sorted(experiment.tune_files())
+    >>> sorted(experiment.question_files("dev"))
     ['qrels_dev', 'queries']
 """
 
@@ -37,12 +37,8 @@ from typing import Any, Callable, Sequence
 
 from spar.core.run_context import RunContext
 from spar.data.question_sets import (SplitQueries, configured_splits, default_holdout, embeddings_key,
-                                     evaluate_settings, file_key, own_mu_names, pool, pooled_names, read_split,
+                                     file_key, own_mu_names, pool, pooled_names, read_split,
                                      sampled, set_settings, split_files)
-
-#: The question-set options that change what tune computes, and what evaluate reports.
-TUNE_SET_OPTIONS = ("answer_match", "dev_sample", "own_mu")
-EVALUATE_SET_OPTIONS = ("answer_match", "own_mu")
 
 
 @dataclass
@@ -207,27 +203,26 @@ class Experiment:
         """Every test split, in config order."""
         return [split.queries for split in self.question_splits if split.split == "test"]
 
-    # -- what tune and evaluate read, as their fingerprints spell it ---------------------------------------------
-    def tuned_sets(self) -> list[str]:
+    # -- the question sets' splits and files, as fingerprints spell them ----------------------------------------
+    def dev_pool_sets(self) -> list[str]:
+        """The sets whose dev splits μ is tuned on: the pooled ones, then those with their own μ."""
         return list(dict.fromkeys([*self.pooled(), *self.own_mu()]))
 
-    def dev_keys(self) -> list[str]:
-        """The embeddings keys of the dev splits tune reads."""
-        return [embeddings_key(name, "dev") for name in self.tuned_sets()]
+    def dev_pool_keys(self) -> list[str]:
+        """The embeddings keys of the dev splits of :meth:`dev_pool_sets`."""
+        return [embeddings_key(name, "dev") for name in self.dev_pool_sets()]
 
-    def test_keys(self) -> list[str]:
+    def test_split_keys(self) -> list[str]:
+        """The embeddings keys of every test split."""
         return [split.key for split in self.question_splits if split.split == "test"]
 
-    def tune_files(self) -> dict[str, str]:
-        """The question files tune reads: every file of the dev splits of the sets it tunes on (a dev hold-out's
-        test qrels), by fingerprint key."""
-        return {file_key(name, option): path for name in self.tuned_sets()
-                for option, path in split_files(self.sets[name], "dev").items()}
-
-    def evaluate_files(self) -> dict[str, str]:
-        """The question files evaluate reads: every set's test files and answers, by fingerprint key."""
-        return {file_key(name, option): path for name, qs in self.sets.items()
-                for option, path in split_files(qs, "test").items()}
+    def question_files(self, split: str) -> dict[str, str]:
+        """The question files of the ``split`` ("dev": of :meth:`dev_pool_sets`, a dev hold-out's test qrels
+        among them; "test": of every set, answers included), by fingerprint key
+        (:func:`spar.data.question_sets.file_key`)."""
+        names = self.dev_pool_sets() if split == "dev" else list(self.sets)
+        return {file_key(name, option): path for name in names
+                for option, path in split_files(self.sets[name], split).items()}
 
     def holdout_setting(self) -> dict[str, Any]:
         """The default set's ``dev_holdout_fraction`` as tune's and evaluate's fingerprints record it: under its key
@@ -236,20 +231,9 @@ class Experiment:
 
         return {old_key(f"{DEFAULT_SET_PREFIX}dev_holdout_fraction"): default_holdout(self.sets)}
 
-    def tune_settings(self) -> dict[str, Any]:
-        """The question-set settings of tune's fingerprint (the default set's hold-out under its old key)."""
-        return {**self.holdout_setting(), **set_settings(self.sets, TUNE_SET_OPTIONS)}
-
-    def result_paths(self) -> list[Path]:
-        """Every results file evaluate writes (``<results_dir>/<stem>.json`` and ``.md`` of each group)."""
-        return [path for stem in self.run.results_groups for path in self.run.results_file(stem)]
-
-    def evaluate_settings(self) -> dict[str, Any]:
-        """The evaluate section and the question-set settings of evaluate's fingerprint."""
-        return evaluate_settings(self.cfg.evaluate, self.sets)
-
-    def evaluate_set_settings(self) -> dict[str, Any]:
-        return set_settings(self.sets, EVALUATE_SET_OPTIONS)
+    def set_settings(self, options: Sequence[str]) -> dict[str, Any]:
+        """The sets' ``options`` that change an artifact (:func:`spar.data.question_sets.set_settings`)."""
+        return set_settings(self.sets, options)
 
     # -- Λ and the encoders ---------------------------------------------------------------------------------------
     @cached_property
@@ -308,7 +292,7 @@ class Experiment:
         (:class:`spar.lexical.card.RunFacts`)."""
         return run_facts(self.cfg)
 
-    def tune_split(self) -> str | None:
+    def dev_pool_description(self) -> str | None:
         """What μ was tuned on, as the published card says it (:func:`spar.publish.card.tune_split`)."""
         from spar.publish.card import tune_split
 
