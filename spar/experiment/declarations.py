@@ -13,6 +13,9 @@ Example::
     >>> declared = Experiment(load_config(None)).artifact("queries")
     >>> declared.kind, declared.output.name, [need.key for need in declared.needs]
     ('queries', 'queries', ['corpus'])
+    >>> split = Experiment(load_config(None)).artifact("embeddings/base/queries-test")
+    >>> split.output.parts[-3:], split.settings["side"], [need.key for need in split.needs]
+    (('embeddings', 'base', 'queries-test'), 'query', ['queries', 'queries_file', None, None])
 """
 
 from __future__ import annotations
