@@ -151,34 +151,6 @@ class ExperimentInputs:
         log.info("encoding %d %s queries with %s", len(queries.ids), queries.split, encoder)
         return self.encoder(encoder).encode_query(list(queries.texts.values()), batch_size=batch_size)
 
-    def input_fingerprints(self, splits: Sequence[str]) -> dict[str, str]:
-        """Manifest fingerprints of every dense input that exists (passages required, query vectors optional)."""
-        prints = {}
-        for name in ENCODERS:
-            d = self.passage_dir(name)
-            if not is_complete(d):
-                raise ArtifactError(f"{d}: passage embeddings of '{name}' are missing (run `spar encode`)")
-            prints[f"{name}/passages"] = read_manifest(d)["fingerprint"]
-            for split in splits:
-                q = self.query_dir(name, split)
-                if is_complete(q):
-                    prints[f"{name}/queries-{split}"] = read_manifest(q)["fingerprint"]
-        prints["lambda"] = self.lambda_source.fingerprint()
-        self.check_embeddings(splits)
-        return prints
-
-    def sources(self, splits: Sequence[str]) -> list[dict[str, str]]:
-        """What tuning or evaluating on ``splits`` reads, for the manifest (:mod:`spar.core.lineage`): the passage
-        embeddings, the stored query vectors of those splits, Λ."""
-        from spar.core.lineage import source
-
-        found = []
-        for name in ENCODERS:
-            found.append(source(self.passage_dir(name)))
-            found += [source(self.query_dir(name, split)) for split in splits
-                      if is_complete(self.query_dir(name, split))]
-        return found + self.lambda_source.sources()
-
     def check_embeddings(self, splits: Sequence[str] = ()) -> None:
         """Refuse passage (and ``splits``' query) vectors that ``spar encode`` would not make now: Λ's made with
         another Λ, or any encoder's made at another precision than ``encode.precision`` resolves to. Tune, index,

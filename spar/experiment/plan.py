@@ -1,11 +1,12 @@
 """One experiment, resolved once: what each stage's plan declares its artifacts over.
 
-:class:`Experiment` is built from the config once per stage (``spar run`` runs each stage in its own process) and
+:class:`Experiment` is built from the config once per stage run (:meth:`Experiment.of`; ``spar run`` runs each stage
+in its own process) and
 works out, at most once each, what the drivers and the layers below used to re-derive from the raw config:
 
 - its **run** (:class:`~spar.core.run_context.RunContext`) and the **passages** it encodes;
-- its **question splits** (:class:`QuestionSplit`: set, split, embeddings key, the files it reads, their fingerprints
-  and lineage sources, its questions), the **dev pool** μ is tuned on and the **test splits** evaluate reports;
+- its **question splits** (:class:`QuestionSplit`: set, split, embeddings key, the files it reads, its questions),
+  the **dev pool** μ is tuned on and the **test splits** evaluate reports;
 - its **Λ** (:attr:`Experiment.lambda_source`: ``encode.lambda`` or the run's ``lambda/``, found and checked once)
   and each **encoder** (:class:`EncoderPlan`: a picklable factory, its weights fingerprint, what its manifests
   record and its sources);
@@ -65,24 +66,6 @@ class QuestionSplit:
         order = queries.qrels if queries.qrels else queries.texts
         return [(q, queries.texts[q]) for q in order]
 
-    def fingerprints(self) -> dict[str, str]:
-        """``{fingerprint key: file fingerprint}`` of its files (:func:`spar.data.question_sets.file_key`)."""
-        from spar.core.fingerprint import file_fingerprint
-
-        return {file_key(self.set, option): file_fingerprint(path) for option, path in self.files.items()}
-
-    def questions_file(self) -> dict[str, str]:
-        """``{"queries_file": fingerprint}`` of the file its questions come from (its embeddings' manifests)."""
-        from spar.core.fingerprint import file_fingerprint
-
-        return {"queries_file": file_fingerprint(self.files[self.split])}
-
-    def sources(self) -> list[dict[str, str]]:
-        """Its files as lineage sources (:mod:`spar.core.lineage`)."""
-        from spar.core.lineage import source
-
-        return [source(path, "file") for path in self.files.values()]
-
 
 @dataclass
 class EncoderPlan:
@@ -140,12 +123,6 @@ class Experiment:
         from spar.data.passages import encoded_passages
 
         return encoded_passages(self.run.passages, self.data.corpus)
-
-    def passage_sources(self) -> list[dict[str, str]]:
-        from spar.core.lineage import source
-
-        return [source(path, "file") for path in ([self.passages] if isinstance(self.passages, Path)
-                                                  else self.passages)]
 
     @cached_property
     def known_passages(self) -> set[str] | None:
