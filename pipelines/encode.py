@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from spar.core.artifacts import ArtifactWriter
-from spar.model.embeddings import EncodeOptions, passages_unit, queries_unit, split_counts, write_split
+from spar.model.embeddings import EncodeOptions, declared_unit, split_counts, write_split
 from spar.model.engines import resolve_devices
 from spar.core.executor import make_executor
 from spar.model.onnx_encoder import backend_name, with_backend
@@ -36,11 +36,11 @@ def passage_titles(cfg, encoder) -> bool:
 
 def plan(cfg, force: bool = False) -> Iterator[Unit]:
     """One unit per encoder and split: passages, then the dev/test queries; one encoder in memory at a time (with
-    ``executor.kind: ray``, one set of Ray workers at a time, kept for every split of their encoder). What each
-    depends on is the experiment's (:class:`spar.experiment.plan.Experiment`: its passages, question splits and
-    encoders, each resolved once)."""
+    ``executor.kind: ray``, one set of Ray workers at a time, kept for every split of their encoder). Each split is
+    the experiment's ``embeddings/<encoder>/<split>`` (:func:`spar.experiment.declarations.embeddings`: what it is
+    made from); the loaded encoder adds its vectors' fingerprint (:func:`spar.model.embeddings.declared_unit`)."""
     enc = cfg.encode
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
     device = resolve_devices(enc.accelerator, enc.devices)[0]
@@ -55,21 +55,15 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
             # follow. A Ray worker loads the encoder itself (spec.make) and puts it on the same backend
             # (spar/model/encode_workers.py).
             encoder = with_backend(spec.make(), enc.backend, device)
-            common = dict(weights_fingerprint=spec.weights, encoder_name=name, shard_size=enc.shard_size,
-                          dtype=enc.dtype, options=replace(options, backend=backend_name(encoder)),
+            common = dict(weights_fingerprint=spec.weights, options=replace(options, backend=backend_name(encoder)),
                           executor=executor, make_encoder=spec.make)
-            unit = passages_unit(encoder, experiment.passages, experiment.run.embeddings(name, "passages"),
-                                 corpus_format=cfg.data.corpus_format, on_bad_record=cfg.experiment.on_bad_record,
-                                 use_titles=passage_titles(cfg, encoder), inputs=spec.inputs, **common)
-            unit.sources = [*experiment.passage_sources(), *spec.sources]
-            yield unit
+            yield declared_unit(experiment.artifact(f"embeddings/{name}/passages"), encoder, experiment.passages,
+                                corpus_format=experiment.data.corpus_format, on_bad_record=experiment.on_bad_record,
+                                use_titles=passage_titles(cfg, encoder), **common)
             for split in experiment.question_splits:
-                out = experiment.run.embeddings(name, f"queries-{split.key}")
-                unit = queries_unit(encoder, queries[split.key], out, inputs={**spec.inputs, **split.questions_file()},
-                                    **common)
-                unit.sources = [*split.sources(), *spec.sources]
-                yield unit
-            del encoder, unit
+                yield declared_unit(experiment.artifact(f"embeddings/{name}/queries-{split.key}"), encoder,
+                                    queries[split.key], **common)
+            del encoder
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
@@ -83,7 +77,7 @@ def on_skip(cfg, manifest: dict) -> dict:
 def summary(cfg, results: dict[str, dict], unit: None) -> dict:
     """One line per encoder and split (``embeddings/<encoder>/<split>``)."""
     result: dict = {"skipped": True} if all(s.get("skipped") for s in results.values()) else {}
-    result["source"] = str(Experiment(cfg).passages)
+    result["source"] = str(Experiment.of(cfg).passages)
     for output, s in results.items():
         name = f"{Path(output).parent.name}/{Path(output).name}"
         if s.get("skipped"):

@@ -30,19 +30,19 @@ def plan(cfg, force: bool = False) -> Unit:
     """``evaluation/`` as the experiment declares it (:func:`spar.experiment.declarations.evaluation`), up to date
     while its results files are there; never evaluates vectors encode would not make now, nor an index with an
     override it cannot honour (refused also when the results are up to date)."""
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     inputs = ExperimentInputs(cfg, experiment)
-    inputs.check_embeddings(experiment.test_keys())
+    inputs.check_embeddings(experiment.test_split_keys())
     index_dir = experiment.run.artifact("index")
     info = index_info(index_dir, required=False)
     if info:
         check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
-    paths = experiment.result_paths()
+    paths = experiment.run.results_paths()
     return experiment.artifact("evaluation").unit(payload=inputs, current=lambda: all(p.exists() for p in paths))
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    context = RunContext(cfg)
+    context = Experiment.of(cfg).run
     ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
     published = Published.read(cfg.evaluate.published) if cfg.evaluate.published else None  # fails before the work
@@ -84,7 +84,7 @@ def _run_dirs(cfg, inputs: ExperimentInputs) -> list[Path]:
 
 
 def on_skip(cfg, manifest: dict) -> dict:
-    context = RunContext(cfg)
+    context = Experiment.of(cfg).run
     files = [context.results_file(stem) for stem in context.results_groups]
     return {"results": ", ".join(str(j) for j, _ in files), "table": "\n".join(md.read_text() for _, md in files)}
 

@@ -14,7 +14,6 @@ import logging
 
 from spar.core.artifacts import ArtifactWriter
 from spar.core.executor import make_executor
-from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 from spar.core.tracking import Report, figures
 from spar.experiment.inputs import ExperimentInputs, resolved_index
@@ -29,7 +28,7 @@ log = logging.getLogger(__name__)
 def plan(cfg, force: bool = False) -> Unit:
     """``index/`` as the experiment declares it (:func:`spar.experiment.declarations.index`), folded by μ₀ when
     its type is approximate. Never indexes vectors encode would not make now (refused naming `spar encode`)."""
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     ExperimentInputs(cfg, experiment).check_embeddings()
     fold = folded_mu(cfg)
     run = experiment.run
@@ -74,7 +73,7 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
 
 def on_skip(cfg, manifest: dict) -> dict:
     """An up-to-date index still takes new search-time settings (no re-indexing)."""
-    changed = refresh_search_params(RunContext(cfg).artifact("index"),
+    changed = refresh_search_params(Experiment.of(cfg).run.artifact("index"),
                                     {k: getattr(cfg.index, k) for k in SEARCH_TIME})
     return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
 

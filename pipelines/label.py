@@ -27,7 +27,6 @@ from spar.core.config import SparConfig
 from spar.core.executor import make_executor
 from spar.experiment.plan import Experiment
 from spar.teacher.labelling import label_queries, merge_parts_when_ready, part_dir_name
-from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit, run_unit
 from spar.core.tracking import Report, figures
 from spar.teacher.registry import choose_engine, configured_teacher
@@ -36,7 +35,7 @@ from spar.teacher.registry import choose_engine, configured_teacher
 def build_teacher_index(cfg: SparConfig, force: bool = False, experiment: Experiment | None = None) -> Path:
     """Build ``teacher_index/`` unless a complete one with the same corpus and settings exists
     (:func:`spar.experiment.declarations.teacher_index`)."""
-    experiment = experiment if experiment is not None else Experiment(cfg)
+    experiment = experiment if experiment is not None else Experiment.of(cfg)
     teacher, passages = experiment.teacher, experiment.run.passages
     unit = experiment.artifact("teacher_index").unit()
 
@@ -52,10 +51,10 @@ def build_teacher_index(cfg: SparConfig, force: bool = False, experiment: Experi
 def _engine(cfg: SparConfig) -> tuple[str, str]:
     """The engine ``label.engine`` asks for, and why (:func:`spar.teacher.registry.choose_engine`)."""
     s = cfg.label
-    qdir = RunContext(cfg).artifact("queries")
+    qdir = Experiment.of(cfg).run.artifact("queries")
     total = read_manifest(qdir)["stats"].get("queries")
     queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
-    return choose_engine(s, RunContext(cfg).passages, queries)
+    return choose_engine(s, Experiment.of(cfg).run.passages, queries)
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
@@ -64,7 +63,7 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     checked unchanged since `spar sample` wrote it, --force too: another table put there would label rows of one
     corpus with an index of another)."""
     s = cfg.label
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     declared = experiment.artifact("labels")
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
         remove_stale_temporaries(experiment.output_dir)  # a killed run's teacher_index.tmp-<pid>/, collection copy
@@ -83,15 +82,15 @@ def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
     s = cfg.label
     part = unit.kind == "labels-part"
     sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
-    index_dir = RunContext(cfg).artifact("teacher_index")
-    passages = RunContext(cfg).passages
+    index_dir = Experiment.of(cfg).run.artifact("teacher_index")
+    passages = Experiment.of(cfg).run.passages
     engine, why = _engine(cfg)
     with make_executor(cfg.executor) as executor:
         # The teacher as a factory: this process builds it once, or each Ray worker its own (spar/core/executor.py).
         teacher = functools.partial(configured_teacher, s, index_dir.resolve(), engine,
                                     cfg.executor.cpus_per_worker if executor.kind == "ray" else None,
                                     passages.resolve(), executor.kind == "local")
-        stats = label_queries(teacher, RunContext(cfg).artifact("queries"), w.path, s, executor=executor,
+        stats = label_queries(teacher, Experiment.of(cfg).run.artifact("queries"), w.path, s, executor=executor,
                               needs={"teacher index": index_dir}, **sharding)
     started = stats.pop("teacher_start_seconds", None)
     engine = f"{engine} ({why}" + (f"; postings built in {started} s)" if started else ")")

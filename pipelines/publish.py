@@ -16,7 +16,7 @@ from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, writ
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit
 from spar.core.tracking import Report, figures
-from spar.core.run_context import RunContext, published_model_dir
+from spar.core.run_context import published_model_dir
 from spar.evaluate.tuning import read_tuned
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.experiment.plan import Experiment
@@ -34,7 +34,7 @@ def model_output(cfg) -> Path:
 def plan(cfg, force: bool = False) -> Unit:
     """``model/`` as the experiment declares it (:func:`spar.experiment.declarations.model`), from μ of
     ``tune/`` (refused naming `spar tune` when missing) and the index (checked against the run)."""
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
     index_dir = experiment.run.artifact("index")
     require_index(index_dir)
@@ -56,26 +56,26 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     _check_index_is_current(cfg, index_dir)
     base = BiEncoder.from_section(cfg.encode.base)
     out = unit.output
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     run_facts = experiment.run_facts()
     provenance = _portable_provenance(model_provenance(run_facts, cfg.encode.base.model, source, tuned.payload,
                                                        index_info), out)
     encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
-    manifests = {name: _manifest_or_empty(RunContext(cfg).artifact(name)) for name in ("queries", "labels")}
+    manifests = {name: _manifest_or_empty(Experiment.of(cfg).run.artifact(name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     config_yaml = portable_config_yaml(cfg, out)
-    command = RunContext(cfg).command_line("run")
+    command = Experiment.of(cfg).run.command_line("run")
     results_text = results_md.read_text(encoding="utf-8") if results_md.exists() else None
     if results_text is not None:  # the results table ends with the command that made it
         results_text = results_text.replace(command, _portable_command(command))
     results_json = results_md.with_suffix(".json")
-    encoding = RunContext(cfg).encoding()
+    encoding = Experiment.of(cfg).run.encoding()
     encoder.metadata["provenance"]["encoding"] = encoding  # spar_model.json: the precision the index was made in
-    facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.tune_split(), encoder,
+    facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.dev_pool_description(), encoder,
                               tuned.payload, manifests, results_text, _portable_command(command), config_yaml,
                               source.describe(), encoding=encoding,
                               results=json.loads(results_json.read_text()) if results_json.exists() else None)
-    passages = RunContext(cfg).passages
+    passages = Experiment.of(cfg).run.passages
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
                   passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
     w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,

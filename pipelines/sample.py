@@ -21,7 +21,7 @@ from spar.experiment.plan import Experiment
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
     """``queries/`` as the experiment declares it (:func:`spar.experiment.declarations.queries`)."""
-    return Experiment(cfg).artifact("queries").unit()
+    return Experiment.of(cfg).artifact("queries").unit()
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:

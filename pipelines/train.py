@@ -18,7 +18,6 @@ from pathlib import Path
 from spar.core.artifacts import ArtifactWriter, is_complete
 from spar.core.config import SparConfig
 from spar.core.fingerprint import CONTENT_IDENTITY
-from spar.core.run_context import RunContext
 from spar.lexical import build_lambda
 from spar.core.stage import Stage, Unit
 from spar.experiment.plan import Experiment, run_facts
@@ -28,27 +27,27 @@ from spar.train.training import is_primary_process, summarize, train_lambda
 
 def fingerprint_config(cfg: SparConfig) -> dict:
     """What the trained Λ depends on (:func:`spar.experiment.declarations.lambda_`)."""
-    return Experiment(cfg).artifact("lambda").settings
+    return Experiment.of(cfg).artifact("lambda").settings
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
     """``lambda/`` as the experiment declares it; ``primary``: extra DDP ranks train alongside rank 0 in the same work
     directory, and rank 0 exports and finalises."""
-    return Experiment(cfg).artifact("lambda").unit(primary=is_primary_process())
+    return Experiment.of(cfg).artifact("lambda").unit(primary=is_primary_process())
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
-    ldir = RunContext(cfg).artifact("labels")
+    ldir = Experiment.of(cfg).run.artifact("labels")
     label = cfg.label
     # A term-based Λ densifies the teacher's term weighting (BM25's, for the BM25 teachers).
     scores = teacher_for(label).term_weighting or label.teacher
-    model = build_lambda(cfg.train, RunContext(cfg).passages, teacher=scores, k1=label.k1, b=label.b,
+    model = build_lambda(cfg.train, Experiment.of(cfg).run.passages, teacher=scores, k1=label.k1, b=label.b,
                          fields=label.fields, seed=cfg.experiment.seed)
     if not model.trainable:
         return _fit_only(cfg, model, w)
     options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
                    logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=cfg.experiment.name)
-    result = train_lambda(model, cfg.train, RunContext(cfg).passages, ldir, w.path, **options)
+    result = train_lambda(model, cfg.train, Experiment.of(cfg).run.passages, ldir, w.path, **options)
     if not unit.primary:
         return {"rank": "worker"}
     w.stats.update(result.stats(), **CONTENT_IDENTITY)  # identified by its content, not its timings (#37)
@@ -101,9 +100,9 @@ def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: di
     from spar.core.artifacts import read_manifest
     from spar.lexical.card import lambda_card, lambda_card_facts
 
-    queries = read_manifest(RunContext(cfg).artifact("queries")).get("stats", {})
+    queries = read_manifest(Experiment.of(cfg).run.artifact("queries")).get("stats", {})
     facts = lambda_card_facts(run_facts(cfg), queries, fingerprint, training,
-                              RunContext(cfg).command_line("train"))
+                              Experiment.of(cfg).run.command_line("train"))
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from spar.core.artifacts import ArtifactWriter, write_json_atomic
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.experiment.plan import Experiment
-from spar.core.run_context import RunContext
 from spar.core.stage import Stage, Unit
 from spar.core.tracking import Line, Report
 from spar.evaluate.tuning import TUNE_FILE, plot_curve, read_tuned, tune_experiment
@@ -21,16 +20,16 @@ from spar.evaluate.tuning import TUNE_FILE, plot_curve, read_tuned, tune_experim
 def plan(cfg, force: bool = False) -> Unit:
     """``tune/`` as the experiment declares it (:func:`spar.experiment.declarations.tune`); never tunes on vectors
     encode would not make now (refused naming `spar encode`)."""
-    experiment = Experiment(cfg)
+    experiment = Experiment.of(cfg)
     inputs = ExperimentInputs(cfg, experiment)
-    inputs.check_embeddings(experiment.dev_keys())
+    inputs.check_embeddings(experiment.dev_pool_keys())
     return experiment.artifact("tune").unit(payload=inputs)
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     report = tune_experiment(cfg, unit.payload)
     tuned = report.payload
-    tuned["encoding"] = RunContext(cfg).encoding()  # the vectors μ was tuned on: precision and backend (#48)
+    tuned["encoding"] = Experiment.of(cfg).run.encoding()  # the vectors μ was tuned on: precision and backend (#48)
     write_json_atomic(w.path / TUNE_FILE, tuned)
     dev = tuned["dev_scores"]
     plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",

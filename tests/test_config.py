@@ -215,7 +215,8 @@ def test_a_default_set_judged_by_nothing_or_beside_named_sets_is_refused(tmp_pat
 def test_the_default_set_keeps_its_fingerprint_spelling(tmp_path: Path):
     """Fingerprints spell the default set as the keys before spar 0.2 did (data.queries & co., evaluate.answers), so
     runs made before stay up to date; the expected dicts are the old sections' fields."""
-    from spar.data.question_sets import data_settings
+    from spar.data.question_sets import data_settings, evaluate_settings
+    from spar.experiment.declarations import EVALUATE_SET_OPTIONS, TUNE_SET_OPTIONS
     from spar.experiment.plan import Experiment
 
     cfg = load_config(None)
@@ -224,21 +225,24 @@ def test_the_default_set_keeps_its_fingerprint_spelling(tmp_path: Path):
     assert data_settings(cfg.data) == {"corpus": cfg.data.corpus, "corpus_format": "auto", "title_field": True,
                                        "queries": default.test, "qrels_dev": default.qrels_dev,
                                        "qrels_test": default.qrels_test, "dev_holdout_fraction": None}
-    assert experiment.evaluate_settings() == {"k": 100, "metrics": ["nDCG@10", "MRR@10", "R@20", "R@100"],
-                                              "rbo_p": 0.9, "shuffled": True, "answers": None,
-                                              "answer_match": "string", "accuracy_at": [20, 100]}
-    assert experiment.tune_settings() == {"dev_holdout_fraction": None} and experiment.evaluate_set_settings() == {}
-    assert experiment.tune_files() == {"queries": default.dev, "qrels_dev": default.qrels_dev}
-    assert experiment.evaluate_files() == {"queries": default.test, "qrels_test": default.qrels_test}
+    assert evaluate_settings(cfg.evaluate, experiment.sets) == {
+        "k": 100, "metrics": ["nDCG@10", "MRR@10", "R@20", "R@100"], "rbo_p": 0.9, "shuffled": True, "answers": None,
+        "answer_match": "string", "accuracy_at": [20, 100]}
+    assert experiment.holdout_setting() == {"dev_holdout_fraction": None}
+    assert experiment.set_settings(EVALUATE_SET_OPTIONS) == {}
+    assert experiment.question_files("dev") == {"queries": default.dev, "qrels_dev": default.qrels_dev}
+    assert experiment.question_files("test") == {"queries": default.test, "qrels_test": default.qrels_test}
     with pytest.warns(FutureWarning):
         held = Experiment(load_config(None, ["data.qrels_dev=null", "data.dev_holdout_fraction=0.5"]))
-    assert held.tune_files() == {"queries": default.dev, "qrels_test": default.qrels_test}
-    assert held.tune_settings() == {"dev_holdout_fraction": 0.5}
+    assert held.question_files("dev") == {"queries": default.dev, "qrels_test": default.qrels_test}
+    assert held.holdout_setting() == {"dev_holdout_fraction": 0.5}
     named = Experiment(load_config(None, ["data.question_sets={nq: {dev: a.jsonl, test: b.jsonl, dev_sample: 5}}"]))
-    assert named.tune_files() == {"nq.dev": "a.jsonl"} and named.evaluate_files() == {"nq.test": "b.jsonl"}
-    assert named.tune_settings() == {"dev_holdout_fraction": None, "question_sets": {
+    assert named.question_files("dev") == {"nq.dev": "a.jsonl"}
+    assert named.question_files("test") == {"nq.test": "b.jsonl"}
+    assert {**named.holdout_setting(), **named.set_settings(TUNE_SET_OPTIONS)} == {
+        "dev_holdout_fraction": None, "question_sets": {
         "nq": {"answer_match": "string", "dev_sample": 5, "own_mu": False}}}
-    assert named.dev_keys() == ["dev-nq"] and named.test_keys() == ["test-nq"]
+    assert named.dev_pool_keys() == ["dev-nq"] and named.test_split_keys() == ["test-nq"]
     assert "question_sets" not in data_settings(cfg.data) and data_settings(named.data)["queries"] is None
 
 

@@ -45,22 +45,22 @@ from spar.core.config_sections import (  # noqa: F401  (re-exported: every secti
     ExperimentSection, LabelSection, LambdaEncoderSection, LambdaKind, LambdaSourceSection, LexicalSection, Projection,
     QuestionSetSection, SampleSection, Section, Storage, TrainSection, Variant)
 from spar.core.errors import ConfigError
+from spar.core.legacy_spellings import DEFAULT_SET_PREFIX, PRE_0_2, folded_default_set
 
 #: The configuration used when ``spar run`` is given no file: the embedded SciFact sample in ``data/``.
 DEFAULT_CONFIG_NAME = "default.yaml"
 #: Keys that became another key, accepted for one release with a warning: old dotted key -> its replacement.
 MOVED_KEYS = {
-    "tune.variant": ("index.variant", "one setting for the index and the μ tuned for it"),  # spar 0.2
+    PRE_0_2["index.variant"]: ("index.variant", "one setting for the index and the μ tuned for it"),  # spar 0.2
     # #47: every stage logs a W&B run, not evaluate alone (and tune, which read this key too).
     "evaluate.wandb_mode": ("experiment.wandb_mode", "one setting for every stage's W&B run"),
 }
 
 #: The keys of an experiment's one question set before spar 0.2, and where they are now: its fields in
 #: ``data.question_sets.default`` (:data:`~spar.core.config_sections.DEFAULT_SET`). Read at load with a warning, for
-#: one release; ``data.queries`` is the set's ``dev`` and ``test`` questions (one file, split by the qrels).
-FOLDED_KEYS = {"data.queries": "dev, test", "data.qrels_dev": "qrels_dev", "data.qrels_test": "qrels_test",
-               "data.dev_holdout_fraction": "dev_holdout_fraction", "evaluate.answers": "answers",
-               "evaluate.answer_match": "answer_match"}
+#: one release; ``data.queries`` is the set's ``dev`` and ``test`` questions (one file, split by the qrels). From
+#: the one table of the old spellings, :data:`spar.core.legacy_spellings.PRE_0_2`.
+FOLDED_KEYS = {then: ", ".join(sorted(options)) for then, options in folded_default_set().items()}
 
 
 def fold_default_set(tree: Any) -> Any:
@@ -81,16 +81,15 @@ def fold_default_set(tree: Any) -> Any:
     data = tree.setdefault("data", {})
     sets = dict(data.get("question_sets") or {})
     current = dict(sets.pop(DEFAULT_SET, None) or {})
-    view = {"data.queries": current.get("test") or current.get("dev"), "data.qrels_dev": current.get("qrels_dev"),
-            "data.qrels_test": current.get("qrels_test"),
-            "data.dev_holdout_fraction": current.get("dev_holdout_fraction"),
-            "evaluate.answers": current.get("answers"), "evaluate.answer_match": current.get("answer_match")}
+    folded = folded_default_set()  # {old key: the default set's options it is now}
+    view = {then: next((current[o] for o in options if current.get(o) is not None), None)
+            for then, options in folded.items()}  # the default set as its old keys read (data.queries: test, else dev)
     view.update(given)
-    queries, qrels_dev, qrels_test = view["data.queries"], view["data.qrels_dev"], view["data.qrels_test"]
-    holdout = view["data.dev_holdout_fraction"]
-    kept = {k: v for k, v in current.items() if k not in ("dev", "test", "qrels_dev", "qrels_test",
-                                                          "dev_holdout_fraction", "answers", "answer_match")}
-    if queries is None and (not (qrels_dev or qrels_test) or "data.queries" in given):
+    as_before = {option: view[then] for then, options in folded.items() for option in options}
+    queries, qrels_dev, qrels_test, holdout = (as_before[option] for option in ("test", "qrels_dev", "qrels_test",
+                                                                                "dev_holdout_fraction"))
+    kept = {k: v for k, v in current.items() if k not in as_before}
+    if queries is None and (not (qrels_dev or qrels_test) or PRE_0_2[f"{DEFAULT_SET_PREFIX}test"] in given):
         pass  # no default set (data.queries=null: an experiment without questions, or with named sets only)
     elif queries is None:
         raise ValueError("data.qrels_dev / data.qrels_test are set but data.queries is not: evaluation needs the "
@@ -99,11 +98,9 @@ def fold_default_set(tree: Any) -> Any:
         raise ValueError("data.queries is set but no qrels judge it: set data.qrels_test (and data.qrels_dev or "
                          "data.dev_holdout_fraction)")
     else:
-        folded = {"dev": queries if (qrels_dev or holdout is not None) else None,
-                  "test": queries if qrels_test else None, "qrels_dev": qrels_dev, "qrels_test": qrels_test,
-                  "dev_holdout_fraction": holdout, "answers": view["evaluate.answers"],
-                  "answer_match": view["evaluate.answer_match"], **kept}
-        sets = {DEFAULT_SET: {k: v for k, v in folded.items() if v is not None}, **sets}
+        now = {**as_before, "dev": queries if (qrels_dev or holdout is not None) else None,
+               "test": queries if qrels_test else None, **kept}
+        sets = {DEFAULT_SET: {k: v for k, v in now.items() if v is not None}, **sets}
     data = dict(data)
     data["question_sets"] = sets
     tree["data"] = data

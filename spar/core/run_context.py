@@ -84,6 +84,10 @@ class RunContext:
         """``<results_dir>/<stem>.json`` and ``.md``."""
         return self.cfg.results_dir / f"{stem}.json", self.cfg.results_dir / f"{stem}.md"
 
+    def results_paths(self) -> list[Path]:
+        """Every results file of the run (``<results_dir>/<stem>.json`` and ``.md`` of each group)."""
+        return [path for stem in self.results_groups for path in self.results_file(stem)]
+
     @property
     def results_groups(self) -> dict[str, list[str]]:
         """Results file stem -> the question sets whose tables it holds, by the names their outputs carry

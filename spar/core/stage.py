@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from spar.core.artifacts import ArtifactSpec, ArtifactWriter, is_complete, read_manifest, remove_stale_temporaries
 from spar.core.dependency import Dependency, merged, resolve
 from spar.core.output_lock import holds_output_lock
+from spar.core.stage_scope import stage_scope
 from spar.core.lineage import changed_sources, check_all_current
 from spar.core.tracking import Report, StageRun, default_report
 
@@ -85,8 +86,9 @@ class Declared:
     kind: str
     settings: Any
     needs: Sequence[Dependency] = ()
-    #: Input values that are not read from anything (``{"seed": "13"}``); the rest come from ``needs``.
-    values: dict[str, str] = field(default_factory=dict)
+    #: Input values that are not read from anything (``{"seed": "13"}``, a Λ's description); the rest come from
+    #: ``needs``.
+    values: dict[str, Any] = field(default_factory=dict)
     resumable: bool = False
     verify_content: bool = False
 
@@ -161,7 +163,12 @@ class Stage:
 
     def run(self, cfg: Any, force: bool = False) -> dict:
         """Run the stage on ``cfg`` (see :func:`run_unit`); returns its printable statistics. When it writes
-        something, its W&B run records it (:class:`spar.core.tracking.StageRun`)."""
+        something, its W&B run records it (:class:`spar.core.tracking.StageRun`). Its plan, work and report share
+        one resolved experiment (:mod:`spar.core.stage_scope`)."""
+        with stage_scope():
+            return self._run_scoped(cfg, force)
+
+    def _run_scoped(self, cfg: Any, force: bool) -> dict:
         cfg = self.prepare(cfg) if self.prepare is not None else cfg
         tracking = StageRun(cfg, self.name)
         try:
@@ -189,9 +196,10 @@ class Stage:
     def status(self, cfg: Any) -> dict[str, bool]:
         """``{output: up to date}`` of every artifact the stage would write now, writing none of them (a plan still
         makes what it depends on: label's teacher index). Refuses what running the stage would refuse."""
-        cfg = self.prepare(cfg) if self.prepare is not None else cfg
-        plan = self.plan(cfg, False)
-        return {str(unit.output): is_current(unit) for unit in ([plan] if isinstance(plan, Unit) else plan)}
+        with stage_scope():
+            cfg = self.prepare(cfg) if self.prepare is not None else cfg
+            plan = self.plan(cfg, False)
+            return {str(unit.output): is_current(unit) for unit in ([plan] if isinstance(plan, Unit) else plan)}
 
     def _run(self, cfg: Any, unit: Unit, force: bool, tracking: StageRun) -> dict:
         skipped, guarded = self.on_skip, self.guard

@@ -11,7 +11,8 @@ An experiment's question sets are ``data.question_sets``: BEIR-style experiments
   the default set's carry no suffix, as they always had);
 - the **dev pool** μ is tuned on (:func:`pool`: the dev splits of ``tune.sets``, each capped by a seeded sample);
 - how fingerprints spell the sets (:func:`file_key`, :func:`data_settings`, :func:`set_settings`): the default set
-  as its options were spelled before spar 0.2, so runs made before stay up to date.
+  as its options were spelled before spar 0.2 (the one table of those spellings:
+  :mod:`spar.core.legacy_spellings`), so runs made before stay up to date.
 
 Every function takes typed parts (a set's section, the seed, ...); :mod:`spar.experiment.plan` applies them to an
 experiment.
@@ -34,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from spar.core.config_sections import DEFAULT_SET, stored_set_name
 from spar.core.errors import BadRecordError, ConfigError
+from spar.core.legacy_spellings import DEFAULT_SET_PREFIX, default_set_option, old_key, old_section_settings
 from spar.data.readers import OnBad
 
 
@@ -97,15 +99,15 @@ def split_files(qs, split: str) -> dict[str, str]:
 
 def file_key(name: str, option: str) -> str:
     """The key a set's file option has in fingerprints: ``<set>.<option>``; the default set's keep the names of
-    the options they were before spar 0.2 (``queries``, ``qrels_dev``, ``qrels_test``, ``answers``), so runs made
-    before stay up to date."""
+    the options they were before spar 0.2 (``queries``, ``qrels_dev``, ``qrels_test``, ``answers``:
+    :data:`spar.core.legacy_spellings.PRE_0_2`)."""
     if name == DEFAULT_SET:
-        return "queries" if option in ("dev", "test") else option
+        return old_key(f"{DEFAULT_SET_PREFIX}{option}")
     return f"{name}.{option}"
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fingerprints: the default set spelled as before spar 0.2 (data.queries & co.), so runs made before stay up to date
+# Fingerprints: the default set spelled as before spar 0.2 (spar.core.legacy_spellings)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -118,10 +120,7 @@ def data_settings(data) -> dict[str, Any]:
     values = settings(data)
     sets = {name: {k: v for k, v in qs.items() if k != "dev_holdout_fraction" or v is not None}
             for name, qs in values.pop("question_sets", {}).items() if name != DEFAULT_SET}
-    default = data.question_sets.get(DEFAULT_SET)
-    values.update(queries=default.test or default.dev if default else None,
-                  qrels_dev=default.qrels_dev if default else None, qrels_test=default.qrels_test if default else None,
-                  dev_holdout_fraction=default.dev_holdout_fraction if default else None)
+    values.update(old_section_settings("data", _default_set_reader(data.question_sets)))
     if sets:
         values["question_sets"] = sets
     return values
@@ -132,9 +131,23 @@ def evaluate_settings(evaluate, sets: Mapping[str, Any]) -> dict[str, Any]:
     they had there before spar 0.2 (``answers``, ``answer_match``)."""
     from spar.core.stage import settings
 
+    return {**settings(evaluate), **old_section_settings("evaluate", _default_set_reader(sets))}
+
+
+def _default_set_reader(sets: Mapping[str, Any]) -> Callable[[str], Any]:
+    """Reads a key of :data:`spar.core.legacy_spellings.PRE_0_2` of the default set: its option's value, or (no
+    default set) the option's default."""
+    from spar.core.config_sections import QuestionSetSection
+
     default = sets.get(DEFAULT_SET)
-    return {**settings(evaluate), "answers": default.answers if default else None,
-            "answer_match": default.answer_match if default else "string"}
+
+    def read(key: str) -> Any:
+        option = default_set_option(key)
+        if option is None:
+            raise KeyError(f"{key} is not an option of the default question set")
+        return getattr(default, option) if default else QuestionSetSection.model_fields[option].default
+
+    return read
 
 
 def default_holdout(sets: Mapping[str, Any]) -> float | None:

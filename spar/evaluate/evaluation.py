@@ -48,10 +48,10 @@ from spar.core.artifacts import is_complete, read_manifest
 from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES
 from spar.core.errors import ArtifactError
 from spar.experiment.inputs import ExperimentInputs
+from spar.experiment.plan import Experiment
 from spar.evaluate.exact import dense_search
 from spar.data.question_sets import SplitQueries
 from spar.evaluate.metrics import evaluate_run, mean_rbo, ranked_run, trec_lines
-from spar.core.run_context import RunContext
 from spar.evaluate.candidates import hybrid_fuse
 from spar.evaluate.results import SYSTEMS, EvaluationReport
 from spar.evaluate.tuning import TUNE_FILE, read_tuned, resolve_candidates
@@ -135,7 +135,7 @@ def evaluate_sets(cfg, inputs: ExperimentInputs | None = None, runs_dir: Path | 
     from spar.index.spar_index import SparIndex, build_spar_index, check_serves
 
     inputs = inputs or ExperimentInputs(cfg)
-    index_dir = RunContext(cfg).artifact("index")
+    index_dir = Experiment.of(cfg).run.artifact("index")
     if not is_complete(index_dir):
         raise ArtifactError(f"{index_dir}: the SPAR index is missing (run `spar index`)")
     spar_index = SparIndex.load(index_dir)
@@ -351,7 +351,7 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
     ev = cfg.evaluate
     inputs, spar_index, sum_index = shared.inputs, shared.spar_index, shared.sum_index
     base_p, lambda_p = shared.base_p, shared.lambda_p
-    index_dir = RunContext(cfg).artifact("index")
+    index_dir = Experiment.of(cfg).run.artifact("index")
     mu = tuned.mu()
     alpha = tuned.alpha
     k0 = hybrid_depth(cfg, tuned)
@@ -473,13 +473,13 @@ def _evaluate_split(cfg, test: SplitQueries, tuned, shared: SharedInputs, runs_d
                   **({"search": search_params(cfg)} if spar_index.info.get("type") not in EXHAUSTIVE_INDEX_TYPES
                      else {})},
         # The vectors' precision and backend (#48): bf16 vectors score otherwise in the third decimal.
-        "encoding": RunContext(cfg).encoding(),
+        "encoding": Experiment.of(cfg).run.encoding(),
         # What was never scored (the rankings themselves may be gone: written chunk by chunk and dropped).
         "skipped_systems": {name: _why_skipped(name, sum_index, alpha) for name in chosen if name not in means},
     }
     if test.name:
         details.update(question_set=test.name, tuned_on=tuned.payload.get("dev_sets"))
-    context = RunContext(cfg)
+    context = Experiment.of(cfg).run
     dataset = f"{context.dataset}: {test.name}" if test.name else context.dataset
     return EvaluationReport(dataset, metrics or [primary], systems, spar_mu, alpha, rbo, shuffled, runs, details,
                             context.command_line("evaluate"))

@@ -13,6 +13,9 @@ Example::
     >>> declared = Experiment(load_config(None)).artifact("queries")
     >>> declared.kind, declared.output.name, [need.key for need in declared.needs]
     ('queries', 'queries', ['corpus'])
+    >>> split = Experiment(load_config(None)).artifact("embeddings/base/queries-test")
+    >>> split.output.parts[-3:], split.settings["side"], [need.key for need in split.needs]
+    (('embeddings', 'base', 'queries-test'), 'query', ['queries', 'queries_file', None, None])
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from spar.core.stage import Declared, settings
 
 #: :class:`spar.experiment.plan.Experiment`, which imports this module (the declarations take it, never import it).
 Experiment = Any
+
+#: The question-set options that change what tune computes, and what evaluate reports.
+TUNE_SET_OPTIONS = ("answer_match", "dev_sample", "own_mu")
+EVALUATE_SET_OPTIONS = ("answer_match", "own_mu")
 
 
 def queries(experiment: Experiment) -> Declared:
@@ -102,6 +109,39 @@ def lambda_(experiment: Experiment) -> Declared:
     return Declared(experiment.run.artifact("lambda"), "lambda", config, needs, resumable=True, verify_content=True)
 
 
+def embeddings(experiment: Experiment, encoder: str, split: str) -> Declared:
+    """``embeddings/<encoder>/<split>/`` (encode): one split's vectors, ``passages`` or a question split's
+    ``queries-<key>``. Made from what is encoded (the passages' file(s); a question split's questions, by content,
+    and its questions file) and the encoder (its origin recorded; a Λ's description as an input value). Its settings
+    here are the encoder's name, the side, the shard size and the dtype;
+    :func:`spar.model.embeddings.declared_unit` adds what the loaded encoder decides (its vectors' fingerprint,
+    their precision, dropped titles). Resumable by shard."""
+    from spar.core.fingerprint import fingerprint_dict
+    from spar.data.readers import corpus_files, corpus_fingerprint
+
+    run, section = experiment.run, experiment.cfg.encode
+    spec = experiment.encoder(encoder)
+    origin = computed(None, spec.location, spec.weights, lambda: spec.sources)  # in the vectors' fingerprint
+    if split == "passages":
+        passages = experiment.passages
+        if isinstance(passages, Path) and passages.suffix == ".arrow":
+            read = [file("passages", passages)]
+        else:  # no sample stage: the corpus file(s)
+            read = [file_set("passages", passages if isinstance(passages, Path) else passages[0].parent,
+                             lambda: corpus_fingerprint(passages), corpus_files(passages))]
+        side = "passage"
+    else:
+        question = experiment.question_split(split.removeprefix("queries-"))
+        content = Dependency("queries", Path(question.files[question.split]), "files",
+                             value=lambda: fingerprint_dict(question.pairs(), ascii_only=False), records=lambda: [])
+        read = [content, *(file("queries_file" if option == question.split else None, path)
+                           for option, path in question.files.items())]
+        side = "query"
+    config = {"encoder": encoder, "side": side, "shard_size": section.shard_size, "dtype": section.dtype}
+    return Declared(run.embeddings(encoder, split), "embeddings", config, [*read, origin], dict(spec.inputs),
+                    resumable=True)
+
+
 def index(experiment: Experiment, fold: float = 1.0) -> Declared:
     """``index/`` (index): the passage vectors of both encoders and the seed; an index with Λ's half folded by μ₀
     (``fold``, the tuned μ: :mod:`spar.index.approximate`) also μ₀, and is made from ``tune/`` (a flat index, and one
@@ -119,8 +159,19 @@ def index(experiment: Experiment, fold: float = 1.0) -> Declared:
 
 def tune_section(cfg: Any) -> dict[str, Any]:
     """The ``tune`` section as fingerprints record it: its options, and the variant μ is tuned for (``index.variant``)
-    under the key ``variant``, where ``tune.variant`` kept it before spar 0.2 (runs made before stay up to date)."""
-    return {**settings(cfg.tune), "variant": cfg.index.variant}
+    under the key ``variant``, where ``tune.variant`` kept it before spar 0.2
+    (:data:`spar.core.legacy_spellings.PRE_0_2`)."""
+    from spar.core.legacy_spellings import old_section_settings
+
+    return {**settings(cfg.tune), **old_section_settings("tune", lambda key: _dotted(cfg, key))}
+
+
+def _dotted(cfg: Any, key: str) -> Any:
+    """The config's value of a dotted key (``index.variant``)."""
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _vectors(experiment: Experiment, keys: list[str]) -> list[Dependency]:
@@ -139,14 +190,15 @@ def _vectors(experiment: Experiment, keys: list[str]) -> list[Dependency]:
 
 def tune(experiment: Experiment) -> Declared:
     """``tune/`` (tune): μ and α on the dev questions, from the dev splits' vectors, their question files (keys as
-    before spar 0.2: :meth:`spar.experiment.plan.Experiment.tune_files`) and, when labelled, the teacher's index
+    before spar 0.2: :meth:`spar.experiment.plan.Experiment.question_files`) and, when labelled, the teacher's index
     (BM25 for α); its settings say which passages' codes μ is tuned on (``served_passages``)."""
     cfg = experiment.cfg
-    needs = [*_vectors(experiment, experiment.dev_keys()),
-             *(file(key, path) for key, path in experiment.tune_files().items()),
+    needs = [*_vectors(experiment, experiment.dev_pool_keys()),
+             *(file(key, path) for key, path in experiment.question_files("dev").items()),
              artifact("teacher_index", experiment.run.artifact("teacher_index"), "teacher_index", optional=True)]
     config = {"tune": tune_section(cfg), "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "seed": experiment.seed,
-              "served_passages": experiment.index_options.scored_codec(cfg.index.type), **experiment.tune_settings()}
+              "served_passages": experiment.index_options.scored_codec(cfg.index.type), **experiment.holdout_setting(),
+              **experiment.set_settings(TUNE_SET_OPTIONS)}
     return Declared(experiment.run.artifact("tune"), "tune", config, needs)
 
 
@@ -159,17 +211,19 @@ def evaluation(experiment: Experiment) -> Declared:
     from spar.index.files import search_settings
 
     cfg, run = experiment.cfg, experiment.run
-    needs = [*_vectors(experiment, experiment.test_keys()),
+    needs = [*_vectors(experiment, experiment.test_split_keys()),
              *(artifact(name, run.artifact(name), name, optional=True) for name in ("tune", "index", "teacher_index")),
-             *(file(key, path) for key, path in experiment.evaluate_files().items())]
+             *(file(key, path) for key, path in experiment.question_files("test").items())]
     if cfg.evaluate.published:  # the results print it: another file, other results
         needs.append(file("published", cfg.evaluate.published))
-    paths = experiment.result_paths()
-    config = {"evaluate": experiment.evaluate_settings(),
+    from spar.data.question_sets import evaluate_settings
+
+    paths = run.results_paths()
+    config = {"evaluate": evaluate_settings(cfg.evaluate, experiment.sets),
               "candidates": cfg.tune.candidates, "hybrid_normalize": cfg.tune.hybrid_normalize,
-              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, "dev_holdout_fraction": experiment.holdout,
+              "bm25": {"k1": cfg.label.k1, "b": cfg.label.b}, **experiment.holdout_setting(),
               "seed": experiment.seed, "results": str(paths[0])}
-    sets = experiment.evaluate_set_settings()
+    sets = experiment.set_settings(EVALUATE_SET_OPTIONS)
     if sets:
         config.update(results=[str(p) for p in paths], **sets)
     if cfg.index.type not in EXHAUSTIVE_INDEX_TYPES:
@@ -215,9 +269,13 @@ DECLARATIONS: dict[str, Callable[..., Declared]] = {
 
 
 def declared(experiment: Experiment, name: str, **values: Any) -> Declared:
-    """The artifact ``name`` of ``experiment``; ``values``: what the declaration takes from a layer above the
-    experiment (the index's μ₀, read from ``tune/``)."""
+    """The artifact ``name`` of ``experiment`` (``embeddings/<encoder>/<split>`` for a split's vectors);
+    ``values``: what the declaration takes from a layer above the experiment (the index's μ₀, read from ``tune/``)."""
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] == "embeddings" and parts[1] in ENCODERS:
+        return embeddings(experiment, parts[1], parts[2], **values)
     if name not in DECLARATIONS:
-        raise KeyError(f"no declared artifact {name!r}; declared: {sorted(DECLARATIONS)}")
+        raise KeyError(f"no declared artifact {name!r}; declared: {sorted(DECLARATIONS)} and "
+                       "embeddings/<encoder>/<split>")
     return DECLARATIONS[name](experiment, **values)
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from spar.core.artifacts import PASSAGES_FILE, is_complete, read_manifest
 from spar.core.errors import ArtifactError, ConfigError
-from spar.core.run_context import ENCODERS, RunContext
+from spar.core.run_context import ENCODERS
 from spar.data.question_sets import SplitQueries
 
 log = logging.getLogger(__name__)
@@ -52,11 +52,12 @@ def resolved_index(cfg):
     """``cfg`` with ``index.type: auto`` made concrete for the run's corpus (its base passage embeddings' count):
     the stages that build, tune for or serve the index prepare their config with this
     (:attr:`spar.core.stage.Stage.prepare`). Unchanged before the passages are encoded, or for a concrete type."""
+    from spar.experiment.plan import Experiment
     from spar.index.approximate import resolve_index_section
 
     if cfg.index.type != "auto":
         return cfg
-    d = RunContext(cfg).embeddings("base")
+    d = Experiment.of(cfg).run.embeddings("base")
     if not is_complete(d):
         return cfg
     count = int(read_manifest(d)["stats"]["count"])
@@ -71,7 +72,7 @@ class ExperimentInputs:
 
         self.cfg = cfg
         #: The experiment's resolved parts (:class:`spar.experiment.plan.Experiment`): its Λ is resolved once.
-        self.experiment = experiment if experiment is not None else Experiment(cfg)
+        self.experiment = experiment if experiment is not None else Experiment.of(cfg)
         self.out = cfg.output_dir
         self.run = self.experiment.run
         self._encoders: dict[str, Any] = {}
@@ -149,34 +150,6 @@ class ExperimentInputs:
             log.warning("the stored %s vectors lack some %s queries; encoding them anew", encoder, queries.split)
         log.info("encoding %d %s queries with %s", len(queries.ids), queries.split, encoder)
         return self.encoder(encoder).encode_query(list(queries.texts.values()), batch_size=batch_size)
-
-    def input_fingerprints(self, splits: Sequence[str]) -> dict[str, str]:
-        """Manifest fingerprints of every dense input that exists (passages required, query vectors optional)."""
-        prints = {}
-        for name in ENCODERS:
-            d = self.passage_dir(name)
-            if not is_complete(d):
-                raise ArtifactError(f"{d}: passage embeddings of '{name}' are missing (run `spar encode`)")
-            prints[f"{name}/passages"] = read_manifest(d)["fingerprint"]
-            for split in splits:
-                q = self.query_dir(name, split)
-                if is_complete(q):
-                    prints[f"{name}/queries-{split}"] = read_manifest(q)["fingerprint"]
-        prints["lambda"] = self.lambda_source.fingerprint()
-        self.check_embeddings(splits)
-        return prints
-
-    def sources(self, splits: Sequence[str]) -> list[dict[str, str]]:
-        """What tuning or evaluating on ``splits`` reads, for the manifest (:mod:`spar.core.lineage`): the passage
-        embeddings, the stored query vectors of those splits, Λ."""
-        from spar.core.lineage import source
-
-        found = []
-        for name in ENCODERS:
-            found.append(source(self.passage_dir(name)))
-            found += [source(self.query_dir(name, split)) for split in splits
-                      if is_complete(self.query_dir(name, split))]
-        return found + self.lambda_source.sources()
 
     def check_embeddings(self, splits: Sequence[str] = ()) -> None:
         """Refuse passage (and ``splits``' query) vectors that ``spar encode`` would not make now: Λ's made with

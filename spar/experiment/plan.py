@@ -1,16 +1,18 @@
 """One experiment, resolved once: what each stage's plan declares its artifacts over.
 
-:class:`Experiment` is built from the config once per stage (``spar run`` runs each stage in its own process) and
+:class:`Experiment` is built from the config once per stage run (:meth:`Experiment.of`; ``spar run`` runs each stage
+in its own process) and
 works out, at most once each, what the drivers and the layers below used to re-derive from the raw config:
 
 - its **run** (:class:`~spar.core.run_context.RunContext`) and the **passages** it encodes;
-- its **question splits** (:class:`QuestionSplit`: set, split, embeddings key, the files it reads, their fingerprints
-  and lineage sources, its questions), the **dev pool** μ is tuned on and the **test splits** evaluate reports;
+- its **question splits** (:class:`QuestionSplit`: set, split, embeddings key, the files it reads, its questions),
+  the **dev pool** μ is tuned on and the **test splits** evaluate reports;
 - its **Λ** (:attr:`Experiment.lambda_source`: ``encode.lambda`` or the run's ``lambda/``, found and checked once)
   and each **encoder** (:class:`EncoderPlan`: a picklable factory, its weights fingerprint, what its manifests
   record and its sources);
 - its **teacher** (:mod:`spar.teacher.registry`) and **index options**;
-- how tune's and evaluate's fingerprints spell the question sets (unchanged since before spar 0.2).
+- how fingerprints spell the question sets' files and options (unchanged since before spar 0.2:
+  :mod:`spar.core.legacy_spellings`).
 
 Below ``spar/experiment/`` functions take these typed parts (a set's section, the seed, a Λ source), never the config;
 the functions of this module that take it (``dev_pool(cfg)``, ``test_splits(cfg)``, ...) are the entry points of
@@ -22,7 +24,7 @@ Example::
     >>> experiment = Experiment(load_config(None))
     >>> [(s.set, s.split, s.key, sorted(s.files)) for s in experiment.question_splits]
     [('default', 'dev', 'dev', ['dev', 'qrels_dev']), ('default', 'test', 'test', ['qrels_test', 'test'])]
-    >>> sorted(experiment.tune_files())
+    >>> sorted(experiment.question_files("dev"))
     ['qrels_dev', 'queries']
 """
 
@@ -36,12 +38,8 @@ from typing import Any, Callable, Sequence
 
 from spar.core.run_context import RunContext
 from spar.data.question_sets import (SplitQueries, configured_splits, default_holdout, embeddings_key,
-                                     evaluate_settings, file_key, own_mu_names, pool, pooled_names, read_split,
+                                     file_key, own_mu_names, pool, pooled_names, read_split,
                                      sampled, set_settings, split_files)
-
-#: The question-set options that change what tune computes, and what evaluate reports.
-TUNE_SET_OPTIONS = ("answer_match", "dev_sample", "own_mu")
-EVALUATE_SET_OPTIONS = ("answer_match", "own_mu")
 
 
 @dataclass
@@ -68,24 +66,6 @@ class QuestionSplit:
         order = queries.qrels if queries.qrels else queries.texts
         return [(q, queries.texts[q]) for q in order]
 
-    def fingerprints(self) -> dict[str, str]:
-        """``{fingerprint key: file fingerprint}`` of its files (:func:`spar.data.question_sets.file_key`)."""
-        from spar.core.fingerprint import file_fingerprint
-
-        return {file_key(self.set, option): file_fingerprint(path) for option, path in self.files.items()}
-
-    def questions_file(self) -> dict[str, str]:
-        """``{"queries_file": fingerprint}`` of the file its questions come from (its embeddings' manifests)."""
-        from spar.core.fingerprint import file_fingerprint
-
-        return {"queries_file": file_fingerprint(self.files[self.split])}
-
-    def sources(self) -> list[dict[str, str]]:
-        """Its files as lineage sources (:mod:`spar.core.lineage`)."""
-        from spar.core.lineage import source
-
-        return [source(path, "file") for path in self.files.values()]
-
 
 @dataclass
 class EncoderPlan:
@@ -97,6 +77,8 @@ class EncoderPlan:
     weights: str
     inputs: dict[str, Any]
     sources: list[dict[str, str]]
+    #: Where its weights are (a model's path or hub id, a Λ's directory).
+    location: Path
 
 
 def _lambda_encoder(source) -> Any:
@@ -115,6 +97,16 @@ class Experiment:
         self.on_bad_record = cfg.experiment.on_bad_record
         self.data = cfg.data
         self.sets = cfg.data.question_sets
+        self._encoders: dict[str, EncoderPlan] = {}
+
+    @classmethod
+    def of(cls, cfg: Any) -> "Experiment":
+        """The experiment of ``cfg``, built once per stage run (:mod:`spar.core.stage_scope`): the stage's plan,
+        work and report, and the layers they call, share its resolved parts (Λ found, weights hashed, questions read
+        once); outside a stage run, a new one."""
+        from spar.core.stage_scope import once_per_stage_run
+
+        return once_per_stage_run("experiment", cfg, lambda: cls(cfg))
 
     # -- its artifacts -------------------------------------------------------------------------------------------
     def artifact(self, name: str, **values: Any):
@@ -132,12 +124,6 @@ class Experiment:
 
         return encoded_passages(self.run.passages, self.data.corpus)
 
-    def passage_sources(self) -> list[dict[str, str]]:
-        from spar.core.lineage import source
-
-        return [source(path, "file") for path in ([self.passages] if isinstance(self.passages, Path)
-                                                  else self.passages)]
-
     @cached_property
     def known_passages(self) -> set[str] | None:
         """The passage ids of ``queries/passages.arrow`` (judgments naming others are bad records), None before the
@@ -154,6 +140,16 @@ class Experiment:
         return [QuestionSplit(name, split, embeddings_key(name, split), split_files(self.sets[name], split),
                               functools.partial(self.read, name, split))
                 for name, split in configured_splits(self.sets)]
+
+    def question_split(self, key: str) -> QuestionSplit:
+        """The split whose vectors are ``embeddings/<encoder>/queries-<key>``."""
+        from spar.core.errors import ConfigError
+
+        for split in self.question_splits:
+            if split.key == key:
+                return split
+        raise ConfigError(f"no question split queries-{key}: the splits are "
+                          f"{[f'queries-{s.key}' for s in self.question_splits]}")
 
     def read(self, name: str, split: str) -> SplitQueries:
         """Set ``name``'s ``split`` ("dev" or "test"), read now."""
@@ -184,48 +180,37 @@ class Experiment:
         """Every test split, in config order."""
         return [split.queries for split in self.question_splits if split.split == "test"]
 
-    # -- what tune and evaluate read, as their fingerprints spell it ---------------------------------------------
-    def tuned_sets(self) -> list[str]:
+    # -- the question sets' splits and files, as fingerprints spell them ----------------------------------------
+    def dev_pool_sets(self) -> list[str]:
+        """The sets whose dev splits μ is tuned on: the pooled ones, then those with their own μ."""
         return list(dict.fromkeys([*self.pooled(), *self.own_mu()]))
 
-    def dev_keys(self) -> list[str]:
-        """The embeddings keys of the dev splits tune reads."""
-        return [embeddings_key(name, "dev") for name in self.tuned_sets()]
+    def dev_pool_keys(self) -> list[str]:
+        """The embeddings keys of the dev splits of :meth:`dev_pool_sets`."""
+        return [embeddings_key(name, "dev") for name in self.dev_pool_sets()]
 
-    def test_keys(self) -> list[str]:
+    def test_split_keys(self) -> list[str]:
+        """The embeddings keys of every test split."""
         return [split.key for split in self.question_splits if split.split == "test"]
 
-    def tune_files(self) -> dict[str, str]:
-        """The question files tune reads: every file of the dev splits of the sets it tunes on (a dev hold-out's
-        test qrels), by fingerprint key."""
-        return {file_key(name, option): path for name in self.tuned_sets()
-                for option, path in split_files(self.sets[name], "dev").items()}
+    def question_files(self, split: str) -> dict[str, str]:
+        """The question files of the ``split`` ("dev": of :meth:`dev_pool_sets`, a dev hold-out's test qrels
+        among them; "test": of every set, answers included), by fingerprint key
+        (:func:`spar.data.question_sets.file_key`)."""
+        names = self.dev_pool_sets() if split == "dev" else list(self.sets)
+        return {file_key(name, option): path for name in names
+                for option, path in split_files(self.sets[name], split).items()}
 
-    def evaluate_files(self) -> dict[str, str]:
-        """The question files evaluate reads: every set's test files and answers, by fingerprint key."""
-        return {file_key(name, option): path for name, qs in self.sets.items()
-                for option, path in split_files(qs, "test").items()}
+    def holdout_setting(self) -> dict[str, Any]:
+        """The default set's ``dev_holdout_fraction`` as tune's and evaluate's fingerprints record it: under its key
+        before spar 0.2 (:data:`spar.core.legacy_spellings.PRE_0_2`)."""
+        from spar.core.legacy_spellings import DEFAULT_SET_PREFIX, old_key
 
-    @property
-    def holdout(self) -> float | None:
-        """The default set's ``dev_holdout_fraction`` (``data.dev_holdout_fraction`` in tune's and evaluate's
-        fingerprints, as before spar 0.2)."""
-        return default_holdout(self.sets)
+        return {old_key(f"{DEFAULT_SET_PREFIX}dev_holdout_fraction"): default_holdout(self.sets)}
 
-    def tune_settings(self) -> dict[str, Any]:
-        """The question-set settings of tune's fingerprint (the default set's hold-out under its old key)."""
-        return {"dev_holdout_fraction": self.holdout, **set_settings(self.sets, TUNE_SET_OPTIONS)}
-
-    def result_paths(self) -> list[Path]:
-        """Every results file evaluate writes (``<results_dir>/<stem>.json`` and ``.md`` of each group)."""
-        return [path for stem in self.run.results_groups for path in self.run.results_file(stem)]
-
-    def evaluate_settings(self) -> dict[str, Any]:
-        """The evaluate section and the question-set settings of evaluate's fingerprint."""
-        return evaluate_settings(self.cfg.evaluate, self.sets)
-
-    def evaluate_set_settings(self) -> dict[str, Any]:
-        return set_settings(self.sets, EVALUATE_SET_OPTIONS)
+    def set_settings(self, options: Sequence[str]) -> dict[str, Any]:
+        """The sets' ``options`` that change an artifact (:func:`spar.data.question_sets.set_settings`)."""
+        return set_settings(self.sets, options)
 
     # -- Λ and the encoders ---------------------------------------------------------------------------------------
     @cached_property
@@ -246,7 +231,13 @@ class Experiment:
         return run_lambda(self.cfg)
 
     def encoder(self, name: str) -> EncoderPlan:
-        """The encoder ``base`` (``encode.base``) or ``lambda`` (:attr:`lambda_source`)."""
+        """The encoder ``base`` (``encode.base``) or ``lambda`` (:attr:`lambda_source`), resolved once (its weights
+        are hashed)."""
+        if name not in self._encoders:
+            self._encoders[name] = self._encoder(name)
+        return self._encoders[name]
+
+    def _encoder(self, name: str) -> EncoderPlan:
         from spar.core.fingerprint import fingerprint_dict
         from spar.model.encoders import BiEncoder
         from spar.model.resolve import model_fingerprint, model_sources
@@ -256,14 +247,14 @@ class Experiment:
             weights = fingerprint_dict({"model": model_fingerprint(base.model), "passage_model":
                                         model_fingerprint(base.passage_model) if base.passage_model else None})
             return EncoderPlan(name, functools.partial(BiEncoder.from_section, base), weights, {},
-                               model_sources(base.model, base.passage_model))
+                               model_sources(base.model, base.passage_model), Path(base.model))
         if name != "lambda":
             raise KeyError(name)
         source = self.lambda_source
         # Its origin is recorded without machine-specific paths (the target corpus's content is in the fingerprint).
         described = {k: v for k, v in source.describe().items() if k not in ("path", "statistics_from")}
         return EncoderPlan(name, functools.partial(_lambda_encoder, source), source.fingerprint(),
-                           {"lambda_source": described}, source.sources())
+                           {"lambda_source": described}, source.sources(), Path(source.location))
 
     # -- teacher and index -----------------------------------------------------------------------------------------
     @cached_property
@@ -278,7 +269,7 @@ class Experiment:
         (:class:`spar.lexical.card.RunFacts`)."""
         return run_facts(self.cfg)
 
-    def tune_split(self) -> str | None:
+    def dev_pool_description(self) -> str | None:
         """What μ was tuned on, as the published card says it (:func:`spar.publish.card.tune_split`)."""
         from spar.publish.card import tune_split
 
@@ -310,7 +301,7 @@ def run_facts(cfg):
 
 def set_split(cfg, name: str, split: str) -> SplitQueries:
     """Set ``name``'s ``split`` ("dev" or "test") of the experiment ``cfg``."""
-    return Experiment(cfg).read(name, split)
+    return Experiment.of(cfg).read(name, split)
 
 
 def split_queries(cfg, split: str) -> SplitQueries:
@@ -321,20 +312,20 @@ def split_queries(cfg, split: str) -> SplitQueries:
 
 
 def dev_split(cfg, name: str) -> SplitQueries:
-    return Experiment(cfg).dev_split(name)
+    return Experiment.of(cfg).dev_split(name)
 
 
 def dev_pool(cfg, names: Sequence[str] | None = None) -> SplitQueries:
-    return Experiment(cfg).dev_pool(names)
+    return Experiment.of(cfg).dev_pool(names)
 
 
 def own_mu_sets(cfg) -> list[str]:
-    return Experiment(cfg).own_mu()
+    return Experiment.of(cfg).own_mu()
 
 
 def pooled_sets(cfg) -> list[str]:
-    return Experiment(cfg).pooled()
+    return Experiment.of(cfg).pooled()
 
 
 def test_splits(cfg) -> list[SplitQueries]:
-    return Experiment(cfg).test_splits()
+    return Experiment.of(cfg).test_splits()

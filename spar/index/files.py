@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spar.core.errors import ArtifactError
+from spar.core.legacy_spellings import SEARCH_TIME_BEFORE
 from spar.core.schemas import IDS_FILE
 
 INDEX_FILE = "index.faiss"
@@ -34,13 +35,12 @@ INDEX_MANIFEST = "index.json"
 #: Options read at search time (marked runtime-only on IndexSection): they live in index.json and are refreshed
 #: there when changed, without re-indexing.
 SEARCH_TIME = ("hnsw_ef_search", "nprobe", "refine")
-#: What an index made before a search-time option existed does: its value there (refreshing it changes nothing).
-SEARCH_TIME_BEFORE = {"refine": 0}
 
 
 def search_settings(section: Any) -> dict[str, Any]:
     """The search-time settings of an ``index`` config section, as results and fingerprints record them: an option
-    at the value indexes had before it existed is left out (runs made before stay up to date)."""
+    at the value indexes had before it existed is left out (:data:`spar.core.legacy_spellings.SEARCH_TIME_BEFORE`)."""
+
     values = {key: getattr(section, key) for key in SEARCH_TIME}
     return {k: v for k, v in values.items() if k not in SEARCH_TIME_BEFORE or v != SEARCH_TIME_BEFORE[k]}
 

@@ -67,7 +67,8 @@ from spar.core.executor import Executor, LocalExecutor, WorkerSpec
 from spar.model.onnx_encoder import OnnxBiEncoder, backend_name, with_backend
 from spar.data.readers import OnBad
 from spar.core.schemas import EMBEDDING_IDS, IDS_FILE, read_table
-from spar.core.stage import Unit, run_unit
+from spar.core.dependency import Dependency
+from spar.core.stage import Declared, Unit, run_unit
 
 from spar.core.console import adopt_library_loggers  # noqa: E402
 
@@ -129,26 +130,52 @@ class SplitJob:
     make_encoder: Callable[[], Any] | None = None
 
 
-def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], out_dir: Path, side: Side, weights_fingerprint: str,
-               inputs: dict[str, str], encoder_name: str, shard_size: int, dtype: str, options: EncodeOptions,
-               on_shard: Callable[[int, dict[str, Any]], None] | None = None, expected_items: int | None = None,
-               reusable: bool = True, executor: Executor | None = None,
+def split_unit(encoder, shards: Iterable[list[tuple[str, Any]]], declared: Declared, weights_fingerprint: str,
+               options: EncodeOptions, on_shard: Callable[[int, dict[str, Any]], None] | None = None,
+               expected_items: int | None = None, reusable: bool = True, executor: Executor | None = None,
                make_encoder: Callable[[], Any] | None = None) -> Unit:
-    """The artifact of one encoded split (resumable per shard). ``reusable=False`` (a one-pass iterator nothing
-    vouches for) is never up to date and never resumed."""
+    """The artifact of one encoded split (resumable per shard): ``declared`` (output, encoder name, side, shard size,
+    dtype, what it is made from) with what the encoder decides added to its settings. ``reusable=False`` (a one-pass
+    iterator nothing vouches for) is never up to date and never resumed."""
     device = resolve_devices(options.accelerator, options.devices)[0]
     encoder = with_backend(encoder, options.backend, device)
-    model_fp = encoder_fingerprint(weights_fingerprint, encoder)
-    config = {"encoder": encoder_name, "side": side, "model_fingerprint": model_fp, "shard_size": shard_size,
-              "dtype": dtype}
+    declared_settings = declared.settings
+    config = {"encoder": declared_settings["encoder"], "side": declared_settings["side"],
+              "model_fingerprint": encoder_fingerprint(weights_fingerprint, encoder),
+              "shard_size": declared_settings["shard_size"], "dtype": declared_settings["dtype"]}
     # Resolved once, here: every worker runs what the fingerprint says. fp32 adds nothing (fingerprints as before
     # the precision was honoured on the CPU); bf16 or fp16 vectors are other vectors.
     options = replace(options, precision=vector_precision(encoder, options.precision, device))
     if options.precision != "32":
         config["precision"] = options.precision
     job = SplitJob(encoder, shards, weights_fingerprint, options, on_shard, expected_items, executor, make_encoder)
-    return Unit(out_dir, kind=KIND, config=config, inputs=inputs, resumable=reusable, payload=job,
-                current=None if reusable else (lambda: False))
+    return replace(declared, settings=config).unit(resumable=reusable, payload=job,
+                                                   current=None if reusable else (lambda: False))
+
+
+def _declared(out_dir: str | Path, encoder_name: str, side: Side, shard_size: int, dtype: str,
+              needs: Sequence[Dependency], values: Mapping[str, Any] | None) -> Declared:
+    """A split outside an experiment (:func:`encode_passages`, :func:`encode_queries`): made from what it is handed."""
+    return Declared(Path(out_dir), KIND, {"encoder": encoder_name, "side": side, "shard_size": shard_size,
+                                          "dtype": dtype}, list(needs), dict(values or {}))
+
+
+def declared_unit(declared: Declared, encoder, items: Any, *, weights_fingerprint: str, options: EncodeOptions,
+                  corpus_format: str = "auto", on_bad_record: OnBad = "fail", use_titles: bool = True,
+                  executor: Executor | None = None, make_encoder: Callable[[], Any] | None = None) -> Unit:
+    """The unit of a split its experiment declares (:func:`spar.experiment.declarations.embeddings`: its output,
+    settings and dependencies), encoding ``items``: the passages (``passages.arrow`` or corpus files) of a passage
+    split, the ``(id, text)`` pairs of a query split. ``use_titles=False`` encodes passage texts alone (recorded)."""
+    shard_size = declared.settings["shard_size"]
+    if declared.settings["side"] == "passage":
+        shards, _, total = _passage_shards(items, shard_size, corpus_format, on_bad_record, use_titles)
+        if not use_titles:
+            declared = replace(declared, values={**declared.values, "titles": "dropped"})
+    else:
+        pairs = list(items)
+        shards, total = _shard_source(pairs, shard_size), len(pairs)
+    return split_unit(encoder, shards, declared, weights_fingerprint, options, None, total, True, executor,
+                      make_encoder)
 
 
 def vector_precision(encoder, precision: str, device: str) -> str:
@@ -305,9 +332,13 @@ def _progress(show: bool, total: int | None, desc: str):
 
 
 def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_format: str, on_bad_record: OnBad,
-                    use_titles: bool = True) -> tuple[Iterable[list[tuple[str, Any]]], dict[str, str], int | None]:
-    """Shards of (id, (title, text)) from ``passages.arrow``, a corpus file, or an iterable of passages."""
+                    use_titles: bool = True) -> tuple[Iterable[list[tuple[str, Any]]], Dependency | None, int | None]:
+    """Shards of (id, (title, text)) from ``passages.arrow``, a corpus file, or an iterable of passages, and what
+    identifies them (``passages``: the file's or the records' content; None for a one-pass iterator)."""
     from spar.data.readers import corpus_fingerprint, corpus_files, is_corpus_files, read_corpus
+
+    def identified(fingerprint: str) -> Dependency:  # fingerprinted, not recorded (no lineage outside a run)
+        return Dependency("passages", Path(), "files", value=fingerprint, records=lambda: [])
 
     if is_corpus_files(source):
         for path in corpus_files(source):
@@ -315,10 +346,10 @@ def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_forma
                 raise ArtifactError(f"passages not found: {path}")
         if isinstance(source, (str, Path)) and Path(source).suffix == ".arrow":
             shards = PassageShards(source, shard_size, use_titles)
-            return shards, {"passages": file_fingerprint(source)}, shards.passages
+            return shards, identified(file_fingerprint(source)), shards.passages
         stream = ((p.id, (p.title if use_titles else "", p.text))
                   for p in read_corpus(source, corpus_format, on_bad_record))
-        return _shard_source(stream, shard_size), {"passages": corpus_fingerprint(source)}, None
+        return _shard_source(stream, shard_size), identified(corpus_fingerprint(source)), None
 
     records_source = cast(Iterable, source)
 
@@ -329,8 +360,8 @@ def _passage_shards(source: str | Path | Iterable, shard_size: int, corpus_forma
 
     if isinstance(records_source, Sequence):  # in memory: its content identifies it
         content = records_fingerprint([pid, title, text] for pid, (title, text) in items(records_source))
-        return _shard_source(items(records_source), shard_size), {"passages": content}, len(records_source)
-    return _shard_source(items(records_source), shard_size), {}, None
+        return _shard_source(items(records_source), shard_size), identified(content), len(records_source)
+    return _shard_source(items(records_source), shard_size), None, None
 
 
 def encode_passages(
@@ -376,14 +407,13 @@ def passages_unit(encoder, passages: str | Path | Iterable, out_dir: str | Path,
                   make_encoder: Callable[[], Any] | None = None) -> Unit:
     """The artifact :func:`encode_passages` writes (same arguments), for a stage to run (:mod:`spar.core.stage`);
     ``executor`` runs its shards (with ``make_encoder``, a picklable factory of the encoder, for Ray workers)."""
-    shards, source_inputs, total = _passage_shards(passages, shard_size, corpus_format, on_bad_record, use_titles)
+    shards, identity, total = _passage_shards(passages, shard_size, corpus_format, on_bad_record, use_titles)
     # A one-pass iterator cannot be fingerprinted up front: never reuse output or shards it cannot vouch for.
-    reusable = bool(source_inputs or inputs)
-    if not use_titles:
-        source_inputs["titles"] = "dropped"
-    return split_unit(encoder, shards, Path(out_dir), "passage", weights_fingerprint or parameters_fingerprint(encoder),
-                      {**source_inputs, **(inputs or {})}, encoder_name, shard_size, dtype, options or EncodeOptions(),
-                      on_shard, total, reusable, executor, make_encoder)
+    reusable = bool(identity or inputs)
+    values = {**({} if use_titles else {"titles": "dropped"}), **(inputs or {})}
+    declared = _declared(out_dir, encoder_name, "passage", shard_size, dtype, [identity] if identity else [], values)
+    return split_unit(encoder, shards, declared, weights_fingerprint or parameters_fingerprint(encoder),
+                      options or EncodeOptions(), on_shard, total, reusable, executor, make_encoder)
 
 
 def encode_queries(
@@ -412,11 +442,12 @@ def queries_unit(encoder, queries: Mapping[str, str] | Sequence[tuple[str, str]]
                  make_encoder: Callable[[], Any] | None = None) -> Unit:
     """The artifact :func:`encode_queries` writes (same arguments), for a stage to run (:mod:`spar.core.stage`)."""
     pairs = list(queries.items()) if isinstance(queries, Mapping) else list(queries)
-    content = fingerprint_dict(pairs, ascii_only=False)
-    return split_unit(encoder, _shard_source(pairs, shard_size), Path(out_dir), "query",
-                      weights_fingerprint or parameters_fingerprint(encoder), {"queries": content, **(inputs or {})},
-                      encoder_name, shard_size, dtype, options or EncodeOptions(), None, len(pairs),
-                      executor=executor, make_encoder=make_encoder)
+    content = Dependency("queries", Path(), "files", value=fingerprint_dict(pairs, ascii_only=False),
+                        records=lambda: [])
+    declared = _declared(out_dir, encoder_name, "query", shard_size, dtype, [content], inputs)
+    return split_unit(encoder, _shard_source(pairs, shard_size), declared,
+                      weights_fingerprint or parameters_fingerprint(encoder), options or EncodeOptions(), None,
+                      len(pairs), executor=executor, make_encoder=make_encoder)
 
 
 def _vector_settings(encoder, side: Side) -> dict[str, Any]:
