@@ -77,6 +77,9 @@ class _Walk:
                 func = sub.func
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) \
                     else None
+                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                        and self.is_class(mod, module, func.value.id):
+                    name = func.value.id  # a class built from cfg by a classmethod (Experiment.of(cfg)): the class
                 if name is None:
                     continue
                 target = (module, name) if name in mod.defs else (mod.imports[name], name) if name in mod.imports \
@@ -90,6 +93,12 @@ class _Walk:
                     self.enter_class(target[0], definition)
                 elif definition is not None:
                     self.visit(target[0], definition)
+
+    @staticmethod
+    def is_class(mod: "_Module", module: str, name: str) -> bool:
+        """Whether ``name`` in ``module`` is a class of spar's (defined there or imported from spar/pipelines)."""
+        where = module if name in mod.defs else mod.imports.get(name)
+        return where is not None and isinstance(_Module(where).defs.get(name), ast.ClassDef)
 
     def enter_class(self, module: str, cls: ast.ClassDef) -> None:
         """A class built from ``cfg``: its body but the methods, and ``__init__``; the rest on demand."""
@@ -135,6 +144,12 @@ def test_sections_list_exactly_the_sections_the_stage_reads(stage):
     assert not extra, f"pipelines/{stage}.py SECTIONS lists {sorted(extra)}, which it never reads"
     order = [name for name in SparConfig.model_fields if name in declared]
     assert list(importlib.import_module(f"pipelines.{stage}").STAGE.sections) == order, "SECTIONS in config order"
+
+
+def test_the_walk_enters_a_class_built_by_a_classmethod():
+    # publish builds its Experiment with Experiment.of(cfg) (one per stage run): the card's facts (sample, label,
+    # train) are read by the Experiment's methods it calls.
+    assert {"sample", "label", "train"} <= sections_read("publish")
 
 
 def test_the_walk_follows_library_calls():
