@@ -38,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -129,9 +130,15 @@ class Rows:
 
 
 def judge(rows: np.ndarray, scores: np.ndarray, dev, doc_ids, texts_of, ks) -> dict[str, float]:
-    from spar.evaluate.metrics import answer_accuracy, evaluate_run, ranked_run
+    from spar.evaluate.metrics import ranked_run
 
-    run = ranked_run(dev.ids, rows, scores, doc_ids)
+    return judge_run(ranked_run(dev.ids, rows, scores, doc_ids), dev, texts_of, ks)
+
+
+def judge_run(run: dict, dev, texts_of, ks) -> dict[str, float]:
+    """Acc@k (and nDCG@10 where the set has qrels) of a ranked run ``{qid: [(docid, score), ...]}``."""
+    from spar.evaluate.metrics import answer_accuracy, evaluate_run
+
     out = {}
     if dev.answers is not None:
         texts = texts_of({d for hits in run.values() for d, _ in hits})
@@ -247,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
     from spar.experiment.plan import dev_split
     from spar.evaluate.evaluation import passage_texts
     from spar.evaluate.exact import top_k
+    from spar.evaluate.metrics import ranked_run
     from spar.experiment.inputs import ExperimentInputs
     from spar.index.approximate import PassageRows
     from spar.index.combine import SparPassageRows, spar_query_vectors
@@ -294,6 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
         q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"], "concat")
         scores, rows = top_k(q, SparPassageRows(base_p, lam_p), args.k)
         base_scores, base_rows = top_k(s["base_q"], base_p, args.k)
+        s["exact_base_run"] = ranked_run(s["dev"].ids, base_rows, base_scores, doc_ids)  # the exact hybrid's half
         exact[name] = {"spar": judge(rows, scores, s["dev"], doc_ids, texts_of, ks),
                        "base": judge(base_rows, base_scores, s["dev"], doc_ids, texts_of, ks),
                        "top20": [set(r[:20].tolist()) for r in rows],
@@ -316,13 +325,14 @@ def main(argv: list[str] | None = None) -> dict:
         pairs = s["dev"].pairs()
         searcher = inputs.bm25
         alpha = 0.04 if tuned is None else (tuned.alpha or 0.04)
+        normalize = cfg.tune.hybrid_normalize  # as `evaluate` fuses
         searcher.search(pairs[:1], 100)  # the JVM warm
 
         def hybrid(i: int) -> None:
             d, r = flat.search(s["base_q"][i:i + 1], 100)
             dense = [(doc_ids[j], float(v)) for j, v in zip(r[0], d[0]) if j >= 0]
             sparse = searcher.search(pairs[i:i + 1], 100).get(pairs[i][0], [])
-            hybrid_fuse(dense, list(sparse), alpha)
+            hybrid_fuse(dense, list(sparse), alpha, normalize)
 
         def dense_only(i: int) -> None:
             flat.search(s["base_q"][i:i + 1], 100)
@@ -346,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
         answers = inputs.answer_judge(dev, "Acc@20") if dev.answers is not None else None
         calibration = calibrate_ef(graph, dev.ids, s["base_q"], exact_base,
                                    lambda *runs: inputs.judged(dev, answers, *runs))
-        served = ServedHybrid(graph, searcher, alpha)
+        served = ServedHybrid(graph, searcher, alpha, normalize)
 
         def served_one(i: int) -> None:
             served.search(pairs[i][0], pairs[i][1], s["base_q"][i], 100)
@@ -354,10 +364,36 @@ def main(argv: list[str] | None = None) -> dict:
         def graph_only(i: int) -> None:
             graph.search(s["base_q"][i:i + 1], 100)
 
+        # Its answers on every set's dev questions, beside the exact hybrid's (the same BM25 lists, the base's exact
+        # top-k instead of the graph's), each set at its own α as `evaluate` fuses it.
+        peer["sets"] = {}
+        for name, one_set in sets.items():
+            dev_pairs = one_set["dev"].pairs()
+            set_alpha = alpha if tuned is None else (tuned.for_set(name).alpha or alpha)
+            bm25_lists = searcher.search(dev_pairs, args.k)
+            graph_lists = graph.run(one_set["dev"].ids, one_set["base_q"], args.k)
+            fused = {"served": {}, "exact": {}}
+            for qid in one_set["dev"].ids:
+                sparse = list(bm25_lists.get(qid, []))
+                fused["served"][qid] = hybrid_fuse(graph_lists.get(qid, []), sparse, set_alpha, normalize, args.k)
+                fused["exact"][qid] = hybrid_fuse(one_set["exact_base_run"].get(qid, []), sparse, set_alpha,
+                                                  normalize, args.k)
+            exact[name]["hybrid"] = judge_run(fused["exact"], one_set["dev"], texts_of, ks)
+            peer.setdefault("base_hnsw_sets", {})[name] = judge_run(graph_lists, one_set["dev"], texts_of, ks)
+            served_acc = judge_run(fused["served"], one_set["dev"], texts_of, ks)
+            peer["sets"][name] = {**served_acc, "alpha": set_alpha, "Acc@20_loss_points": round(
+                100 * (served_acc.get("Acc@20", 0) - exact[name]["hybrid"].get("Acc@20", 0)), 2)}
+            print(name, "hybrid exact", exact[name]["hybrid"], "served", peer["sets"][name], file=sys.stderr,
+                  flush=True)
         peer.update({"ms_1_thread": timed_single(served_one, single, 1), "base_hnsw_ms_1_thread":
                      timed_single(graph_only, single, 1), "bm25_ms": flat_peer["bm25_ms"], "questions_timed": single,
                      "hnsw": graph.settings(), "calibration": calibration,
                      "bytes_per_passage_base": round(graph.nbytes() / n, 1), "threads": "1 per half"})
+        index_dir = getattr(searcher, "index_dir", None)  # Lucene's directory, which it memory-maps
+        if index_dir is not None:
+            lucene_bytes = sum(f.stat().st_size for f in Path(index_dir).rglob("*") if f.is_file())
+            peer["bytes_per_passage_bm25"] = round(lucene_bytes / n, 1)
+            peer["bytes_per_passage"] = round(peer["bytes_per_passage_base"] + peer["bytes_per_passage_bm25"], 1)
         served.close()
         del graph
         print("hybrid", peer, "flat-scan hybrid", flat_peer, file=sys.stderr, flush=True)
@@ -459,7 +495,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     result = {"benchmark": "approximate SPAR indexes against the exact scan (issue #35 item 2)", "config": args.config,
               "passages": n, "subset": args.subset, "dim": dim, "mu0": mu0, "questions_per_set": args.questions,
-              "split": "dev", "exact": {k: {"spar": v["spar"], "base": v["base"]} for k, v in exact.items()},
+              "split": "dev", "exact": {k: {key: v[key] for key in ("spar", "base", "hybrid") if key in v}
+                                                        for k, v in exact.items()},
               "exact_seconds": round(exact_seconds, 1), "spar": rows_out, "peer": peer, "flat_peer": flat_peer,
               "ratio": {r["config"]: r.get("vs_hybrid_1_thread") for r in rows_out},
               "unit": "Acc@20 loss in points against the exact scan; ms per question",

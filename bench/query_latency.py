@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def served(name: str, bm25):
         """The peer: :class:`ServedHybrid` (graph and BM25 at once on two threads, fused at α)."""
-        hybrid = ServedHybrid(graph, bm25, alpha)
+        hybrid = ServedHybrid(graph, bm25, alpha, cfg.tune.hybrid_normalize)  # fused as `evaluate` fuses
 
         def run_one(backend: str, qid: str, text: str) -> None:
             t0 = time.perf_counter()
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
         sparse = bm25s["lucene"].search([(qid, text)], args.k)
         t3 = time.perf_counter()
         hybrid_fuse([(doc_ids[j], float(v)) for j, v in zip(rows[0], scores[0]) if j >= 0],
-                    list(sparse.get(qid, [])), alpha)
+                    list(sparse.get(qid, [])), alpha, cfg.tune.hybrid_normalize)
         t4 = time.perf_counter()
         record(f"hybrid-flat/{backend}", encode=t1 - t0, dense=t2 - t1, bm25=t3 - t2, halves=t3 - t1, fuse=t4 - t3,
                total=t4 - t0)
