@@ -11,6 +11,9 @@ works out, at most once each, what the drivers and the layers below used to re-d
   and each **encoder** (:class:`EncoderPlan`: a picklable factory, its weights fingerprint, what its manifests
   record and its sources);
 - its **teacher** (:mod:`spar.teacher.registry`) and **index options**;
+- its **sections** (``name``, ``sample``, ``label``, ``train``, ``encode``, ``tune``, ``index``, ``evaluate``,
+  ``publish``: typed, as the library objects that own them take them) and its **model directory**: the stage
+  drivers read no setting off the config (``tests/test_driver_reads.py``);
 - how fingerprints spell the question sets' files and options (unchanged since before spar 0.2:
   :mod:`spar.core.legacy_spellings`).
 
@@ -26,6 +29,8 @@ Example::
     [('default', 'dev', 'dev', ['dev', 'qrels_dev']), ('default', 'test', 'test', ['qrels_test', 'test'])]
     >>> sorted(experiment.question_files("dev"))
     ['qrels_dev', 'queries']
+    >>> experiment.name, str(experiment.model_dir), experiment.label.teacher
+    ('scifact-sample', 'runs/scifact-sample/model', 'bm25')
 """
 
 from __future__ import annotations
