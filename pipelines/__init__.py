@@ -20,8 +20,11 @@ def skipped_by_config(cfg, stage: str) -> str | None:
     - no ``data.question_sets``: a Λ-training experiment (e.g. wiki-vital): nothing to encode,
       tune or evaluate.
     """
-    if stage in LAMBDA_STAGES and cfg.encode.lambda_ is not None:
-        return f"Λ comes from encode.lambda: {cfg.encode.lambda_.path}"
-    if stage not in LAMBDA_STAGES and not cfg.data.question_sets:
+    from spar.experiment.plan import Experiment
+
+    experiment = Experiment.of(cfg)
+    if stage in LAMBDA_STAGES and experiment.encode.lambda_ is not None:
+        return f"Λ comes from encode.lambda: {experiment.encode.lambda_.path}"
+    if stage not in LAMBDA_STAGES and not experiment.sets:
         return "no data.question_sets: a Λ-only experiment"
     return None

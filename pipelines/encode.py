@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def passage_titles(cfg, encoder) -> bool:
     """Whether ``encoder`` is handed passages with their titles: ``data.title_field`` for a transformer; always for a
     term-based Λ, whose own fields (the teacher's, fixed when it was fitted) make its text."""
-    return cfg.data.title_field or bool(getattr(encoder, "term_based", False))
+    return Experiment.of(cfg).data.title_field or bool(getattr(encoder, "term_based", False))
 
 
 def plan(cfg, force: bool = False) -> Iterator[Unit]:
@@ -39,8 +39,8 @@ def plan(cfg, force: bool = False) -> Iterator[Unit]:
     ``executor.kind: ray``, one set of Ray workers at a time, kept for every split of their encoder). Each split is
     the experiment's ``embeddings/<encoder>/<split>`` (:func:`spar.experiment.declarations.embeddings`: what it is
     made from); the loaded encoder adds its vectors' fingerprint (:func:`spar.model.embeddings.declared_unit`)."""
-    enc = cfg.encode
     experiment = Experiment.of(cfg)
+    enc = experiment.encode
     options = EncodeOptions(batch_size=enc.batch_size, accelerator=enc.accelerator, devices=enc.devices,
                             engine=enc.engine, precision=enc.precision, strategy=enc.strategy)
     device = resolve_devices(enc.accelerator, enc.devices)[0]

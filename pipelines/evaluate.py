@@ -36,16 +36,17 @@ def plan(cfg, force: bool = False) -> Unit:
     index_dir = experiment.run.artifact("index")
     info = index_info(index_dir, required=False)
     if info:
-        check_serves(info, cfg.index, cfg.experiment.seed, index_dir)
+        check_serves(info, experiment.index, experiment.seed, index_dir)
     paths = experiment.run.results_paths()
     return experiment.artifact("evaluation").unit(payload=inputs, current=lambda: all(p.exists() for p in paths))
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    context = Experiment.of(cfg).run
+    experiment = Experiment.of(cfg)
+    context, published_file = experiment.run, experiment.evaluate.published
     ensure_writable(cfg.results_dir)
     skipped = skipped_records(check_inputs(cfg))  # records the stages skipped (on_bad_record=skip), in the results
-    published = Published.read(cfg.evaluate.published) if cfg.evaluate.published else None  # fails before the work
+    published = Published.read(published_file) if published_file else None  # fails before the work
     progress_dir = w.path / "progress"
     reports = evaluate_sets(cfg, unit.payload, runs_dir=w.path / "runs", keep_runs=False, checkpoints=progress_dir)
     costs = stage_costs(_run_dirs(cfg, unit.payload))

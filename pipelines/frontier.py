@@ -41,18 +41,20 @@ def settings_fingerprint(cfg, kind: str) -> str:
     from spar.core.fingerprint import fingerprint_dict
     from spar.core.artifacts import is_complete, manifest_fingerprint
     from spar.lexical import lambda_class
-    from spar.core.run_context import RunContext
     from spar.core.stage import settings
     from spar.data.question_sets import data_settings
     from spar.experiment.declarations import tune_section
+    from spar.experiment.plan import Experiment
 
-    shared = {"label": settings(cfg.label), "tune": tune_section(cfg), "data": data_settings(cfg.data),
-              "projection": cfg.train.lexical.projection,
-              **({"nonzeros": cfg.train.lexical.nonzeros} if cfg.train.lexical.projection == "sparse" else {}),
-              "base": manifest_fingerprint(RunContext(cfg).embeddings("base"))}
+    experiment = Experiment.of(cfg)
+    lexical = experiment.train.lexical
+    shared = {"label": settings(experiment.label), "tune": tune_section(cfg), "data": data_settings(experiment.data),
+              "projection": lexical.projection,
+              **({"nonzeros": lexical.nonzeros} if lexical.projection == "sparse" else {}),
+              "base": manifest_fingerprint(experiment.run.embeddings("base"))}
     if lambda_class(kind).trainable:  # runtime-only options (W&B, workers, checkpoints) change no point
-        shared["train"] = settings(cfg.train)
-        labels = RunContext(cfg).artifact("labels")  # none yet: no trained point can be made (nor kept)
+        shared["train"] = settings(experiment.train)
+        labels = experiment.run.artifact("labels")  # none yet: no trained point can be made (nor kept)
         shared["labels"] = manifest_fingerprint(labels) if is_complete(labels) else None
     return fingerprint_dict(shared)
 
@@ -98,11 +100,11 @@ def check_arguments(cfg, kinds: Sequence[str] | None, dims, seeds, storages, ind
 
 
 def _check_run_lambda(cfg, kind: str) -> None:
-    from spar.core.run_context import RunContext
     from spar.experiment.plan import Experiment
 
-    lam_dir = RunContext(cfg).artifact("lambda")
-    source = Experiment(cfg).own_lambda  # the Λ the frontier scores as the run's own point
+    experiment = Experiment.of(cfg)
+    lam_dir = experiment.run.artifact("lambda")
+    source = experiment.own_lambda  # the Λ the frontier scores as the run's own point
     found = source.kind if source is not None else None
     if found != kind:
         held = f"holds a {found} Λ" if found else "holds no trained Λ"
@@ -115,10 +117,17 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
     """Compute the frontier's missing points and write it. ``kinds=None``: projection, static, and the run's own
     trained Λ when it is of another kind; kinds given explicitly must all be computable. ``index_types=None``: the
     exhaustive type (:func:`spar.index.types.registry.exhaustive_type`)."""
+    from spar.core.stage_scope import stage_scope
+
+    with stage_scope():  # one Experiment for the command: its checks, settings and every point share it
+        return _checked_run(cfg, kinds, dims, seeds, force, storages, index_types)
+
+
+def _checked_run(cfg, kinds, dims, seeds, force: bool, storages, index_types) -> dict:
     from spar.index.types.registry import exhaustive_type
     from spar.sweep.frontier import DEFAULT_DIMS
     from spar.lexical import KINDS
-    from spar.core.run_context import RunContext
+    from spar.experiment.plan import Experiment
 
     kinds, dims, seeds, storages, index_types = check_arguments(
         cfg, kinds, DEFAULT_DIMS if dims is None else dims, (0, 1, 2) if seeds is None else seeds, storages,
@@ -127,7 +136,7 @@ def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: b
     # What the points depend on, the run's base embeddings first: a run without them is refused before frontier/
     # exists (it was left behind empty).
     settings = {kind: settings_fingerprint(cfg, kind) for kind in KINDS}
-    out = RunContext(cfg).artifact("frontier")
+    out = Experiment.of(cfg).run.artifact("frontier")
     created = not out.exists()
     try:
         return _run(cfg, kinds, dims, seeds, force, storages, index_types, ensure_writable(out), settings)
@@ -141,7 +150,7 @@ def _run(cfg, kinds, dims, seeds, force: bool, storages, index_types, out: Path,
     import json
     from dataclasses import asdict
 
-    from spar.core.run_context import RunContext
+    from spar.experiment.plan import Experiment
     from spar.sweep.frontier import run_frontier
     from spar.sweep.report import FrontierPoint
 
@@ -159,7 +168,8 @@ def _run(cfg, kinds, dims, seeds, force: bool, storages, index_types, out: Path,
         kept = [p for p in kept if tuple(p[f] for f in POINT_KEY) not in asked
                 and not (p["seed"] is None and p["kind"] in kinds and p["storage"] in storages)]
     known = [FrontierPoint.from_json(p) for p in kept]
-    command = RunContext(cfg).command_line("frontier")
+    experiment = Experiment.of(cfg)
+    command = experiment.run.command_line("frontier")
     commands = [*previous.get("commands", [previous["command"]] if previous.get("command") else []), command]
 
     def save_progress(points) -> None:  # a killed frontier keeps what it computed; the next run reuses it
@@ -176,13 +186,13 @@ def _run(cfg, kinds, dims, seeds, force: bool, storages, index_types, out: Path,
     table = report.markdown(commands)
     (out / "frontier.md").write_text(table, encoding="utf-8")
     report.plot(out / "frontier.png")
-    results = ensure_writable(cfg.results_dir)
-    _keep_richer_results(results / f"{cfg.experiment.name}-frontier.json", report.points, out)
+    results, name = ensure_writable(cfg.results_dir), experiment.name
+    _keep_richer_results(results / f"{name}-frontier.json", report.points, out)
     for suffix in ("json", "md", "png"):
-        shutil.copyfile(out / f"frontier.{suffix}", results / f"{cfg.experiment.name}-frontier.{suffix}")
+        shutil.copyfile(out / f"frontier.{suffix}", results / f"{name}-frontier.{suffix}")
     choice = report.choice()
     return {"points": len(report.points), "table": table, "output": str(out),
-            "results": str(results / f"{cfg.experiment.name}-frontier.md"),
+            "results": str(results / f"{name}-frontier.md"),
             **({"choice": f"{choice.kind} {choice.dim} {choice.storage}"} if choice else {})}
 
 

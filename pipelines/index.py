@@ -19,7 +19,7 @@ from spar.core.tracking import Report, figures
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.experiment.plan import Experiment
 from spar.index.files import SEARCH_TIME, index_file_bytes, index_schema, refresh_search_params
-from spar.index.spar_index import IndexOptions, SparIndex
+from spar.index.spar_index import SparIndex
 from spar.model.stored_vectors import load_embeddings
 
 log = logging.getLogger(__name__)
@@ -42,30 +42,31 @@ def folded_mu(cfg) -> float:
     from spar.index.approximate import fold_factor
     from spar.index.types.registry import is_approximate
 
-    if cfg.index.fold == "never" or not is_approximate(cfg.index.type):
+    experiment = Experiment.of(cfg)
+    options = experiment.index_options
+    if options.fold == "never" or not is_approximate(options.type):
         return 1.0
     from spar.evaluate.tuning import read_tuned
 
-    return fold_factor(cfg.index.type, cfg.index.fold, read_tuned(cfg.output_dir).mu())
+    return fold_factor(options.type, options.fold, read_tuned(experiment.output_dir).mu())
 
 
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
-    section = cfg.index
     base_dir, lambda_dir, fold = unit.payload
     base, lam = load_embeddings(base_dir), load_embeddings(lambda_dir)
-    options = IndexOptions.from_section(section, seed=cfg.experiment.seed)
+    options = Experiment.of(cfg).index_options  # the index section, seeded by the experiment
     with make_executor(cfg.executor) as executor:  # Ray: workers code the passages, this process adds the codes
-        index = SparIndex.build(base, lam, variant=section.variant, index_type=section.type, options=options,
+        index = SparIndex.build(base, lam, variant=options.variant, index_type=options.type, options=options,
                                 executor=executor, fold=fold)
     index.save(w.path)
     size = index_file_bytes(w.path)
-    w.schema = index_schema(section.type, index.storage)
+    w.schema = index_schema(options.type, index.storage)
     w.stats = {**index.info, "bytes": size, "bytes_per_passage": round(size / max(1, len(index)), 1),
                **executor.describe()}
-    return {"variant": section.variant, "type": section.type, "storage": index.storage,
+    return {"variant": options.variant, "type": options.type, "storage": index.storage,
             "passages": f"{len(index):,}",
             "dim": f"{index.info['dim']} (base {index.info['base_dim']} + Λ {index.info['lambda_dim']})"
-            if section.variant == "concat" else str(index.info["dim"]),
+            if options.variant == "concat" else str(index.info["dim"]),
             "size": f"{size / 2**20:,.1f} MiB ({size / max(1, len(index)):,.0f} B/passage)",
             **({"folded": f"[P, {fold:g}·PΛ] (μ₀, the tuned μ)"} if fold != 1.0 else {}),
             **({"refine": f"top {index.refine}·k re-ranked with exact scores"} if index.refine else {})}
@@ -73,15 +74,17 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
 
 def on_skip(cfg, manifest: dict) -> dict:
     """An up-to-date index still takes new search-time settings (no re-indexing)."""
-    changed = refresh_search_params(Experiment.of(cfg).run.artifact("index"),
-                                    {k: getattr(cfg.index, k) for k in SEARCH_TIME})
+    experiment = Experiment.of(cfg)
+    changed = refresh_search_params(experiment.run.artifact("index"),
+                                    {k: getattr(experiment.index, k) for k in SEARCH_TIME})
     return {"updated": ", ".join(changed) + " (no re-indexing: search-time settings)"} if changed else {}
 
 
 def report(cfg, written: dict) -> Report:
     """The W&B run's numbers: bytes per passage, build time, type, storage and the rest of the index's figures."""
     manifest = next(iter(written.values()))
-    return Report(summary={**figures(manifest), "build_seconds": manifest.get("seconds"), "type": cfg.index.type})
+    return Report(summary={**figures(manifest), "build_seconds": manifest.get("seconds"),
+                           "type": Experiment.of(cfg).index.type})
 
 
 STAGE = Stage(name="index", sections=("experiment", "data", "encode", "index", "executor"), plan=plan,

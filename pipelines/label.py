@@ -50,11 +50,11 @@ def build_teacher_index(cfg: SparConfig, force: bool = False, experiment: Experi
 
 def _engine(cfg: SparConfig) -> tuple[str, str]:
     """The engine ``label.engine`` asks for, and why (:func:`spar.teacher.registry.choose_engine`)."""
-    s = cfg.label
-    qdir = Experiment.of(cfg).run.artifact("queries")
-    total = read_manifest(qdir)["stats"].get("queries")
+    experiment = Experiment.of(cfg)
+    s = experiment.label
+    total = read_manifest(experiment.run.artifact("queries"))["stats"].get("queries")
     queries = None if total is None else -(-int(total) // s.num_shards)  # this machine's share
-    return choose_engine(s, Experiment.of(cfg).run.passages, queries)
+    return choose_engine(s, experiment.run.passages, queries)
 
 
 def plan(cfg: SparConfig, force: bool = False) -> Unit:
@@ -62,8 +62,8 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
     index first, since the labels depend on it (:func:`spar.experiment.declarations.labels`: the passages table is
     checked unchanged since `spar sample` wrote it, --force too: another table put there would label rows of one
     corpus with an index of another)."""
-    s = cfg.label
     experiment = Experiment.of(cfg)
+    s = experiment.label
     declared = experiment.artifact("labels")
     if s.num_shards == 1:  # parts on other machines may share this directory: their pids mean nothing here
         remove_stale_temporaries(experiment.output_dir)  # a killed run's teacher_index.tmp-<pid>/, collection copy
@@ -79,18 +79,19 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
-    s = cfg.label
+    experiment = Experiment.of(cfg)
+    s = experiment.label
     part = unit.kind == "labels-part"
     sharding = {"num_shards": s.num_shards, "shard_index": s.shard_index} if part else {}
-    index_dir = Experiment.of(cfg).run.artifact("teacher_index")
-    passages = Experiment.of(cfg).run.passages
+    index_dir = experiment.run.artifact("teacher_index")
+    passages = experiment.run.passages
     engine, why = _engine(cfg)
     with make_executor(cfg.executor) as executor:
         # The teacher as a factory: this process builds it once, or each Ray worker its own (spar/core/executor.py).
         teacher = functools.partial(configured_teacher, s, index_dir.resolve(), engine,
                                     cfg.executor.cpus_per_worker if executor.kind == "ray" else None,
                                     passages.resolve(), executor.kind == "local")
-        stats = label_queries(teacher, Experiment.of(cfg).run.artifact("queries"), w.path, s, executor=executor,
+        stats = label_queries(teacher, experiment.run.artifact("queries"), w.path, s, executor=executor,
                               needs={"teacher index": index_dir}, **sharding)
     started = stats.pop("teacher_start_seconds", None)
     engine = f"{engine} ({why}" + (f"; postings built in {started} s)" if started else ")")
@@ -104,7 +105,8 @@ def merge(cfg: SparConfig, stats: dict, unit: Unit) -> dict:
     """After this machine's part: merge the parts into labels/ once all are there."""
     if unit.kind != "labels-part":
         return stats
-    merged = merge_parts_when_ready(unit.payload, cfg.label.num_shards, teacher=cfg.label.teacher)
+    s = Experiment.of(cfg).label
+    merged = merge_parts_when_ready(unit.payload, s.num_shards, teacher=s.teacher)
     return {**({} if stats.get("skipped") else stats), "output": str(unit.output), **merged}
 
 

@@ -16,7 +16,6 @@ from spar.core.artifacts import ArtifactWriter, is_complete, read_manifest, writ
 from spar.core.errors import ArtifactError
 from spar.core.stage import Stage, Unit
 from spar.core.tracking import Report, figures
-from spar.core.run_context import published_model_dir
 from spar.evaluate.tuning import read_tuned
 from spar.experiment.inputs import ExperimentInputs, resolved_index
 from spar.experiment.plan import Experiment
@@ -27,15 +26,11 @@ from spar.index.files import index_info as index_info_of
 PUSH_MARKER = ".hub_push.json"
 
 
-def model_output(cfg) -> Path:
-    return published_model_dir(cfg)
-
-
 def plan(cfg, force: bool = False) -> Unit:
     """``model/`` as the experiment declares it (:func:`spar.experiment.declarations.model`), from μ of
     ``tune/`` (refused naming `spar tune` when missing) and the index (checked against the run)."""
     experiment = Experiment.of(cfg)
-    tuned = read_tuned(cfg.output_dir)  # fails naming `spar tune` when μ is missing
+    tuned = read_tuned(experiment.output_dir)  # fails naming `spar tune` when μ is missing
     index_dir = experiment.run.artifact("index")
     require_index(index_dir)
     ExperimentInputs(cfg, experiment).check_embeddings()  # vectors encode would not make now: `spar encode`, first
@@ -54,32 +49,33 @@ def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     index_info = index_info_of(index_dir, required=False)
     variant = tuned.variant
     _check_index_is_current(cfg, index_dir)
-    base = BiEncoder.from_section(cfg.encode.base)
-    out = unit.output
     experiment = Experiment.of(cfg)
+    run, base_section, publish = experiment.run, experiment.encode.base, experiment.publish
+    base = BiEncoder.from_section(base_section)
+    out = unit.output
     run_facts = experiment.run_facts()
-    provenance = _portable_provenance(model_provenance(run_facts, cfg.encode.base.model, source, tuned.payload,
+    provenance = _portable_provenance(model_provenance(run_facts, base_section.model, source, tuned.payload,
                                                        index_info), out)
     encoder = SparEncoder(base, source.load(), tuned.mu(variant), variant, metadata={"provenance": provenance})
-    manifests = {name: _manifest_or_empty(Experiment.of(cfg).run.artifact(name)) for name in ("queries", "labels")}
+    manifests = {name: _manifest_or_empty(run.artifact(name)) for name in ("queries", "labels")}
     manifests["lambda"] = {} if source.published else _manifest_or_empty(source.location)
     config_yaml = portable_config_yaml(cfg, out)
-    command = Experiment.of(cfg).run.command_line("run")
+    command = run.command_line("run")
     results_text = results_md.read_text(encoding="utf-8") if results_md.exists() else None
     if results_text is not None:  # the results table ends with the command that made it
         results_text = results_text.replace(command, _portable_command(command))
     results_json = results_md.with_suffix(".json")
-    encoding = Experiment.of(cfg).run.encoding()
+    encoding = run.encoding()
     encoder.metadata["provenance"]["encoding"] = encoding  # spar_model.json: the precision the index was made in
-    facts = gather_card_facts(run_facts, cfg.encode.base, cfg.publish, experiment.dev_pool_description(), encoder,
+    facts = gather_card_facts(run_facts, base_section, publish, experiment.dev_pool_description(), encoder,
                               tuned.payload, manifests, results_text, _portable_command(command), config_yaml,
                               source.describe(), encoding=encoding,
                               results=json.loads(results_json.read_text()) if results_json.exists() else None)
-    passages = Experiment.of(cfg).run.passages
+    passages = run.passages
     publish_model(encoder, w.path, facts, config_yaml, index_dir=index_dir,
-                  passages=passages if passages.exists() else None, copy_index=cfg.publish.copy_index)
+                  passages=passages if passages.exists() else None, copy_index=publish.copy_index)
     w.stats = {"variant": variant, "mu": encoder.mu, "dim": encoder.dim,
-               "index": "copied into the model" if cfg.publish.copy_index else "none (the run's index/ beside it)"}
+               "index": "copied into the model" if publish.copy_index else "none (the run's index/ beside it)"}
     w.schema = {MODEL_CONFIG: "format, variant, mu, dims, encoders, index, provenance",
                 "modules.json": "sentence-transformers Router (query/document routes)"}
     return {"output": str(out), "variant": variant, "mu": encoder.mu, "dim": encoder.dim,
@@ -136,7 +132,8 @@ def _manifest_or_empty(path: Path) -> dict:
 
 def finish(cfg, stats: dict, unit: Unit) -> dict:
     """Upload the (new or up-to-date) model directory when ``publish.push_to_hub`` is set."""
-    return {**stats, **_push(cfg, model_output(cfg))} if cfg.publish.push_to_hub else stats
+    experiment = Experiment.of(cfg)
+    return {**stats, **_push(experiment, experiment.model_dir)} if experiment.publish.push_to_hub else stats
 
 
 def _check_served(cfg, tuned, index_dir: Path) -> None:
@@ -151,7 +148,8 @@ def _check_served(cfg, tuned, index_dir: Path) -> None:
         raise ArtifactError(f"{index_dir}: the index is '{index_info['variant']}' but μ was tuned for "
                             f"'{tuned.variant}' ({tuned.path}); re-run `spar tune` and `spar index` with one "
                             "index.variant")
-    check_serves(index_info, cfg.index, cfg.experiment.seed, index_dir)
+    experiment = Experiment.of(cfg)
+    check_serves(index_info, experiment.index, experiment.seed, index_dir)
     tuned.check_served_by(index_info, index_dir)  # μ of the model must match the stored passage vectors
 
 
@@ -165,19 +163,18 @@ def _check_index_is_current(cfg, index_dir: Path) -> None:
     inputs.check_index(index_dir)
 
 
-def _push(cfg, out: Path) -> dict:
+def _push(experiment: Experiment, out: Path) -> dict:
     from spar.publish.model_dir import push_to_hub
 
-    marker = out / PUSH_MARKER
+    marker, repo_id = out / PUSH_MARKER, experiment.publish.push_to_hub
     manifest = read_manifest(out)
     if marker.exists():
         done = json.loads(marker.read_text())
-        if done.get("repo_id") == cfg.publish.push_to_hub and done.get("fingerprint") == manifest["fingerprint"]:
-            return {"hub": f"{cfg.publish.push_to_hub} (already uploaded)"}
-    url = push_to_hub(out, cfg.publish.push_to_hub, private=cfg.publish.private,
-                      commit_message=f"spar publish: {cfg.experiment.name} (mu={manifest['stats'].get('mu')})")
-    write_json_atomic(marker, {"repo_id": cfg.publish.push_to_hub, "fingerprint": manifest["fingerprint"],
-                               "commit": url})
+        if done.get("repo_id") == repo_id and done.get("fingerprint") == manifest["fingerprint"]:
+            return {"hub": f"{repo_id} (already uploaded)"}
+    url = push_to_hub(out, repo_id, private=experiment.publish.private,
+                      commit_message=f"spar publish: {experiment.name} (mu={manifest['stats'].get('mu')})")
+    write_json_atomic(marker, {"repo_id": repo_id, "fingerprint": manifest["fingerprint"], "commit": url})
     return {"hub": url}
 
 

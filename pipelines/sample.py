@@ -25,12 +25,13 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
-    s = cfg.sample
+    experiment = Experiment.of(cfg)
+    s, data, on_bad = experiment.sample, experiment.data, experiment.on_bad_record
     read_stats = ReadStats()
     with make_executor(cfg.executor) as executor:  # Ray: workers draw the sentences of chunks of passages.arrow
         stats = write_query_set(
-            read_corpus(cfg.data.corpus, cfg.data.corpus_format, cfg.experiment.on_bad_record, read_stats), w.path,
-            s, seed=cfg.experiment.seed, corpus_name=str(cfg.data.corpus), on_bad_record=cfg.experiment.on_bad_record,
+            read_corpus(data.corpus, data.corpus_format, on_bad, read_stats), w.path,
+            s, seed=experiment.seed, corpus_name=str(data.corpus), on_bad_record=on_bad,
             read_stats=read_stats, executor=executor)
     stats.update(executor.describe())
     # Identifies passages.arrow for the teacher index (it does not change with the sampling options).

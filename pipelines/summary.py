@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spar.core.run_context import RunContext, describe_encoding, published_model_dir
+from spar.core.run_context import describe_encoding
+from spar.experiment.plan import Experiment
 
 
 def _manifest_stats(path: Path) -> dict[str, Any]:
@@ -29,26 +30,27 @@ def _count(n: int, what: str) -> str:
     return f"{n:,} {what}"
 
 
-def stage_losses(cfg, results: dict[str, Any] | None = None) -> dict[str, str]:
+def stage_losses(experiment: Experiment, results: dict[str, Any] | None = None) -> dict[str, str]:
     """What each stage dropped or skipped, named with its count, from the artifacts' manifests ("none" when a stage
     that can drop records dropped none; absent for stages that never do)."""
     out: dict[str, str] = {}
-    queries = _manifest_stats(RunContext(cfg).artifact("queries"))
+    run = experiment.run
+    queries = _manifest_stats(run.artifact("queries"))
     if queries:
         skipped = (queries.get("read") or {}).get("skipped") or {}
         parts = [_count(n, f"corpus records skipped ({reason})") for reason, n in skipped.items() if n]
         fragments = (queries.get("sampling") or {}).get("fragments_dropped") or 0
         if fragments:
-            parts.append(_count(fragments, f"sentences dropped (< {cfg.sample.min_words} words)"))
+            parts.append(_count(fragments, f"sentences dropped (< {experiment.sample.min_words} words)"))
         out["sample"] = "; ".join(parts) or "none"
-    labels = _manifest_stats(RunContext(cfg).artifact("labels"))
+    labels = _manifest_stats(run.artifact("labels"))
     if "dropped" in labels:
         dev = labels.get("dropped_dev") or 0
         out["label"] = (_count(labels["dropped"], "queries dropped (too few teacher hits") + f", {dev:,} dev)"
                         if labels["dropped"] else "none")
     encoded = []
     for name in ("base", "lambda"):
-        stats = _manifest_stats(RunContext(cfg).artifact("embeddings") / name / "passages")
+        stats = _manifest_stats(run.embeddings(name))
         if stats.get("truncated"):
             encoded.append(_count(stats["truncated"], f"passages truncated at {stats.get('max_length')} tokens "
                                                       f"({name})"))
@@ -66,9 +68,9 @@ def stage_losses(cfg, results: dict[str, Any] | None = None) -> dict[str, str]:
     return out
 
 
-def index_summary(cfg) -> str | None:
+def index_summary(experiment: Experiment) -> str | None:
     """``index flat, sq4: 2,880 B/passage (2,904 B/passage on disk)``: the index the results were measured on."""
-    stats = _manifest_stats(RunContext(cfg).artifact("index"))
+    stats = _manifest_stats(experiment.run.artifact("index"))
     if not stats.get("storage"):
         return None
     code = f"{stats['code_bytes']:,} B/passage" if stats.get("code_bytes") else None
@@ -158,19 +160,20 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         for i, line in enumerate(wrap_phrases(phrases, width)):
             console.print(f"[bold]{line}[/bold]" if i == 0 else line, highlight=False, soft_wrap=True)
 
-    context = RunContext(cfg)
+    experiment = Experiment.of(cfg)
+    context = experiment.run
     results = context.results[0]
     payloads = {stem: json.loads(path.read_text()) for stem in context.results_groups
                 for path in [context.results_file(stem)[0]] if path.exists()}
-    heading(["spar run", f"experiment {cfg.experiment.name}",
+    heading(["spar run", f"experiment {experiment.name}",
              "time: each stage's own, and with its process's start-up"])
-    console.print(_timing_table(stages, stage_losses(cfg, next(iter(payloads.values()), None))))
-    lam = "encode.lambda" if cfg.encode.lambda_ is not None else cfg.train.kind
-    index = index_summary(cfg)
+    console.print(_timing_table(stages, stage_losses(experiment, next(iter(payloads.values()), None))))
+    lam = "encode.lambda" if experiment.encode.lambda_ is not None else experiment.train.kind
+    index = index_summary(experiment)
     encoding = context.encoding()  # which precision ran (#48): bf16 on CPUs with native bf16 under `auto`
     vectors = [f"vectors {describe_encoding(encoding)}"] if encoding else []
     for stem, payload in payloads.items():
-        named = f" {stem}" if stem != cfg.experiment.name else ""
+        named = f" {stem}" if stem != experiment.name else ""
         if "sets" in payload:
             measure = next(iter(payload.get("summary", {})), "")
             phrases = [f"results{named}: {measure} by question set (test)", f"Λ {lam}"]
@@ -185,12 +188,12 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         console.print("[bold]skipped input records[/bold] (experiment.on_bad_record=skip): "
                       + describe_skipped(skipped), highlight=False, soft_wrap=True)
     where = []
-    model = published_model_dir(cfg)
-    index_dir = RunContext(cfg).artifact("index")
+    model = experiment.model_dir
+    index_dir = context.artifact("index")
     for label, path in (("Λ (self-contained: use it elsewhere with encode.lambda)",
-                         RunContext(cfg).artifact("lambda")),
+                         context.artifact("lambda")),
                         ("model", model), ("index", index_dir),
-                        ("results", results), ("W&B runs (offline)", RunContext(cfg).artifact("wandb"))):
+                        ("results", results), ("W&B runs (offline)", context.artifact("wandb"))):
         if path.exists():
             where.append(f"  {label}: {path}")
     if where:
@@ -201,7 +204,7 @@ def print_run_summary(cfg, stages: dict[str, dict], skipped: dict[str, dict[str,
         nexts.append(f'spar search {model} "your query"' if beside_run
                      else f'spar search {index_dir} --model {model} "your query"')
         nexts.append(f"spar index --model {model} --corpus YOUR_CORPUS --output DIR   # any corpus, then search DIR")
-    wandb_dir = RunContext(cfg).artifact("wandb")
+    wandb_dir = context.artifact("wandb")
     if any(wandb_dir.glob("offline-run-*")):
         nexts.append(f"wandb sync {wandb_dir}/offline-run-*   # upload the runs to W&B")
     if nexts:

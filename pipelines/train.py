@@ -20,8 +20,7 @@ from spar.core.config import SparConfig
 from spar.core.fingerprint import CONTENT_IDENTITY
 from spar.lexical import build_lambda
 from spar.core.stage import Stage, Unit
-from spar.experiment.plan import Experiment, run_facts
-from spar.teacher.registry import teacher_for
+from spar.experiment.plan import Experiment
 from spar.train.training import is_primary_process, summarize, train_lambda
 
 
@@ -37,17 +36,18 @@ def plan(cfg: SparConfig, force: bool = False) -> Unit:
 
 
 def work(cfg: SparConfig, w: ArtifactWriter, unit: Unit) -> dict:
-    ldir = Experiment.of(cfg).run.artifact("labels")
-    label = cfg.label
+    experiment = Experiment.of(cfg)
+    ldir, passages, label = experiment.run.artifact("labels"), experiment.run.passages, experiment.label
     # A term-based Λ densifies the teacher's term weighting (BM25's, for the BM25 teachers).
-    scores = teacher_for(label).term_weighting or label.teacher
-    model = build_lambda(cfg.train, Experiment.of(cfg).run.passages, teacher=scores, k1=label.k1, b=label.b,
-                         fields=label.fields, seed=cfg.experiment.seed)
+    scores = experiment.teacher.term_weighting or label.teacher
+    model = build_lambda(experiment.train, passages, teacher=scores, k1=label.k1, b=label.b, fields=label.fields,
+                         seed=experiment.seed)
     if not model.trainable:
         return _fit_only(cfg, model, w)
-    options = dict(seed=cfg.experiment.seed, use_title=cfg.data.title_field, run_name=f"{cfg.experiment.name}-lambda",
-                   logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=cfg.experiment.name)
-    result = train_lambda(model, cfg.train, Experiment.of(cfg).run.passages, ldir, w.path, **options)
+    # W&B: the run's name and group, and the whole config as its record (runtime: no artifact changes with them).
+    options = dict(seed=experiment.seed, use_title=experiment.data.title_field, run_name=f"{experiment.name}-lambda",
+                   logger_root=cfg.output_dir, run_config=cfg.model_dump(mode="json"), wandb_group=experiment.name)
+    result = train_lambda(model, experiment.train, passages, ldir, w.path, **options)
     if not unit.primary:
         return {"rank": "worker"}
     w.stats.update(result.stats(), **CONTENT_IDENTITY)  # identified by its content, not its timings (#37)
@@ -79,9 +79,10 @@ def refuse_replacing_another_kind(cfg: SparConfig, unit: Unit) -> None:
     from spar.core.errors import ArtifactError
 
     earlier = read_manifest(out).get("stats", {}).get("lambda", {})
-    if earlier.get("kind") and earlier["kind"] != cfg.train.kind:
+    kind = Experiment.of(cfg).train.kind
+    if earlier.get("kind") and earlier["kind"] != kind:
         raise ArtifactError(
-            f"{out}: holds a {earlier['kind']} Λ ({earlier.get('dim')} dims); train.kind={cfg.train.kind} would "
+            f"{out}: holds a {earlier['kind']} Λ ({earlier.get('dim')} dims); train.kind={kind} would "
             "replace it and the index, results and model made from it: give this experiment its own "
             "experiment.output_dir (and experiment.name), or re-run with --force to replace it")
 
@@ -100,9 +101,10 @@ def write_card(cfg: SparConfig, model, directory, fingerprint: str, training: di
     from spar.core.artifacts import read_manifest
     from spar.lexical.card import lambda_card, lambda_card_facts
 
-    queries = read_manifest(Experiment.of(cfg).run.artifact("queries")).get("stats", {})
-    facts = lambda_card_facts(run_facts(cfg), queries, fingerprint, training,
-                              Experiment.of(cfg).run.command_line("train"))
+    experiment = Experiment.of(cfg)
+    queries = read_manifest(experiment.run.artifact("queries")).get("stats", {})
+    facts = lambda_card_facts(experiment.run_facts(), queries, fingerprint, training,
+                              experiment.run.command_line("train"))
     (Path(directory) / "README.md").write_text(lambda_card(model.describe(), facts), encoding="utf-8")
 
 

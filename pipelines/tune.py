@@ -29,14 +29,15 @@ def plan(cfg, force: bool = False) -> Unit:
 def work(cfg, w: ArtifactWriter, unit: Unit) -> dict:
     report = tune_experiment(cfg, unit.payload)
     tuned = report.payload
-    tuned["encoding"] = Experiment.of(cfg).run.encoding()  # the vectors μ was tuned on: precision and backend (#48)
+    experiment = Experiment.of(cfg)
+    tuned["encoding"] = experiment.run.encoding()  # the vectors μ was tuned on: precision and backend (#48)
     write_json_atomic(w.path / TUNE_FILE, tuned)
-    dev = tuned["dev_scores"]
-    plot_curve(w.path / "mu_curve.png", report.mu_searches, cfg.tune.metric, "μ",
-               f"{cfg.experiment.name}: SPAR on dev ({tuned['dev_queries']} queries)",
+    dev, metric = tuned["dev_scores"], experiment.tune.metric
+    plot_curve(w.path / "mu_curve.png", report.mu_searches, metric, "μ",
+               f"{experiment.name}: SPAR on dev ({tuned['dev_queries']} queries)",
                {"base": dev["base"], "Λ": dev["lambda"], "BM25": dev["bm25"]})
-    plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, cfg.tune.metric, "α",
-               f"{cfg.experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
+    plot_curve(w.path / "alpha_curve.png", {"base + α·BM25": report.alpha_search}, metric, "α",
+               f"{experiment.name}: hybrid on dev", {"base": dev["base"], "BM25": dev["bm25"]})
     w.stats = {k: tuned[k] for k in ("variant", "metric", "mu", "confirmed", "alpha", "dev_queries", "storage",
                                      "encoding")}
     w.schema = {TUNE_FILE: "variant, metric, mu, grid, scores, confirmed, alpha, alpha_scores, variants, encoding"}
@@ -54,7 +55,7 @@ def report(cfg, written: dict) -> Report:
     """The W&B run's numbers: μ, α and the dev scores; the μ curve of every variant and the α curve as native line
     plots, beside the PNGs."""
     out = Path(next(iter(written)))  # tune/, as the runner recorded it
-    tuned = read_tuned(cfg.output_dir).payload
+    tuned = read_tuned(Experiment.of(cfg).output_dir).payload
     metric = tuned["metric"]
     mu_rows = [[variant, float(mu), float(score)] for variant, info in tuned["variants"].items()
                for mu, score in sorted(info["scores"].items(), key=lambda item: float(item[0]))]

@@ -238,7 +238,6 @@ def model(experiment: Experiment, tuned: Path | None = None) -> Declared:
     them). Its content is verified: a weight file damaged in place is not up to date (#48)."""
     from spar.core.fingerprint import file_fingerprint
     from spar.core.lineage import source
-    from spar.core.run_context import published_model_dir
     from spar.index.files import index_fingerprint
     from spar.model.resolve import model_fingerprint, model_sources
 
@@ -258,7 +257,7 @@ def model(experiment: Experiment, tuned: Path | None = None) -> Declared:
              artifact(None, run.artifact("evaluation"), "evaluation", optional=True)]  # the card quotes its results
     publish = {k: v for k, v in settings(cfg.publish).items() if k != "output"}
     config = {"publish": publish, "base": settings(base)}
-    return Declared(published_model_dir(cfg), "model", config, needs, verify_content=True)
+    return Declared(experiment.model_dir, "model", config, needs, verify_content=True)
 
 
 #: Every declared artifact, by the name :meth:`spar.experiment.plan.Experiment.artifact` takes.

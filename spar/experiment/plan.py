@@ -11,6 +11,9 @@ works out, at most once each, what the drivers and the layers below used to re-d
   and each **encoder** (:class:`EncoderPlan`: a picklable factory, its weights fingerprint, what its manifests
   record and its sources);
 - its **teacher** (:mod:`spar.teacher.registry`) and **index options**;
+- its **sections** (``name``, ``sample``, ``label``, ``train``, ``encode``, ``tune``, ``index``, ``evaluate``,
+  ``publish``: typed, as the library objects that own them take them) and its **model directory**: the stage
+  drivers read no setting off the config (``tests/test_driver_reads.py``);
 - how fingerprints spell the question sets' files and options (unchanged since before spar 0.2:
   :mod:`spar.core.legacy_spellings`).
 
@@ -26,6 +29,8 @@ Example::
     [('default', 'dev', 'dev', ['dev', 'qrels_dev']), ('default', 'test', 'test', ['qrels_test', 'test'])]
     >>> sorted(experiment.question_files("dev"))
     ['qrels_dev', 'queries']
+    >>> experiment.name, str(experiment.model_dir), experiment.label.teacher
+    ('scifact-sample', 'runs/scifact-sample/model', 'bm25')
 """
 
 from __future__ import annotations
@@ -107,6 +112,56 @@ class Experiment:
         from spar.core.stage_scope import once_per_stage_run
 
         return once_per_stage_run("experiment", cfg, lambda: cls(cfg))
+
+    # -- its sections ------------------------------------------------------------------------------------------
+    # The typed sections the library objects that own them take whole (the sampler ``sample``, the teacher and the
+    # labeller ``label``, Λ's builder and trainer ``train``, ...): a stage driver hands them on from here and reads
+    # no setting of the raw config itself (tests/test_driver_reads.py).
+    @property
+    def name(self) -> str:
+        """``experiment.name``: what its results, W&B runs and cards are called."""
+        return self.cfg.experiment.name
+
+    @property
+    def sample(self):
+        return self.cfg.sample
+
+    @property
+    def label(self):
+        return self.cfg.label
+
+    @property
+    def train(self):
+        return self.cfg.train
+
+    @property
+    def encode(self):
+        return self.cfg.encode
+
+    @property
+    def tune(self):
+        return self.cfg.tune
+
+    @property
+    def index(self):
+        """The ``index`` section as configured (:attr:`index_options` adds the seed: what builds an index)."""
+        return self.cfg.index
+
+    @property
+    def evaluate(self):
+        return self.cfg.evaluate
+
+    @property
+    def publish(self):
+        return self.cfg.publish
+
+    @property
+    def model_dir(self) -> Path:
+        """Where its model is published: ``publish.output``, else ``<output_dir>/model``
+        (:func:`spar.core.run_context.published_model_dir`)."""
+        from spar.core.run_context import published_model_dir
+
+        return published_model_dir(self.cfg)
 
     # -- its artifacts -------------------------------------------------------------------------------------------
     def artifact(self, name: str, **values: Any):
