@@ -41,6 +41,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from spar.core.config_search import EvaluateSection, IndexSection, PublishSection, TuneSection
+from spar.core.config_sections import EncodeSection, LabelSection, SampleSection, TrainSection
 from spar.core.run_context import RunContext
 from spar.data.question_sets import (SplitQueries, configured_splits, default_holdout, embeddings_key,
                                      file_key, own_mu_names, pool, pooled_names, read_split,
@@ -123,36 +125,36 @@ class Experiment:
         return self.cfg.experiment.name
 
     @property
-    def sample(self):
+    def sample(self) -> SampleSection:
         return self.cfg.sample
 
     @property
-    def label(self):
+    def label(self) -> LabelSection:
         return self.cfg.label
 
     @property
-    def train(self):
+    def train(self) -> TrainSection:
         return self.cfg.train
 
     @property
-    def encode(self):
+    def encode(self) -> EncodeSection:
         return self.cfg.encode
 
     @property
-    def tune(self):
+    def tune(self) -> TuneSection:
         return self.cfg.tune
 
     @property
-    def index(self):
+    def index(self) -> IndexSection:
         """The ``index`` section as configured (:attr:`index_options` adds the seed: what builds an index)."""
         return self.cfg.index
 
     @property
-    def evaluate(self):
+    def evaluate(self) -> EvaluateSection:
         return self.cfg.evaluate
 
     @property
-    def publish(self):
+    def publish(self) -> PublishSection:
         return self.cfg.publish
 
     @property

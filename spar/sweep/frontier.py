@@ -41,7 +41,7 @@ import numpy as np
 
 from spar.core.artifacts import is_complete
 from spar.core.errors import ArtifactError
-from spar.core.run_context import RunContext
+from spar.experiment.plan import Experiment
 from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes
 from spar.index.types.registry import exhaustive_type, index_type_names, registered_type
 from spar.sweep.report import FrontierPoint, FrontierReport
@@ -79,11 +79,12 @@ class FrontierInputs:
         from spar.lexical.terms import BM25Weights
 
         self.cfg = cfg
-        base_dir = RunContext(cfg).embeddings("base")
+        run = Experiment.of(cfg).run
+        base_dir = run.embeddings("base")
         if not is_complete(base_dir):
             raise ArtifactError(f"{base_dir}: base passage embeddings are missing (run `spar encode "
                                 "encode.encoders=[base]` first)")
-        self.passages_arrow = RunContext(cfg).passages
+        self.passages_arrow = run.passages
         base = load_embeddings(base_dir)
         self.doc_ids, self.base_p = base.ids, np.asarray(base.vectors, dtype=np.float32)
         self.experiment = ExperimentInputs(cfg)
@@ -346,7 +347,7 @@ def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = 
         for storage in storages:
             if storage in FAST_SCAN:
                 fast_scan_codes(storage, base_dim + dim)
-    work = Path(work_dir) if work_dir else RunContext(cfg).artifact("frontier")
+    work = Path(work_dir) if work_dir else Experiment.of(cfg).run.artifact("frontier")
     points: list[FrontierPoint] = list(known)
     done = {(p.kind, p.dim, p.seed, p.storage) for p in points}
     timed_seed = seeds[0] if seeds else None  # latency does not depend on the seed: measured once per point
@@ -390,7 +391,7 @@ def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = 
             stats = read_manifest(source.location).get("stats", {})
             add(score_points(inputs, source.load(), None, float(stats.get("train_seconds", 0.0)),
                              int(stats.get("steps", 0)), todo, index_types))
-    return FrontierReport(RunContext(cfg).dataset, points,
+    return FrontierReport(Experiment.of(cfg).run.dataset, points,
                           {**inputs.reference_figures,
                            **({"latency": inputs.reference_latency(index_types)} if index_types else {})},
                           {"dims": sorted({p.dim for p in points}), "seeds": sorted({p.seed for p in points
@@ -417,7 +418,7 @@ def train_from_projection(cfg, kind: str, projection, work_dir: Path, seed: int)
     if work_dir.exists():
         shutil.rmtree(work_dir)  # a frontier point is cheap: never resume from another configuration
     start = time.perf_counter()
-    run = RunContext(cfg)
+    run = Experiment.of(cfg).run
     result = train_lambda(model, train, run.passages, run.artifact("labels"), work_dir, seed=seed,
                           use_title=cfg.data.title_field,
                           run_name=f"{cfg.experiment.name}-frontier-{kind}-d{projection.dim}-s{seed}",
