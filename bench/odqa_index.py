@@ -22,7 +22,10 @@ A config is ``TYPE:STORAGE[:key=value...]`` (``built:run``: the index ``spar ind
 :mod:`spar.index.approximate`), ``fold`` (``mu``: the index holds ``[P, μ₀·PΛ]``, as ``spar index`` builds an
 approximate index; a number: that μ₀, e.g. the geometric middle of the sets' μ; ``1``: unfolded), ``quantizer``
 (``hnsw``: an HNSW coarse quantizer for large ``nlist``), ``walk`` (:data:`WALKS`: how a set served at its own μ
-walks a folded index).
+walks a folded index), ``lam`` (a **smaller Λ for the candidates**: the index holds ``[P, μ₀·S(PΛ)]`` where S sums
+Λ's vector over blocks of ``lam`` dimensions (:class:`BlockSummed`), itself a random projection of the same term
+weights to ``lam`` dimensions, so the graph walks ``base + lam`` dimensions instead of ``base + Λ``; with ``refine``
+the candidates are re-ranked by the full ``[P, μ·PΛ]``).
 ``--subset N`` measures on a seeded N-passage sample of the corpus (exploration); without it every passage is
 searched, streamed from its shards.
 
@@ -44,7 +47,7 @@ import numpy as np
 
 from bench._common import command_line, machine, write_result
 
-KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer", "walk")
+KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer", "walk", "lam")
 
 #: How a folded index is walked for a set served at μ ≠ μ₀: ``served`` with ``[Q, (μ/μ₀)·QΛ]`` (what
 #: ``SparIndex.search`` does), ``mu0`` with ``[Q, QΛ]`` (the query the graph was built for), ``both``: the union of
@@ -129,6 +132,34 @@ class Rows:
         return np.asarray(self.matrix[self.rows[np.asarray(key)]], dtype=np.float32)
 
 
+class BlockSummed:
+    """Rows of a Λ matrix summed over consecutive blocks of ``dim`` columns: ``x.reshape(-1, D/dim, dim).sum(1)``.
+
+    A random projection summed over blocks is a random projection to ``dim`` dimensions of the same term weights:
+    a Gaussian one's blocks are independent N(0, 1/D) matrices, so their sum is N(0, blocks/D) = N(0, 1/dim); the
+    sparse one puts each term once in every block (±1/√nonzeros), so the sum hashes it to ``nonzeros`` entries of
+    ``dim`` dimensions, a count-sketch of the same norm. Inner products keep their expectation, with the variance
+    of a ``dim``-dimensional projection: a cheaper, noisier Λ, for choosing candidates only.
+
+    >>> x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    >>> BlockSummed(x, 3)[:2].tolist()
+    [[3.0, 5.0, 7.0], [15.0, 17.0, 19.0]]
+    """
+
+    def __init__(self, matrix, dim: int):
+        if matrix.shape[1] % dim:
+            raise SystemExit(f"lam={dim}: Λ's {matrix.shape[1]} dimensions are not a whole number of {dim}-blocks")
+        self.matrix, self.dim, self.blocks = matrix, dim, matrix.shape[1] // dim
+        self.shape, self.dtype, self.ndim = (matrix.shape[0], dim), np.dtype(np.float32), 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        rows = np.asarray(self.matrix[key], dtype=np.float32)
+        return rows.reshape(rows.shape[0], self.blocks, self.dim).sum(axis=1)
+
+
 def judge(rows: np.ndarray, scores: np.ndarray, dev, doc_ids, texts_of, ks) -> dict[str, float]:
     from spar.evaluate.metrics import ranked_run
 
@@ -182,7 +213,14 @@ def build(c: dict, base_p, lambda_p, fold: float, seed: int, threads: int):
         return add_passages(train_faiss_index(index, matrices, variant, options), matrices, variant)
     if lambda_p is None:
         return build_spar_index(base_p, None, index_type=c["type"], **options.faiss_options())
+    if c.get("lam"):  # the candidates' smaller Λ (the exact re-ranking reads the full one)
+        lambda_p = BlockSummed(lambda_p, c["lam"])
     return SparIndex.build(base_p, lambda_p, index_type=c["type"], options=options, fold=fold).index
+
+
+def graph_lambda(c: dict, lambda_q: np.ndarray) -> np.ndarray:
+    """The questions' Λ half as the index holds Λ: block-summed for a ``lam`` config, else as encoded."""
+    return BlockSummed(lambda_q, c["lam"])[:] if c.get("lam") else lambda_q
 
 
 def search(index, qvecs: np.ndarray, k: int, refine: int, passage_rows, base_q, lambda_q, mu, subset,
@@ -411,6 +449,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     for text in args.configs:
         parsed = parse_config(text)
+        if parsed.get("lam") and (parsed["type"] == "built" or not parsed["refine"]
+                                  or parsed.get("walk", "served") != "served"):
+            raise SystemExit(f"--configs {text!r}: lam= needs a built index type, refine and the served walk (its "
+                             "graph holds a smaller Λ than the one scores are made of)")
         if parsed["type"] == "built":  # the run's own index, as `spar index` built it (its fold, its graph)
             from spar.core.run_context import RunContext
             from spar.index.files import INDEX_FILE
@@ -442,9 +484,10 @@ def main(argv: list[str] | None = None) -> dict:
         for c in search_settings(parsed):
             apply_search(index, c)
             row = {"config": c["text"], "fold": fold, "refine": c["refine"], "build_s": built,
-                   "bytes_per_passage": round(size / n, 1), "sets": {}}
+                   "bytes_per_passage": round(size / n, 1), "sets": {},
+                   "graph_dim": base_p.shape[1] + (c.get("lam") or lam_p.shape[1])}  # what the index holds
             for name, s in sets.items():
-                q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
+                q = spar_query_vectors(s["base_q"], graph_lambda(c, s["lambda_q"]), s["mu"] / fold, "concat")
                 start = time.perf_counter()
                 scores, found = search(index, q, args.k, c["refine"], passage_rows, s["base_q"], s["lambda_q"],
                                        s["mu"], subset, c.get("walk", "served"))
@@ -461,7 +504,7 @@ def main(argv: list[str] | None = None) -> dict:
                 row["sets"][name] = entry
                 print(c["text"], name, entry, file=sys.stderr, flush=True)
             s = next(iter(sets.values()))
-            q = spar_query_vectors(s["base_q"], s["lambda_q"], s["mu"] / fold, "concat")
+            q = spar_query_vectors(s["base_q"], graph_lambda(c, s["lambda_q"]), s["mu"] / fold, "concat")
             one = one_query(index, q, s, c)
             single = min(args.single, len(q))
             row["ms_1_thread"], row["ms_2_threads"] = timed_single(one, single, 1), timed_single(one, single, 2)

@@ -67,7 +67,8 @@ def collect_points(results: list[tuple[str, dict]], sets: list[str]) -> list[dic
     points: list[dict[str, Any]] = []
     for path, result in results:
         for row in result["spar"]:
-            points.append({"name": f"SPAR {row['config']}", "kind": "spar", "dim": result["dim"],
+            points.append({"name": f"SPAR {row['config']}", "kind": "spar", "dim": row.get("graph_dim", result["dim"]),
+                           "scored_dim": result["dim"],
                            "bytes_per_passage": row["bytes_per_passage"], "ms_vectors": row.get("ms_1_thread"),
                            "acc20": {s: row["sets"][s]["Acc@20"] for s in sets}, "source": str(path)})
     path, timed = next(((p, r) for p, r in results if r.get("peer", {}).get("sets")), (None, None))
@@ -152,7 +153,8 @@ def write_markdown(frontier: dict[str, Any], path: Path, command: str) -> None:
     sets, time_key = frontier["sets"], frontier["time"]
     lines = [f"# The serving frontier: {frontier['config']}, {frontier['passages']:,} passages, "
              f"{frontier['questions_per_set']} dev questions per set", "", "```bash", command, "```", "",
-             f"| point | dim | B/passage | {' | '.join(sets)} | mean | Δ mean vs hybrid (points) | ms, vectors given | "
+             f"| point | dim in the index | B/passage in memory | {' | '.join(sets)} | mean | "
+             "Δ mean vs hybrid (points) | ms, vectors given | "
              f"ms{' from text' if time_key == 'ms_text' else ''} | × hybrid ms | × hybrid bytes |",
              "|---|---:|---:|" + "---:|" * len(sets) + "---:|---:|---:|---:|---:|---:|"]
     for p in frontier["points"]:
@@ -165,7 +167,9 @@ def write_markdown(frontier: dict[str, Any], path: Path, command: str) -> None:
                  "" if "x_hybrid_bytes" not in p else f"{p['x_hybrid_bytes']:.2f}×"]
         lines.append("| " + " | ".join(cells) + " |")
     encode = frontier["query_encoding_ms"]
-    lines += ["", "★: on the SPAR points' Pareto front (no other SPAR point both faster and more accurate)."]
+    lines += ["", "★: on the SPAR points' Pareto front (no other SPAR point both faster and more accurate). A SPAR "
+              "point with refine re-ranks its candidates by the full float32 [P, μ·PΛ] "
+              f"({frontier['points'][0].get('scored_dim', '')} dims) read from disk, not held in memory."]
     if encode:
         lines.append(f"Query encoding added for 'from text' ({encode['backend']} backend, medians): SPAR "
                      f"{encode['spar']} ms, the hybrid's base {encode['hybrid']} ms.")

@@ -94,3 +94,31 @@ def test_main_writes_the_table_the_json_and_the_plot(tmp_path):
     assert "| SPAR hnsw:sq4:ef=256 ★ | 3456 | 1,872 | 0.4000 | 0.2000 | 0.3000 | -3.00 | 8.0 | 21.0 | 0.95× |" in table
     assert json.loads((tmp_path / "frontier.json").read_text())["query_encoding_ms"]["spar"] == 13.0
     assert (tmp_path / "frontier.png").stat().st_size > 0
+
+
+def test_a_block_summed_projection_is_the_projection_to_fewer_dimensions():
+    """bench/odqa_index.py's smaller candidate Λ: summing a sparse projection Λ's vectors over blocks gives exactly
+    the vectors of the projection whose matrix is block-summed (linear), each term still of unit norm but for
+    collisions, and a query-passage score whose expectation is the full Λ's (checked on a seeded sample)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from bench.odqa_index import BlockSummed
+    from spar.lexical.projection import sparse_matrix
+
+    rng = np.random.default_rng(0)
+    vocab, dim, small = 5000, 3072, 384
+    rows = (rng.integers(0, dim // 8, size=(vocab, 8)) + np.arange(8) * (dim // 8),  # one entry per block
+            rng.choice([-1.0, 1.0], size=(vocab, 8)))  # sparse_matrix scales them by 1/√8
+    table = sparse_matrix(rows, dim)
+    weights = sp.random(200, vocab, density=0.01, random_state=1, format="csr", dtype=np.float32)
+    full = np.asarray((weights @ table).todense(), dtype=np.float32)
+    summed = BlockSummed(full, small)[:]
+    table_summed = np.asarray(table.todense()).reshape(vocab, dim // small, small).sum(axis=1)
+    np.testing.assert_allclose(summed, weights @ table_summed, rtol=1e-5, atol=1e-6)
+    norms = np.linalg.norm(table_summed, axis=1)
+    assert abs(float(np.median(norms)) - 1.0) < 0.02
+    exact = np.asarray((weights @ weights.T).todense())
+    errors_full = (full @ full.T - exact)[np.triu_indices(200, 1)]
+    errors_small = (summed @ summed.T - exact)[np.triu_indices(200, 1)]
+    assert abs(errors_small.mean()) < 0.01 and errors_small.std() > errors_full.std()
