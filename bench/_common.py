@@ -148,3 +148,8 @@ def run_cli(main) -> None:
     except KeyboardInterrupt:
         print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def directory_bytes(directory: str | Path) -> int:
+    """Bytes of every file under ``directory`` (an index on disk: Lucene's directory, a FAISS index's folder)."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())

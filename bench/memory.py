@@ -50,7 +50,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench._common import REPO, command_line, machine, proc_status, self_command, write_result
+from bench._common import REPO, command_line, directory_bytes, machine, proc_status, self_command, write_result
 
 GB, MB = 1e9, 1e6
 LIMIT_GB = 8.0
@@ -270,10 +270,6 @@ def run_child(kind: str, a: dict, timeout: int, log_dir: Path) -> dict:
     return figures
 
 
-def dir_bytes(d: Path) -> int:
-    return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-
-
 def mem_available() -> int:
     with open("/proc/meminfo") as fh:
         for line in fh:
@@ -463,7 +459,7 @@ def main(argv: list[str] | None = None) -> dict:
             write = run_child("write", {**common, "shard_size": args.write_shard_size,
                                         "batch_size": args.write_batch_size}, args.child_timeout, logs)
             write.pop("summary", None)
-            emb_bytes = dir_bytes(d / "embeddings")
+            emb_bytes = directory_bytes(d / "embeddings")
             index = run_child("index", {**common, "index_type": args.index_type,
                                         "index_overrides": args.index_override}, args.child_timeout, logs)
             index.pop("summary", None)
@@ -480,7 +476,7 @@ def main(argv: list[str] | None = None) -> dict:
                                    if k in ("type", "storage", "options", "fold", "count", "dim")},
                 "embeddings_bytes": emb_bytes,
                 "index_faiss_bytes": index_file.stat().st_size,
-                "index_dir_bytes": dir_bytes(d / "index"),
+                "index_dir_bytes": directory_bytes(d / "index"),
                 "index_own_bytes": own,
                 "index_own_definition": "the size of index.faiss: the codes (and graph links) FAISS holds in "
                                         "memory to search",

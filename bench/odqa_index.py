@@ -41,11 +41,10 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-from bench._common import command_line, machine, write_result
+from bench._common import command_line, directory_bytes, machine, write_result
 
 KEYS = ("nlist", "nprobe", "ef", "efc", "m", "refine", "fold", "quantizer", "walk", "lam")
 
@@ -429,8 +428,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "bytes_per_passage_base": round(graph.nbytes() / n, 1), "threads": "1 per half"})
         index_dir = getattr(searcher, "index_dir", None)  # Lucene's directory, which it memory-maps
         if index_dir is not None:
-            lucene_bytes = sum(f.stat().st_size for f in Path(index_dir).rglob("*") if f.is_file())
-            peer["bytes_per_passage_bm25"] = round(lucene_bytes / n, 1)
+            peer["bytes_per_passage_bm25"] = round(directory_bytes(index_dir) / n, 1)
             peer["bytes_per_passage"] = round(peer["bytes_per_passage_base"] + peer["bytes_per_passage_bm25"], 1)
         served.close()
         del graph

@@ -36,16 +36,12 @@ import statistics
 import time
 from pathlib import Path
 
-from bench._common import command_line, machine, positive_int, write_result
+from bench._common import command_line, directory_bytes, machine, positive_int, write_result
 from bench.serving_scale import LuceneOne
 from spar.evaluate.served_hybrid import EF_LADDER, PEER_EF_CONSTRUCTION, PEER_M, PEER_MAX_LOSS
 
 def summary(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 2), "mean": round(statistics.fmean(values), 2)}
-
-
-def directory_bytes(directory: Path) -> int:
-    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
 
 
 def main(argv: list[str] | None = None) -> dict:
