@@ -12,6 +12,12 @@
 #   setup | start | feed | collect         # there, one per call, in this order (feed and collect repeat)
 #   bench/gpu_session.sh receive DIR...    # here: unpack what came back
 #
+# A transformer Λ trained there on this machine's labels (bench/remote_lambda.py; issue #46's learned Λ): .gpu/c1 ..
+# .gpu/cN carry the wheels, the base model at fp16, the questions, the labels and the packed passages (each call's
+# carry under 57 MiB); one `lambda-feed` call per folder but the last, then `lambda-start [OVERRIDES...]` with the
+# last (it trains, waits for the questions' vectors and ships them), then `collect SECONDS 15` until every shard is
+# back; here `receive`, then `python -m bench.remote_lambda unpack`.
+#
 # The jobs (in order; each writes its own results): the transformer Λ on SciFact with the default training
 # settings (bf16-mixed, gradient clipping, fused AdamW: the crash of issue #36), encoded for scoring here; encode
 # throughput on cuda in fp32 and bf16 against sentence-transformers; Λ training throughput against
@@ -166,13 +172,37 @@ start)  # call 2: .gpu/c2 (the other half of the model, wheels, SciFact's run)
 feed)
   feed; ship
   ;;
-collect)  # [seconds]: wait up to that long for three unshipped shards (or the last ones), then ship
-  deadline=$(( $(date +%s) + ${2:-0} ))
+lambda-feed)  # what .gpu/c* carried to its place: wheels installed once, the Λ's inputs into $S/lam, shards fed
+  if [ -d .gpu/c1/whl ] && [ ! -d /tmp/site/pydantic ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/c1/whl/*.whl
+  fi
+  mkdir -p "$S/lam"
+  for f in .gpu/c*/model-fp16 .gpu/c*/questions.jsonl.xz .gpu/c*/labels.tar.xz; do
+    name=$(basename "$f")
+    if [ -e "$f" ] && [ ! -e "$S/lam/$name" ]; then cp -r "$f" "$S/lam/.$name" && mv "$S/lam/.$name" "$S/lam/$name"; fi
+  done
+  feed
+  echo "packed shards here: $(ls "$S/pack" | grep -c shard-); Λ inputs: $(ls "$S/lam" | tr '\n' ' ')"
+  ;;
+lambda-start)  # [OVERRIDES...]: the last carry; train and encode in the background, ship the questions when ready
+  bash "$0" lambda-feed || exit 1
+  shift
+  setsid nohup python3 -m bench.remote_lambda train -c configs/experiments/wiki-odqa.yaml --pack "$S/pack" \
+    --inputs "$S/lam" --work "$S/lamwork" --jobs "$S/jobs" --out "$S/enc" "$@" > "$S/lambda.log" 2>&1 < /dev/null &
+  trainer=$!
+  deadline=$(( $(date +%s) + ${WAIT:-480} ))
+  while [ ! -e "$S/jobs/lambda.done" ] && [ "$(date +%s)" -lt $deadline ] && kill -0 $trainer 2>/dev/null; do
+    sleep 5
+  done
+  sleep 20; ship
+  ;;
+collect)  # [seconds [shards]]: wait up to that long for that many unshipped shards (3; or the last ones), then ship
+  deadline=$(( $(date +%s) + ${2:-0} )) want=${3:-3}
   while [ "$(date +%s)" -lt $deadline ]; do
     ready=0; for d in "$S"/enc/back/*/; do [ -e "$d/DONE" ] && [ ! -e "$S/shipped/shard-$(basename "$d")" ] && ready=$((ready + 1)); done
     total=$(python3 -c "import json; p = json.load(open('$S/pack/plan.json')); print(p['shards'] - len(p.get('skip', [])))")
     shipped=$(ls "$S/shipped" | grep -c '^shard-')
-    [ $ready -ge 3 ] || [ $((ready + shipped)) -ge "$total" ] && break
+    [ $ready -ge "$want" ] || [ $((ready + shipped)) -ge "$total" ] && break
     sleep 3
   done
   ship

@@ -100,30 +100,40 @@ def _dequantize(codes: np.ndarray, lo: np.ndarray, scale: np.ndarray) -> np.ndar
 
 
 def encode(args) -> None:
-    import torch
-
     from spar.core.config_sections import EncoderSection
-    from spar.model.encode_workers import EncodeOptions, EncodeTask, ShardEncoder
+    from spar.model.encode_workers import EncodeOptions, ShardEncoder
     from spar.model.encoders import BiEncoder
 
-    pack_dir, out = Path(args.pack), Path(args.out)
+    pack_dir = Path(args.pack)
     plan = json.loads((pack_dir / PLAN).read_text())
     section = EncoderSection.model_validate({**plan["encoder"], "model": str(Path(args.model).resolve())})
     encoder = BiEncoder.from_section(section)
     options = EncodeOptions(batch_size=args.batch_size, accelerator="auto", devices=1, precision=plan["precision"],
                             show_progress=False)
-    worker = ShardEncoder(options, encoder)
+    encode_shards(ShardEncoder(options, encoder), pack_dir, Path(args.out), args.transport, args.watch)
+
+
+def encode_shards(worker, pack_dir: Path, out: Path, transport: str, watch: float, limit: int | None = None) -> None:
+    """Encode each packed shard with ``worker`` (a :class:`~spar.model.encode_workers.ShardEncoder`) as it arrives,
+    and write it for the way back: ``out/back/NNNNN/`` (ids, sidecar, the vectors at ``transport``, ``DONE``)."""
+    import torch
+
+    from spar.model.encode_workers import EncodeTask
+
+    plan = json.loads((pack_dir / PLAN).read_text())
     (out / "shards").mkdir(parents=True, exist_ok=True)
     (out / "back").mkdir(parents=True, exist_ok=True)
-    deadline = time.time() + args.watch
+    deadline = time.time() + watch
     done: set[int] = set()
     log = (out / "encode.log").open("a")
     todo = set(range(plan["shards"])) - set(plan.get("skip", []))  # skip: finished on the machine that packed
+    if limit is not None:
+        todo = set(sorted(todo)[:limit])
     while len(done) < len(todo):
         ready = [i for i in sorted(todo) if i not in done and (pack_dir / f"shard-{i:05d}.jsonl.xz").exists()]
         if not ready:
             if time.time() > deadline:
-                raise SystemExit(f"waited {args.watch}s; shards {sorted(todo - done)} missing")
+                raise SystemExit(f"waited {watch}s; shards {sorted(todo - done)} missing")
             time.sleep(1)
             continue
         index = ready[0]
@@ -135,7 +145,7 @@ def encode(args) -> None:
         back.mkdir(exist_ok=True)
         for name in (f"ids-{index:05d}.arrow", f"part-{index:05d}.json"):
             shutil.copy(out / "shards" / name, back / name)
-        if args.transport == "sq8":
+        if transport == "sq8":
             codes, lo, scale = _quantize(vectors)
             half = (len(codes) + 1) // 2  # two files: each under the transfer's 16 MiB per file
             np.save(back / "codes-a.npy", codes[:half])
