@@ -16,7 +16,7 @@ shares nothing with this one but small transfers (≤ 64 MiB a call each way). S
         train.max_epochs=1 train.batch_size=128
     # here: the shards and questions into a run directory the benches read (embeddings/lambda/<split>/)
     python -m bench.remote_lambda unpack -c configs/experiments/wiki-odqa.yaml --from .gpu/back \\
-        --questions .gpu/jobs/lambda.questions.npz --run runs/wiki-odqa-learned
+        --questions .gpu/jobs/lambda.questions.npz --card .gpu/lam-logs/spar_lambda.json --run runs/wiki-odqa-learned
 
 The weights stay on the lent machine (the transfer back carries vectors and logs); the vectors come back at 8 bits
 per dimension (remote_encode's per-dimension quantizer, its error recorded).
@@ -189,45 +189,128 @@ def train(args) -> None:
                   args.watch, limit=args.max_shards)
 
 
+def _stored(directory: Path, ids: list[str], vectors: list[np.ndarray], side: str, fingerprint: str,
+            record: dict) -> None:
+    """One split in the stored format :func:`spar.model.stored_vectors.load_embeddings` reads: ``ids.arrow``,
+    ``part-NNNNN.npy`` (float32, decoded), a manifest naming the transport (bench-made: no stage fingerprint)."""
+    import pyarrow as pa
+
+    from spar.core.artifacts import write_json_atomic
+    from spar.core.schemas import IDS_FILE
+    from spar.model.stored_vectors import KIND, PART_PATTERN
+
+    directory.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"row": pa.array(range(len(ids)), pa.int64()), "id": pa.array(ids, pa.string())})
+    with pa.ipc.new_file(str(directory / IDS_FILE), table.schema) as writer:
+        writer.write_table(table)
+    for index, part in enumerate(vectors):
+        np.save(directory / PART_PATTERN.format(index), part.astype(np.float32, copy=False))
+    dim = int(vectors[0].shape[1])
+    stats = {"encoder": "lambda", "side": side, "model_fingerprint": fingerprint, "kind": "transformer", "dim": dim,
+             "count": len(ids), "dtype": "float32", "shards": len(vectors), "precision": "32", **record}
+    write_json_atomic(directory / "manifest.json", {
+        "kind": KIND, "schema_version": 1, "fingerprint": fingerprint, "config": {"encoder": "lambda", "side": side},
+        "files": [IDS_FILE, *(PART_PATTERN.format(i) for i in range(len(vectors)))], "stats": stats,
+        "made_by": "bench/remote_lambda.py unpack (vectors encoded on a lent GPU, brought back at sq8)"})
+
+
 def unpack(args) -> None:
-    """The shards and questions brought back, as the run's ``embeddings/lambda/<split>/`` (float32, the stored
-    format :func:`spar.model.stored_vectors.load_embeddings` reads), beside links to the source run's base
-    embeddings; ``transport.json`` records the quantizer's error and the training log."""
+    """The shards and questions brought back as a run ``--run`` the benches and the library's tuning read:
+    ``embeddings/lambda/<split>/`` in the stored format, beside links to the source run's base embeddings,
+    passages and teacher index; ``embeddings/lambda/transport.json`` records the quantizer's error and the
+    training log. Its Λ is identified by the trained weights' checksums (``spar_lambda.json``, brought back)."""
+    import hashlib
+
+    import pyarrow as pa
+
     experiment = _experiment(args.config, args.overrides)
-    source = experiment.run.output_dir
-    run = Path(args.run)
+    source, run = experiment.run.output_dir.resolve(), Path(args.run)
     target = run / "embeddings" / "lambda"
-    (run / "embeddings").mkdir(parents=True, exist_ok=True)
-    base = run / "embeddings" / "base"
-    if not base.exists():
-        base.symlink_to((Path(source) / "embeddings" / "base").resolve())
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("embeddings/base", "queries", "teacher_index"):
+        if not (run / name).exists():
+            (run / name).symlink_to(source / name)
+    card = json.loads(Path(args.card).read_text())
+    fingerprint = hashlib.sha256(json.dumps(card["checksums"], sort_keys=True).encode()).hexdigest()[:16]
     record: dict = {"shards": {}, "questions": {}}
-    passages = target / "passages"
-    passages.mkdir(parents=True, exist_ok=True)
-    total = 0
+    ids: list[str] = []
+    parts: list[np.ndarray] = []
+    errors = []
     for back in sorted(p for p in Path(getattr(args, "from")).glob("*") if (p / "DONE").exists()):
         index = int(back.name)
+        if index != len(parts):
+            raise SystemExit(f"{back}: shard {index} where shard {len(parts)} was expected")
         stats = json.loads((back / "DONE").read_text())
         codes = np.concatenate([np.load(back / "codes-a.npy"), np.load(back / "codes-b.npy")])
         lo, scale = np.load(back / "range.npy")
-        np.save(passages / f"part-{index:05d}.npy", _dequantize(codes, lo, scale))
-        shutil.copy(back / f"ids-{index:05d}.arrow", passages / f"ids-{index:05d}.arrow")
-        shutil.copy(back / f"part-{index:05d}.json", passages / f"part-{index:05d}.json")
+        parts.append(_dequantize(codes, lo, scale))
+        ids += pa.ipc.open_file(str(back / f"ids-{index:05d}.arrow")).read_all().column("id").to_pylist()
         record["shards"][str(index)] = {k: stats.get(k) for k in ("count", "seconds", "gpu", "torch",
                                                                    "sq8_max_abs_error", "sq8_mean_abs_error")}
-        total += len(codes)
+        errors.append(stats["sq8_max_abs_error"])
+    base_ids = experiment.run.artifact("embeddings") / "base" / "passages"
+    if ids != pa.ipc.open_file(str(base_ids / "ids.arrow")).read_all().column("id").to_pylist():
+        raise SystemExit(f"{getattr(args, 'from')}: the passages are not the base's, in its order ({base_ids})")
+    transport = {"transport": "sq8", "sq8_max_abs_error": max(errors)}
+    _stored(target / "passages", ids, parts, "passage", fingerprint, transport)
     questions = np.load(args.questions)
     for key in sorted({name.rsplit(".", 1)[0] for name in questions.files}):
-        split = target / f"queries-{key}"
-        split.mkdir(parents=True, exist_ok=True)
         lo, scale = questions[f"{key}.range"]
-        np.save(split / "part-00000.npy", _dequantize(questions[f"{key}.codes"], lo, scale))
-        np.save(split / "ids.npy", questions[f"{key}.ids"])
-        record["questions"][key] = len(questions[f"{key}.ids"])
+        vectors = _dequantize(questions[f"{key}.codes"], lo, scale)
+        _stored(target / f"queries-{key}", questions[f"{key}.ids"].tolist(), [vectors], "query", fingerprint,
+                {"transport": "sq8"})
+        record["questions"][key] = len(vectors)
+    record["card"] = card
     if args.log:
         record["training"] = json.loads(Path(args.log).read_text())
     (target / "transport.json").write_text(json.dumps(record, indent=1))
-    print(json.dumps({"passages": total, "shards": len(record["shards"]), "questions": record["questions"]}))
+    print(json.dumps({"passages": len(ids), "shards": len(parts), "questions": record["questions"],
+                      "fingerprint": fingerprint}))
+
+
+def tune(args) -> None:
+    """μ for the brought-back Λ, chosen as ``spar tune`` chooses it (:func:`spar.evaluate.tuning.choose_mu`, the one
+    place μ is chosen: the same dev pool, the same own-μ sets, grid, candidates and served codes), written as the
+    run's ``tune/tune.json``. α is the source run's: the hybrid (base + α·BM25) does not involve Λ."""
+    from spar.core.artifacts import write_json_atomic
+    from spar.core.config import load_config
+    from spar.evaluate.tuning import TUNE_FILE, choose_mu, read_tuned
+    from spar.experiment.inputs import ExperimentInputs, resolved_index
+    from spar.index.served import served_passage_vectors
+    from spar.index.spar_index import IndexOptions
+
+    source = read_tuned(_experiment(args.config, args.overrides).run.output_dir)
+    cfg = resolved_index(load_config(args.config, [*args.overrides,
+                                                   f"experiment.output_dir={Path(args.run).resolve()}"]))
+    inputs = ExperimentInputs(cfg)
+    experiment = inputs.experiment
+    base_p, lambda_p = inputs.passage_vectors("base"), inputs.passage_vectors("lambda")
+    options = IndexOptions.from_section(cfg.index, seed=cfg.experiment.seed)
+    variant = cfg.index.variant
+    served_base, served_lambda = served_passage_vectors(base_p, lambda_p, variant, cfg.index.type, options)
+    payload = json.loads(json.dumps(source.payload))
+    splits = {None: experiment.dev_pool(), **{name: experiment.dev_split(name) for name in experiment.own_mu()}}
+    for name, dev in splits.items():
+        started = time.time()
+        judge = inputs.answer_judge(dev, cfg.tune.metric)
+        tuned = choose_mu(cfg, inputs.query_vectors("base", dev), inputs.query_vectors("lambda", dev), served_base,
+                          served_lambda, dev, inputs.doc_ids, variant,
+                          confirm_with=(base_p, lambda_p, cfg.index.type, options), judge=judge)
+        search = tuned.search
+        fields = {"mu": search.best, "grid": search.grid, "scores": search.scores_by_name(),
+                  "extensions": search.extensions, "at_edge": search.at_edge, "variants": {variant: tuned.to_json()}}
+        target = payload if name is None else payload["sets"][name]
+        target.update(fields)
+        target.setdefault("dev_scores", {})["spar"] = round(search.best_score, 6)
+        print(f"{dev.name or name}: {len(dev.ids)} dev questions, μ {search.best:g} ({cfg.tune.metric} "
+              f"{search.best_score:.4f}) in {time.time() - started:.0f} s", flush=True)
+    payload["made_by"] = ("bench/remote_lambda.py tune: μ for the Λ brought back; α and the hybrid's dev scores are "
+                          f"the source run's ({source.path})")
+    out = Path(args.run) / "tune"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / TUNE_FILE, payload)
+    write_json_atomic(out / "manifest.json", {"kind": "tune", "schema_version": 1, "fingerprint": "bench-made",
+                                              "files": [TUNE_FILE], "made_by": payload["made_by"]})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -256,10 +339,15 @@ def main(argv: list[str] | None = None) -> None:
     u.add_argument("--from", required=True, help="the shards brought back (one folder each)")
     u.add_argument("--questions", required=True)
     u.add_argument("--log", help="lambda.train.json, recorded beside the vectors")
+    u.add_argument("--card", required=True, help="the trained Λ's spar_lambda.json (its weights' checksums)")
     u.add_argument("--run", required=True)
     u.add_argument("overrides", nargs="*")
+    n = sub.add_parser("tune", help="μ for the brought-back Λ, as `spar tune` chooses it")
+    n.add_argument("-c", "--config", required=True)
+    n.add_argument("--run", required=True, help="the run `unpack` made")
+    n.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
-    {"pack": pack, "train": train, "unpack": unpack}[args.command](args)
+    {"pack": pack, "train": train, "unpack": unpack, "tune": tune}[args.command](args)
 
 
 if __name__ == "__main__":
