@@ -538,6 +538,8 @@ def main(argv: list[str] | None = None) -> dict:
               "passages": n, "subset": args.subset, "dim": dim, "mu0": mu0, "questions_per_set": args.questions,
               "split": "dev", "exact": {k: {key: v[key] for key in ("spar", "base", "hybrid") if key in v}
                                                         for k, v in exact.items()},
+              "lambda": {"run": str(cfg.output_dir), **{k: lam_emb.manifest["stats"].get(k) for k in (
+                  "kind", "dim", "pooling", "transport")}},  # which Λ: the frontier names its points by it
               "exact_seconds": round(exact_seconds, 1), "spar": rows_out, "peer": peer, "flat_peer": flat_peer,
               "ratio": {r["config"]: r.get("vs_hybrid_1_thread") for r in rows_out},
               "unit": "Acc@20 loss in points against the exact scan; ms per question",

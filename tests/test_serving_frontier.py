@@ -122,3 +122,24 @@ def test_a_block_summed_projection_is_the_projection_to_fewer_dimensions():
     errors_full = (full @ full.T - exact)[np.triu_indices(200, 1)]
     errors_small = (summed @ summed.T - exact)[np.triu_indices(200, 1)]
     assert abs(errors_small.mean()) < 0.01 and errors_small.std() > errors_full.std()
+
+
+def test_another_lambdas_points_are_named_by_it_and_timed_against_their_own_peer():
+    first = odqa_result({"built:run:ef=512": (20.0, 1872.0, {"nq": 0.41, "entityq": 0.20})})
+    first["lambda"] = {"run": "runs/a", "kind": "projection", "dim": 3072}
+    learned = odqa_result({"hnsw:sq4:ef=512": (9.0, 528.0, {"nq": 0.40, "entityq": 0.12})})
+    learned["lambda"] = {"run": "runs/b", "kind": "transformer", "dim": 384}
+    learned["dim"] = 768
+    learned["exact"]["nq"]["spar"]["Acc@20"] = 0.404
+    learned["peer"]["ms_1_thread"] = 12.0  # its process's hybrid was 2 ms slower than the first's
+    frontier = build_frontier([("a.json", first), ("b.json", learned)], LATENCY)
+    points = {p["name"]: p for p in frontier["points"]}
+    assert "SPAR built:run:ef=512" in points  # the first result's Λ needs no label
+    one = points["SPAR [transformer Λ 384] hnsw:sq4:ef=512"]
+    # from text: 9 + 13 = 22 ms against its own peer's 12 + 12 = 24 ms (not the first's 22): 0.917
+    assert one["ms_text"] == 22.0 and one["x_hybrid_ms"] == 0.917 and one["dim"] == 768
+    exact = points["SPAR [transformer Λ 384] exact scan of float32 vectors"]
+    assert exact["kind"] == "spar-exact" and exact["acc20"] == {"nq": 0.404, "entityq": 0.22}
+    assert exact["bytes_per_passage"] == 4 * 768
+    # the first result's point keeps the ratio to the first peer: 20 + 13 = 33 ms against 22 ms
+    assert points["SPAR built:run:ef=512"]["x_hybrid_ms"] == 1.5
