@@ -223,6 +223,8 @@ def unpack(args) -> None:
 
     import pyarrow as pa
 
+    from spar.model.stored_vectors import load_embeddings
+
     experiment = _experiment(args.config, args.overrides)
     source, run = experiment.run.output_dir.resolve(), Path(args.run)
     target = run / "embeddings" / "lambda"
@@ -248,9 +250,9 @@ def unpack(args) -> None:
         record["shards"][str(index)] = {k: stats.get(k) for k in ("count", "seconds", "gpu", "torch",
                                                                    "sq8_max_abs_error", "sq8_mean_abs_error")}
         errors.append(stats["sq8_max_abs_error"])
-    base_ids = experiment.run.artifact("embeddings") / "base" / "passages"
-    if ids != pa.ipc.open_file(str(base_ids / "ids.arrow")).read_all().column("id").to_pylist():
-        raise SystemExit(f"{getattr(args, 'from')}: the passages are not the base's, in its order ({base_ids})")
+    base = experiment.run.artifact("embeddings") / "base" / "passages"
+    if ids != load_embeddings(base).ids:
+        raise SystemExit(f"{getattr(args, 'from')}: the passages are not the base's, in its order ({base})")
     transport = {"transport": "sq8", "sq8_max_abs_error": max(errors)}
     _stored(target / "passages", ids, parts, "passage", fingerprint, transport)
     questions = np.load(args.questions)
