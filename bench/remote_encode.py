@@ -179,6 +179,27 @@ def _same_passages(shards, pack_dir: Path, fingerprint: str) -> None:
             raise SystemExit(f"{pack_dir}/shard-{index:05d}.jsonl.xz: not the passages of shard {index} any more")
 
 
+def finished_back_shards(directory: str | Path) -> list[Path]:
+    """The shard folders brought back (``NNNNN/`` with its ``DONE``), in shard order."""
+    return sorted(p for p in Path(directory).glob("*") if (p / "DONE").exists())
+
+
+def read_back_shard(back: Path) -> tuple[int, dict, np.ndarray, str]:
+    """One shard folder as :func:`encode_shards` wrote it: its index, statistics, float32 vectors (decoded from sq8
+    codes, or as sent) and transport; refuses a count other than the shard's."""
+    index = int(back.name)
+    stats = json.loads((back / "DONE").read_text())
+    if (back / "codes-a.npy").exists():
+        codes = np.concatenate([np.load(back / "codes-a.npy"), np.load(back / "codes-b.npy")])
+        lo, scale = np.load(back / "range.npy")
+        vectors, transport = _dequantize(codes, lo, scale), "sq8"
+    else:
+        vectors, transport = np.load(back / f"part-{index:05d}.npy"), "float32"
+    if len(vectors) != stats["count"]:
+        raise SystemExit(f"{back}: {len(vectors)} vectors, the shard has {stats['count']}")
+    return index, stats, vectors, transport
+
+
 def unpack(args) -> None:
     from spar.core.artifacts import read_manifest
 
@@ -198,17 +219,8 @@ def unpack(args) -> None:
               f"titles and texts in the same shards: its shards are this split's ({stamp.read_text()} -> "
               f"{writer.fingerprint})", flush=True)
     stamp.write_text(writer.fingerprint)
-    for back in sorted(p for p in Path(getattr(args, "from")).glob("*") if (p / "DONE").exists()):
-        index = int(back.name)
-        stats = json.loads((back / "DONE").read_text())
-        if (back / "codes-a.npy").exists():
-            codes = np.concatenate([np.load(back / "codes-a.npy"), np.load(back / "codes-b.npy")])
-            lo, scale = np.load(back / "range.npy")
-            vectors, transport = _dequantize(codes, lo, scale), "sq8"
-        else:
-            vectors, transport = np.load(back / f"part-{index:05d}.npy"), "float32"
-        if len(vectors) != stats["count"]:
-            raise SystemExit(f"{back}: {len(vectors)} vectors, the shard has {stats['count']}")
+    for back in finished_back_shards(getattr(args, "from")):
+        index, stats, vectors, transport = read_back_shard(back)
         np.save(partial / f"part-{index:05d}.npy", vectors.astype(unit.config["dtype"], copy=False))
         shutil.copy(back / f"ids-{index:05d}.arrow", partial / f"ids-{index:05d}.arrow")
         shutil.copy(back / f"part-{index:05d}.json", partial / f"part-{index:05d}.json")  # last: marks it complete

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.remote_encode import PLAN, _dequantize, _quantize, encode_shards
+from bench.remote_encode import (PLAN, _dequantize, _quantize, encode_shards, finished_back_shards,
+                                 read_back_shard)
 
 #: What the trainer is given on top of the config's train section: a transformer Λ from the carried base model.
 TRAIN_OVERRIDES = ("train.kind=transformer", "train.wandb_mode=disabled")
@@ -238,14 +239,11 @@ def unpack(args) -> None:
     ids: list[str] = []
     parts: list[np.ndarray] = []
     errors = []
-    for back in sorted(p for p in Path(getattr(args, "from")).glob("*") if (p / "DONE").exists()):
-        index = int(back.name)
+    for back in finished_back_shards(getattr(args, "from")):
+        index, stats, vectors, _ = read_back_shard(back)
         if index != len(parts):
             raise SystemExit(f"{back}: shard {index} where shard {len(parts)} was expected")
-        stats = json.loads((back / "DONE").read_text())
-        codes = np.concatenate([np.load(back / "codes-a.npy"), np.load(back / "codes-b.npy")])
-        lo, scale = np.load(back / "range.npy")
-        parts.append(_dequantize(codes, lo, scale))
+        parts.append(vectors)
         ids += pa.ipc.open_file(str(back / f"ids-{index:05d}.arrow")).read_all().column("id").to_pylist()
         record["shards"][str(index)] = {k: stats.get(k) for k in ("count", "seconds", "gpu", "torch",
                                                                    "sq8_max_abs_error", "sq8_mean_abs_error")}
