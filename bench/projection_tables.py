@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
                 lam = model(variant, dim, seed)
                 _ = lam.matrix
                 table_s = time.perf_counter() - start
-                for p in score_points(inputs, lam, seed, 0.0, 0, args.storages, timed=False):
+                for p in score_points(inputs, lam, seed, 0.0, 0, args.storages):
                     rows.append({"variant": variant, "dim": dim, "seed": seed, "storage": p.storage, "mu": p.mu,
                                  "dev_spar": p.dev_spar, "spar": p.spar, "lambda_alone": p.lambda_alone,
                                  "rbo": p.rbo, "table_seconds": round(table_s, 3)})

@@ -1,8 +1,11 @@
 """``spar frontier -c CONFIG``: the quality-per-byte frontier of an experiment -> ``frontier/`` (+ results).
 
 Needs the run's ``queries/``, ``labels/``, ``teacher_index/`` and base embeddings (``spar run --to encode
-encode.encoders=[base]``, or a whole run). Every point fits or trains its Λ in memory (static ones under
-``frontier/static-d<dim>-s<seed>/``); nothing else of the run changes. Options (``frontier.*`` is not a config
+encode.encoders=[base]``, or a whole run). Every point is a run of the stages under
+``frontier/points/<kind>-d<dim>-s<seed>/`` (``train`` and ``encode`` make its Λ; per storage, ``<storage>/``'s
+``tune`` and ``index`` its μ and index), linking the run's artifacts; nothing else of the run changes
+(:mod:`spar.sweep.points`). A point's run is one the other stages take as it is: ``spar evaluate -c
+frontier/points/<point>/<storage>/config.yaml``. Options (``frontier.*`` is not a config
 section: they are command-line flags of this command): ``--kinds``, ``--dims``, ``--seeds``, ``--storages``,
 ``--indexes`` (index types timed on the first seed: the exhaustive ``flat``, what the default rule needs, and any
 other registered type, e.g. the approximate ``hnsw`` and ``ivf``, built as ``spar index`` builds them and also scored
@@ -10,7 +13,8 @@ against the exact scan); ``section.key=value`` overrides apply as for the stages
 (e.g. the static Λ's ``train.max_steps``, ``index.nprobe``).
 
 Points computed earlier under the same settings are kept, so a frontier can be grown kind by kind, dimension by
-dimension; ``--force`` recomputes the points this command asks for and keeps the others. Points made under other
+dimension (and a point scored again finds its stages' artifacts up to date); ``--force`` recomputes the points this
+command asks for, their stages included, and keeps the others. Points made under other
 settings (another teacher, base or training option) are not mixed in: they are moved to
 ``frontier/superseded-<settings>.json``, never dropped. Every command that added to the frontier is recorded.
 Writes ``frontier/frontier.{json,md,png}`` and copies them to ``<results_dir>/<name>-frontier.*`` (a results copy
@@ -112,6 +116,14 @@ def _check_run_lambda(cfg, kind: str) -> None:
                           f"{held} (train one with `spar train -c CONFIG train.kind={kind}`, or leave {kind} out)")
 
 
+def point_stages():
+    """The stages a frontier point runs (:class:`spar.sweep.points.PointStages`)."""
+    from pipelines import encode, index, train, tune
+    from spar.sweep.points import PointStages
+
+    return PointStages(train=train.STAGE, encode=encode.STAGE, tune=tune.STAGE, index=index.STAGE)
+
+
 def run(cfg, kinds: Sequence[str] | None = None, dims=None, seeds=None, force: bool = False,
         storages: Sequence[str] = ("float32",), index_types: Sequence[str] | None = None) -> dict:
     """Compute the frontier's missing points and write it. ``kinds=None``: projection, static, and the run's own
@@ -176,8 +188,8 @@ def _run(cfg, kinds, dims, seeds, force: bool, storages, index_types, out: Path,
         write_json_atomic(out / "frontier.json", {**previous, "settings": settings, "commands": commands,
                                                   "points": [asdict(p) for p in points]})
 
-    report = run_frontier(cfg, kinds, dims, seeds, storages, out, progress=print, known=known,
-                          on_point=save_progress, index_types=index_types)
+    report = run_frontier(cfg, point_stages(), kinds, dims, seeds, storages, out, progress=print, known=known,
+                          on_point=save_progress, index_types=index_types, force=force)
     if not report.points:
         raise ConfigError(f"no frontier point was computed for --kinds {','.join(kinds)} and none is kept in "
                           f"{out / 'frontier.json'}: nothing written")

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from pipelines import cli
+from pipelines.frontier import point_stages
 from spar.core.artifacts import artifact_dir
 from spar.core.config import IndexSection, LexicalSection, TrainSection, load_config
-from spar.core.errors import ConfigError
+from spar.core.errors import ArtifactError, ConfigError
 from spar.sweep.report import FrontierPoint, FrontierReport
 
 from test_tune import experiment_config, sample_experiment  # noqa: F401
@@ -216,7 +218,7 @@ def test_a_repeated_point_is_computed_once(sample_experiment, tmp_path):  # noqa
     root.mkdir()
     for name in ("queries", "teacher_index", "embeddings"):
         (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
-    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16, 16), (0, 0),
+    report = run_frontier(experiment_config(root, root / "results"), point_stages(), ("projection",), (16, 16), (0, 0),
                           progress=lambda _: None)
     assert [(p.dim, p.seed) for p in report.points] == [(16, 0)]
 
@@ -253,7 +255,7 @@ def _one_point_frontier(sample: Path, tmp_path: Path):
     root.mkdir()
     for name in ("queries", "teacher_index", "embeddings"):
         (root / name).symlink_to(artifact_dir(sample, name), target_is_directory=True)
-    report = run_frontier(experiment_config(root, root / "results"), ("projection",), (16,), (0,),
+    report = run_frontier(experiment_config(root, root / "results"), point_stages(), ("projection",), (16,), (0,),
                           progress=lambda _: None)
     return report
 
@@ -315,3 +317,66 @@ def test_the_frontiers_hybrid_is_the_hybrid_as_served(sample_experiment, tmp_pat
     # 600 passages: the calibrated graph is (near) exact, so the served hybrid is within a point of the exact one
     assert refs["hybrid_served"]["nDCG@10"] == pytest.approx(refs["hybrid"]["nDCG@10"], abs=0.01)
     assert f"as served {refs['hybrid_served']['nDCG@10']:.3f}" in report.markdown()
+
+
+def test_each_point_is_a_run_of_the_stages_and_found_up_to_date_again(sample_experiment, tmp_path):  # noqa: F811
+    """#49 item 2: a point was fitted, tuned and indexed in memory by the frontier's own code. Now its Λ, vectors,
+    μ and index are the train, encode, tune and index stages' artifacts in a run of its own, linking the run's; the
+    stages find that run up to date, and a frontier asked again rebuilds nothing."""
+    import pipelines.index as index_stage
+    import pipelines.train as train_stage
+    import pipelines.tune as tune_stage
+    from spar.core.artifacts import is_complete, read_manifest
+    from spar.core.config import load_config
+    from spar.evaluate.tuning import read_tuned
+
+    report = _one_point_frontier(sample_experiment, tmp_path)
+    point = report.points[0]
+    run = Path(point.run)
+    top = run.parent
+    assert run == tmp_path / "run" / "frontier" / "points" / "projection-d16-s0" / "float32"
+    for name in ("queries", "teacher_index"):  # the run's own, linked: never copied
+        assert (top / name).is_symlink() and os.path.realpath(top / name) == os.path.realpath(
+            artifact_dir(sample_experiment, name))
+    assert (top / "embeddings" / "base").is_symlink() and not (top / "embeddings" / "lambda").is_symlink()
+    lam = read_manifest(top / "lambda")
+    assert lam["kind"] == "lambda" and lam["stats"]["lambda"]["dim"] == 16 and lam["config"]["seed"] == 0
+    assert is_complete(top / "embeddings" / "lambda" / "passages") and is_complete(top / "embeddings" / "lambda"
+                                                                                    / "queries-test")
+    assert read_tuned(run).mu() == point.mu and read_manifest(run / "index")["stats"]["storage"] == "float32"
+    # the point's config is one the stages take as it is: each finds its artifact up to date
+    cfg = load_config(run / "config.yaml")
+    assert cfg.output_dir == run.resolve() and cfg.train.lexical.dim == 16
+    for stage, config in ((train_stage.STAGE, load_config(top / "config.yaml")), (tune_stage.STAGE, cfg),
+                          (index_stage.STAGE, cfg)):
+        assert all(stage.status(config).values()), stage.name
+
+    made = {p: read_manifest(p)["created"] for p in (top / "lambda", run / "tune", run / "index")}
+    again = _one_point_frontier_in(tmp_path / "run")
+    assert {p: read_manifest(p)["created"] for p in made} == made  # nothing was made again
+    assert (again.points[0].mu, again.points[0].spar) == (point.mu, point.spar)
+
+
+def _one_point_frontier_in(root: Path):
+    from spar.sweep.frontier import run_frontier
+
+    return run_frontier(experiment_config(root, root / "results"), point_stages(), ("projection",), (16,), (0,),
+                        progress=lambda _: None)
+
+
+def test_a_point_never_replaces_what_is_not_its_link(tmp_path):
+    """A point links the run's artifacts; a directory where a link belongs is refused, and left as it was."""
+    from spar.sweep.points import link
+
+    target, there = tmp_path / "queries", tmp_path / "point" / "queries"
+    target.mkdir()
+    there.mkdir(parents=True)
+    (there / "mine.txt").write_text("kept")
+    with pytest.raises(ArtifactError, match=r"point/queries: expected a link to .*never deletes"):
+        link(target, there)
+    assert (there / "mine.txt").read_text() == "kept"
+    other = tmp_path / "other"
+    other.mkdir()
+    (tmp_path / "point" / "teacher_index").symlink_to(other)
+    link(target, tmp_path / "point" / "teacher_index")  # a link of its own pointing elsewhere: re-pointed
+    assert os.path.realpath(tmp_path / "point" / "teacher_index") == os.path.realpath(target) and other.exists()

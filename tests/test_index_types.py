@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import pytest
 
+from pipelines.frontier import point_stages
 from spar.core.config import IndexSection, load_config
 from spar.core.config_sections import EXHAUSTIVE_INDEX_TYPES, INDEX_TYPES
 from spar.core.errors import ArtifactError, ConfigError
@@ -172,7 +173,7 @@ def test_a_type_registered_in_a_test_runs_through_the_frontier(ivfhnsw, sample_e
     for name in ("queries", "teacher_index", "embeddings"):
         (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
     cfg = experiment_config(root, root / "results", "index.nprobe=3", f"index.fold={fold}")
-    report = run_frontier(cfg, ("projection",), (16,), (0,), ("sq8",), progress=lambda _: None,
+    report = run_frontier(cfg, point_stages(), ("projection",), (16,), (0,), ("sq8",), progress=lambda _: None,
                           index_types=("flat", "ivfhnsw"))
     point = report.points[0]
     assert built == [("flat", 1.0, "sq8", 3), ("ivfhnsw", point.mu if fold == "auto" else 1.0, "sq8", 3)]

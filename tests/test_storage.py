@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from pipelines.frontier import point_stages
 from spar.core.artifacts import artifact_dir
 from spar.core.errors import ArtifactError
 from spar.index.served import served_passage_vectors
@@ -237,7 +238,8 @@ def test_frontier_has_a_storage_axis_with_latency(sample_experiment, tmp_path): 
 
     root = _copy_experiment(sample_experiment, tmp_path / "run")
     cfg = experiment_config(root, root / "results")
-    report = run_frontier(cfg, kinds=("projection",), dims=(64,), seeds=(0, 1), storages=("float32", "sq4", "fs2"),
+    report = run_frontier(cfg, point_stages(), kinds=("projection",), dims=(64,), seeds=(0, 1),
+                          storages=("float32", "sq4", "fs2"),
                           progress=lambda _: None, index_types=("flat", "hnsw", "ivf"))
     by_key = {(p.storage, p.seed): p for p in report.points}
     assert set(by_key) == {(s, seed) for s in ("float32", "sq4", "fs2") for seed in (0, 1)}

@@ -61,11 +61,11 @@ def build_sample_experiment(root: Path) -> Path:
     cfg = experiment_config(root, root / "results")
     corpus = list(read_corpus(cfg.data.corpus))
     queries_dir = artifact_dir(root, "queries")
-    if not (queries_dir / "passages.arrow").exists():
-        queries_dir.mkdir(parents=True, exist_ok=True)
-        write_table(queries_dir / "passages.arrow", pa.table({
-            "row": list(range(len(corpus))), "id": [p.id for p in corpus], "title": [p.title for p in corpus],
-            "text": [p.text for p in corpus]}, schema=PASSAGES))
+    if not is_complete(queries_dir):  # the passages table only (no sampled sentences): what Λ's fit and tune read
+        with ArtifactWriter(queries_dir, kind="queries", config={"sample": "passages table only"}, inputs={}) as w:
+            write_table(w.path / "passages.arrow", pa.table({
+                "row": list(range(len(corpus))), "id": [p.id for p in corpus], "title": [p.title for p in corpus],
+                "text": [p.text for p in corpus]}, schema=PASSAGES))
     teacher_dir = artifact_dir(root, "teacher_index")
     if not is_complete(teacher_dir):
         from spar.teacher.teachers import build_bm25_index

@@ -32,7 +32,7 @@ import sys
 import sysconfig
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -339,6 +339,33 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"{cfg_path} (or its command-line overrides): {exc}") from None
     cfg.source = str(cfg_path)
     return cfg
+
+
+def with_overrides(cfg: SparConfig, overrides: Mapping[str, Any]) -> SparConfig:
+    """A new config: ``cfg`` with dotted ``overrides`` (``{"index.storage": "sq4"}``, values as parsed) applied and
+    validated again; its source file is kept (a derived run, e.g. a frontier point's)."""
+    # What was set (by the YAML or an override), as it validated: the defaults, deprecated spellings included, are
+    # filled in again by the validation, never carried over as if given.
+    tree = cfg.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    for key, value in overrides.items():
+        _set_dotted(tree, key, value)
+    try:
+        derived = SparConfig.model_validate(tree)
+    except (ValidationError, ValueError) as exc:
+        raise ConfigError(f"{getattr(cfg, 'source', 'the config')} with {dict(overrides)}: {exc}") from None
+    derived.source = getattr(cfg, "source", None)
+    return derived
+
+
+def write_config(cfg: SparConfig, path: str | Path) -> Path:
+    """``cfg`` as a YAML file :func:`load_config` reads back into the same config: what was set (by its YAML or an
+    override, paths as resolved), the defaults left to the loading (the full dump of :func:`dump_config` also holds
+    deprecated spellings at their defaults, which loading refuses beside their new keys)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=False),
+                    encoding="utf-8")
+    return path
 
 
 def dump_config(cfg: SparConfig) -> str:

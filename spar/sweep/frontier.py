@@ -1,13 +1,14 @@
 """The quality-per-byte frontier: Λ kinds × dimensions × passage storage × seeds, scored as SPAR adds Λ.
 
-For each (kind, dim, seed) the frontier fits (``projection``) or trains (``static``) a Λ on the run's corpus and
-labels and encodes the corpus and the dev/test queries; then for each storage (:mod:`spar.index.storage`: float32 to
-4-bit, fast-scan, PQ) it builds the index of that storage as ``spar index`` would, tunes μ on dev against the vectors
-it serves, and reports on test (:func:`score_points`):
+Each (kind, dim, seed) is a run of its own made by the real stages (:mod:`spar.sweep.points`: ``train`` fits a
+projection or trains a static Λ from one, ``encode`` encodes the corpus and the dev/test questions with it), and each
+storage (:mod:`spar.index.storage`: float32 to 4-bit, fast-scan, PQ) a run below it whose ``tune`` chooses μ against
+the vectors that storage serves and whose ``index`` builds the exhaustive index of that storage. The frontier then
+reports on test (:func:`score_point_run`):
 
 - Λ alone: nDCG@10, R@100, and RBO (p = 0.9, depth 100) of its ranking against the teacher's (fidelity);
-- SPAR ``[Q, μ·QΛ]`` searched in the exhaustive index of that storage (what ``spar evaluate`` serves; μ swept on dev
-  against the decoded codes, as ``spar tune`` does): nDCG@10, R@100 (what Λ adds to the base);
+- SPAR ``[Q, μ·QΛ]`` searched in that index (what ``spar evaluate`` serves): nDCG@10, R@100 (what Λ adds to the
+  base), and on dev the figure the default rule reads;
 - bytes per passage of the codes, and the training time;
 - for the first seed, per index type asked for (``index_types``, any registered one that holds the point's storage,
   :mod:`spar.index.types.registry`; by default the exhaustive one, which is what the default rule needs):
@@ -17,38 +18,41 @@ it serves, and reports on test (:func:`score_points`):
   An approximate index is built as ``spar index`` builds it: with ``index.fold: auto`` it holds ``[P, μ·PΛ]`` and is
   searched with ``[Q, QΛ]`` (the same scores, clusters and links that follow them).
 
-What does not change between points is computed once (:class:`FrontierInputs`): the teacher's statistics and the
-base-only indexes. Each timed point times its SPAR indexes side by side with the base-only indexes and the hybrid,
-so every ratio it reports divides timings of one moment (the ratio to the hybrid once went through a hybrid timed once
-per frontier, and a busier moment of a shared machine printed 6.14 ms as 0.10× beside a 9.90 ms hybrid, #37). The
-latency of the base indexes and the hybrid timed together once per frontier is kept in the report's references.
+What does not change between points is computed once (:class:`FrontierInputs`): the base's vectors, the teacher's
+runs and the base-only indexes. Each timed point times its SPAR indexes side by side with the base-only indexes and the
+hybrid, so every ratio it reports divides timings of one moment (the ratio to the hybrid once went through a hybrid
+timed once per frontier, and a busier moment of a shared machine printed 6.14 ms as 0.10× beside a 9.90 ms hybrid,
+#37). The latency of the base indexes and the hybrid timed together once per frontier is kept in the report's
+references.
 
 The base retriever's embeddings, the teacher index and the labels are the run's own artifacts (``spar run`` up to
-``encode`` with ``encode.encoders=[base]`` is enough). A transformer Λ already trained in the run's ``lambda/`` joins
-as one more point. The report (:mod:`spar.sweep.report`: the default rule, a Markdown table with mean ± standard
-deviation over seeds, a PNG of SPAR nDCG@10 against bytes per passage) is written by ``spar frontier -c CONFIG``.
+``encode`` with ``encode.encoders=[base]`` is enough); the points link them. A Λ already trained in the run's
+``lambda/`` (a kind the frontier does not make: transformer) joins as one more point run. The report
+(:mod:`spar.sweep.report`: the default rule, a Markdown table with mean ± standard deviation over seeds, a PNG of SPAR
+nDCG@10 against bytes per passage) is written by ``spar frontier -c CONFIG``. A bench's own Λ that no config names (a
+pruned projection table) is scored in memory by :func:`score_points`, its μ chosen by the function ``spar tune`` uses.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from spar.core.artifacts import is_complete
+from spar.core.artifacts import artifact_dir, is_complete
 from spar.core.errors import ArtifactError
 from spar.experiment.plan import Experiment
 from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes
 from spar.index.types.registry import exhaustive_type, index_type_names, registered_type
+from spar.sweep.points import POINTS_DIR, PointRun, PointStages
 from spar.sweep.report import FrontierPoint, FrontierReport
 from spar.sweep.timing import LATENCY_K, time_beside_peers
 
-__all__ = ["DEFAULT_DIMS", "METRICS", "FrontierInputs", "can_hold", "references", "run_frontier", "score_points",
-           "train_from_projection"]
+__all__ = ["DEFAULT_DIMS", "METRICS", "FrontierInputs", "can_hold", "references", "run_frontier",
+           "score_point_run", "score_points"]
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +79,6 @@ class FrontierInputs:
         from spar.model.stored_vectors import load_embeddings
         from spar.experiment.inputs import ExperimentInputs
         from spar.experiment.plan import split_queries
-        from spar.data.passages import corpus_texts
-        from spar.lexical.terms import BM25Weights
 
         self.cfg = cfg
         run = Experiment.of(cfg).run
@@ -91,14 +93,27 @@ class FrontierInputs:
         self.dev, self.test = split_queries(cfg, "dev"), split_queries(cfg, "test")
         self.base_q = {s.split: self._base_queries(s) for s in (self.dev, self.test)}
         self.bm25 = {s.split: self.experiment.bm25_search(s, 100) for s in (self.dev, self.test)}
-        label = cfg.label
+
+    @cached_property
+    def _terms(self):
+        """The corpus's BM25 statistics, its passages' and the dev/test questions' term matrices: what an in-memory
+        term-based Λ (:func:`score_points`) is applied to (the frontier's own points are encoded by their runs)."""
+        from spar.data.passages import corpus_texts
+        from spar.lexical.terms import BM25Weights
+
+        label = self.cfg.label
         texts = list(corpus_texts(self.passages_arrow, label.fields))
         if len(texts) != len(self.doc_ids):
             raise ArtifactError(f"{self.passages_arrow} holds {len(texts)} passages, the base embeddings "
                                 f"{len(self.doc_ids)}: re-run `spar encode`")
-        self.weights = BM25Weights.fit(texts, k1=label.k1, b=label.b, fields=label.fields)
-        self.passage_terms = self.weights.passage_matrix(texts)
-        self.query_terms = {s.split: self.weights.query_matrix(list(s.texts.values())) for s in (self.dev, self.test)}
+        weights = BM25Weights.fit(texts, k1=label.k1, b=label.b, fields=label.fields)
+        return weights, weights.passage_matrix(texts), {s.split: weights.query_matrix(list(s.texts.values()))
+                                                         for s in (self.dev, self.test)}
+
+    @property
+    def weights(self):
+        """The corpus's BM25 statistics (for a bench's own projections)."""
+        return self._terms[0]
 
     @property
     def resolved(self):
@@ -185,10 +200,13 @@ class FrontierInputs:
                     "hybrid": timings["hybrid"]} for t in spar_indexes}
 
     def lambda_vectors(self, model) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Λ's passage and dev/test query vectors (term-based kinds reuse the shared sparse matrices)."""
-        passages = model.term_vectors(self.weights, self.passage_terms)
-        if passages is not None:
-            return passages, {s: model.term_vectors(self.weights, m) for s, m in self.query_terms.items()}
+        """An in-memory Λ's passage and dev/test query vectors (term-based kinds reuse the shared sparse
+        matrices)."""
+        if model.term_based:
+            weights, passage_terms, query_terms = self._terms
+            passages = model.term_vectors(weights, passage_terms)
+            if passages is not None:
+                return passages, {s: model.term_vectors(weights, m) for s, m in query_terms.items()}
         from spar.data.passages import PassagesTable
 
         store = PassagesTable(self.passages_arrow, self.cfg.data.title_field or model.term_based)
@@ -247,57 +265,95 @@ def approximate_quality(inputs: FrontierInputs, index: Any, spar_q: np.ndarray,
             "overlap@10": round(float(overlap), 4)}
 
 
+def _lambda_alone(inputs: FrontierInputs, lam_p: np.ndarray, lam_q: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Λ alone on test: nDCG@10, R@100, and the RBO of its ranking against the teacher's (fidelity)."""
+    from spar.evaluate.metrics import evaluate_run, mean_rbo
+
+    test = inputs.test
+    lambda_run = top_run(lam_q["test"], lam_p, test.ids, inputs.doc_ids, 100)
+    return {"lambda_alone": {m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()},
+            "rbo": round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)}
+
+
+def score_point_run(inputs: FrontierInputs, point: PointRun, stages: PointStages,
+                    storages: Sequence[str] = ("float32",), index_types: Sequence[str] = (),
+                    force: bool = False) -> list[FrontierPoint]:
+    """One point as the stages make it (:mod:`spar.sweep.points`): its Λ by ``train`` and ``encode``, and per
+    storage its μ by ``tune`` and its exhaustive index by ``index``; then scored on dev and test through that index
+    (:func:`_served_point`). ``force``: its stages start over. FAISS runs on one thread here."""
+    from spar.evaluate.tuning import read_tuned
+    from spar.index.spar_index import SparIndex, faiss_threads
+
+    point.make_lambda(stages, force)
+    facts = point.lambda_facts()
+    stored, lam_q = point.vectors({"dev": inputs.dev, "test": inputs.test})
+    if list(stored.ids) != list(inputs.doc_ids):
+        raise ArtifactError(f"{point.directory}: Λ's passage vectors are not in the base embeddings' order "
+                            "(re-run the frontier with --force)")
+    lam_p = np.asarray(stored.vectors, dtype=np.float32)
+    points = []
+    with faiss_threads(1):
+        alone = _lambda_alone(inputs, lam_p, lam_q)
+        for storage in storages:
+            run_dir = point.make_index(stages, storage, force)
+            tuned = read_tuned(run_dir)
+            scored = SparIndex.load(artifact_dir(run_dir, "index"))
+            points.append(_served_point(inputs, facts["kind"], lam_p, lam_q, storage, scored, tuned.mu(),
+                                        tuned.payload["dev_scores"]["spar"], index_types, point.config(storage),
+                                        seed=point.seed, train_seconds=round(facts["train_seconds"], 2),
+                                        steps=facts["steps"], run=str(run_dir), **alone))
+    return points
+
+
 def score_points(inputs: FrontierInputs, model, seed: int | None, train_seconds: float, steps: int = 0,
                  storages: Sequence[str] = ("float32",), index_types: Sequence[str] = (),
                  metric: str = "nDCG@10") -> list[FrontierPoint]:
-    """For each storage: tune μ on dev against ``[P, PΛ]`` as stored, score Λ alone and SPAR on test; for each of
-    ``index_types`` (the timed seed's points; empty: none) time a SPAR index of that type and storage, and score
-    the approximate ones. FAISS runs on one thread here (see :func:`spar.index.spar_index.faiss_threads`)."""
-    from spar.index.spar_index import faiss_threads
-    from spar.evaluate.metrics import evaluate_run, mean_rbo
-
-    lam_p, lam_q = inputs.lambda_vectors(model)
-    test = inputs.test
-    with faiss_threads(1):
-        lambda_run = top_run(lam_q["test"], lam_p, test.ids, inputs.doc_ids, 100)
-        lambda_alone = {m: round(v, 6) for m, v in evaluate_run(test.qrels, lambda_run, METRICS).items()}
-        rbo = round(mean_rbo(lambda_run, inputs.bm25["test"], p=0.9, depth=100, queries=test.ids), 6)
-        return [_score_storage(inputs, model, lam_p, lam_q, storage, index_types, metric, seed=seed,
-                               train_seconds=round(train_seconds, 2), steps=steps, lambda_alone=lambda_alone, rbo=rbo)
-                for storage in storages]
-
-
-def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapping[str, np.ndarray], storage: str,
-                   index_types: Sequence[str], metric: str, **point: Any) -> FrontierPoint:
-    """One point, as ``spar tune``, ``spar index`` and ``spar evaluate`` would make it: the exhaustive index of
-    ``storage`` built (its codec trained once: the served vectors and the index share it), μ swept on dev against
-    its decoded codes, then SPAR scored on dev (the rule's figure) and test through that index. Fast-scan indexes
-    score through 8-bit lookup tables whose rounding grows with the number of codes: scoring the decoded codes
-    instead overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev 0.830 decoded, 0.735 served). Then the
-    indexes of ``index_types`` that hold ``storage``, each built as the ``index`` stage builds it: an approximate
-    one holds ``[P, μ₀·PΛ]`` with μ₀ this point's μ (``index.fold: auto``), so its lists and links follow the score
-    that ranks (Λ's half has ~20× the base's norm: on SciFact unfolded IVF lists cost 8 points of nDCG@10 at 32 of
-    132 lists probed, folded ones 1.7)."""
-    from spar.index.approximate import fold_factor
+    """An in-memory Λ (a bench's variant that no config names, e.g. a pruned projection table) scored as a point
+    is: for each storage the exhaustive index of that storage is built as ``spar index`` builds it (its codec
+    trained once: the served vectors and the index share it), μ is swept on dev against its decoded codes by
+    :func:`spar.evaluate.tuning.choose_mu`, where ``spar tune`` chooses it, then :func:`_served_point`. The
+    frontier's own points are runs of the stages instead (:func:`score_point_run`)."""
     from spar.index.served import served_passage_vectors
-    from spar.index.spar_index import SparIndex
-    from spar.evaluate.metrics import evaluate_run, ranked_run
+    from spar.index.spar_index import SparIndex, faiss_threads
     from spar.evaluate.tuning import choose_mu
 
-    dev, test = inputs.dev, inputs.test
-    options = inputs.index_options(storage)
+    lam_p, lam_q = inputs.lambda_vectors(model)
+    points = []
+    with faiss_threads(1):
+        alone = _lambda_alone(inputs, lam_p, lam_q)
+        for storage in storages:
+            options = inputs.index_options(storage)
+            scored = SparIndex.build(inputs.base_p, lam_p, ids=inputs.doc_ids, variant="concat",
+                                     index_type=exhaustive_type().name, options=options)
+            served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat",
+                                                                exhaustive_type().name, options, scored.index)
+            tuned = choose_mu(inputs.cfg, inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, inputs.dev,
+                              inputs.doc_ids, "concat", metric=metric, confirm=False)
+            del served_base, served_lambda
+            cfg = inputs.cfg.model_copy(update={"tune": inputs.cfg.tune.model_copy(update={"metric": metric})})
+            points.append(_served_point(inputs, model.kind, lam_p, lam_q, storage, scored, tuned.search.best,
+                                        round(tuned.search.best_score, 6), index_types, cfg, seed=seed,
+                                        train_seconds=round(train_seconds, 2), steps=steps, **alone))
+    return points
+
+
+def _served_point(inputs: FrontierInputs, kind: str, lam_p: np.ndarray, lam_q: Mapping[str, np.ndarray], storage: str,
+                  scored: Any, mu: float, dev_decoded: float, index_types: Sequence[str], cfg: Any,
+                  **point: Any) -> FrontierPoint:
+    """SPAR through ``scored`` (the exhaustive index of ``storage``) at ``mu`` on dev (the rule's figure, by
+    ``cfg.tune.metric``) and test. Fast-scan indexes score through 8-bit lookup tables whose rounding grows with the
+    number of codes: scoring the decoded codes instead overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev
+    0.830 decoded, 0.735 served). Then the indexes of ``index_types`` that hold ``storage``, each built as the
+    ``index`` stage builds it (``cfg``'s index options): an approximate one holds ``[P, μ₀·PΛ]`` with μ₀ this point's
+    μ (``index.fold: auto``), so its lists and links follow the score that ranks (Λ's half has ~20× the base's
+    norm: on SciFact unfolded IVF lists cost 8 points of nDCG@10 at 32 of 132 lists probed, folded ones 1.7)."""
+    from spar.index.approximate import fold_factor
+    from spar.index.spar_index import SparIndex
+    from spar.evaluate.metrics import evaluate_run, ranked_run
+
+    dev, test, metric = inputs.dev, inputs.test, cfg.tune.metric
+    options = Experiment.of(cfg).index_options.model_copy(update={"storage": storage, "refine": 0})
     scan = exhaustive_type().name
-
-    def build(index_type: str, mu: float = 1.0) -> SparIndex:
-        return SparIndex.build(inputs.base_p, lam_p, ids=inputs.doc_ids, variant="concat", index_type=index_type,
-                               options=options, fold=fold_factor(index_type, inputs.cfg.index.fold, mu))
-
-    scored = build(scan)
-    served_base, served_lambda = served_passage_vectors(inputs.base_p, lam_p, "concat", scan, options, scored.index)
-    tuned = choose_mu(inputs.cfg, inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, dev, inputs.doc_ids,
-                      "concat", metric=metric, confirm=False)
-    del served_base, served_lambda
-    mu = tuned.search.best
 
     def served_run(split) -> dict[str, list[tuple[str, float]]]:
         q = scored.query_vectors(inputs.base_q[split.split], lam_q[split.split], mu)
@@ -306,34 +362,37 @@ def _score_storage(inputs: FrontierInputs, model, lam_p: np.ndarray, lam_q: Mapp
 
     dev_served = evaluate_run(dev.qrels, served_run(dev), [metric])[metric]
     spar_run = served_run(test)
-    indexes = {t: scored if t == scan else build(t, mu) for t in index_types if can_hold(t, storage)}
+    indexes = {t: scored if t == scan else
+               SparIndex.build(inputs.base_p, lam_p, ids=inputs.doc_ids, variant="concat", index_type=t,
+                               options=options, fold=fold_factor(t, cfg.index.fold, mu))
+               for t in index_types if can_hold(t, storage)}
     queries = {t: index.query_vectors(inputs.base_q["test"], lam_q["test"], mu) for t, index in indexes.items()}
+    dim = lam_p.shape[1]
     return FrontierPoint(
-        kind=model.kind, dim=model.dim, mu=mu, dev_spar=round(dev_served, 6),
-        dev_decoded=round(tuned.search.best_score, 6),
+        kind=kind, dim=dim, mu=mu, dev_spar=round(dev_served, 6), dev_decoded=dev_decoded,
         spar={m: round(v, 6) for m, v in evaluate_run(test.qrels, spar_run, METRICS).items()},
-        bytes_per_passage=code_bytes(storage, inputs.base_p.shape[1] + model.dim, options.pq_m, options.pq_nbits),
+        bytes_per_passage=code_bytes(storage, inputs.base_p.shape[1] + dim, options.pq_m, options.pq_nbits),
         storage=storage,
         latency=inputs.latency({t: index.index for t, index in indexes.items()}, queries) if indexes else {},
         approximate={t: approximate_quality(inputs, index.index, queries[t], spar_run) for t, index in indexes.items()
                      if index.kind.approximate}, **point)
 
 
-def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = DEFAULT_DIMS,
+def run_frontier(cfg, stages: PointStages, kinds: Sequence[str] | None = None, dims: Sequence[int] = DEFAULT_DIMS,
                  seeds: Sequence[int] = (0, 1, 2), storages: Sequence[str] = ("float32",),
                  work_dir: str | Path | None = None,
                  progress: Callable[[str], None] = log.info,
                  known: Sequence[FrontierPoint] = (),
                  on_point: Callable[[list[FrontierPoint]], None] | None = None,
-                 index_types: Sequence[str] | None = None) -> FrontierReport:
-    """Every (kind, dim, storage, seed) point on ``cfg``'s run (see the module docstring). ``known`` points
-    (from an earlier run with the same settings) are kept instead of being recomputed, and a point asked for twice
-    is computed once; ``on_point(points)`` is called after each new point (to save progress: a static point costs
-    minutes). ``index_types``: the index types timed (and, approximate ones, scored) on the first seed (default: the
-    exhaustive one, :func:`spar.index.types.registry.exhaustive_type`).
+                 index_types: Sequence[str] | None = None, force: bool = False) -> FrontierReport:
+    """Every (kind, dim, storage, seed) point on ``cfg``'s run (see the module docstring), each a run of ``stages``
+    under ``<work_dir>/points/`` (:class:`spar.sweep.points.PointRun`). ``known`` points (from an earlier run with
+    the same settings) are kept instead of being scored again, and a point asked for twice is computed once;
+    ``on_point(points)`` is called after each new point (to save progress: a static point costs minutes).
+    ``index_types``: the index types timed (and, approximate ones, scored) on the first seed (default: the
+    exhaustive one, :func:`spar.index.types.registry.exhaustive_type`). ``force``: the points' stages start over.
     ``kinds``: default the kinds the frontier computes (:func:`spar.lexical.computed_kinds`)."""
-    from spar.lexical import computed_kinds, lambda_class
-    from spar.lexical.projection import ProjectionLambda
+    from spar.lexical import computed_kinds
 
     computed = computed_kinds()
     scan = exhaustive_type()
@@ -341,13 +400,13 @@ def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = 
     kinds = computed if kinds is None else tuple(kinds)
 
     inputs = FrontierInputs(cfg)
-    lex = cfg.train.lexical
     base_dim = inputs.base_p.shape[1]
     for dim in dims:  # a storage that cannot code a dimension fails now, not after hours of other points
         for storage in storages:
             if storage in FAST_SCAN:
                 fast_scan_codes(storage, base_dim + dim)
     work = Path(work_dir) if work_dir else Experiment.of(cfg).run.artifact("frontier")
+    points_root = work / POINTS_DIR
     points: list[FrontierPoint] = list(known)
     done = {(p.kind, p.dim, p.seed, p.storage) for p in points}
     timed_seed = seeds[0] if seeds else None  # latency does not depend on the seed: measured once per point
@@ -367,30 +426,20 @@ def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = 
 
     for dim in dict.fromkeys(dims):
         for seed in dict.fromkeys(seeds):
-            projection = ProjectionLambda(inputs.weights, dim, lex.projection, seed,
-                                          lex.nonzeros if lex.projection == "sparse" else None)
             types = index_types if seed == timed_seed else ()
             for kind in computed:  # the projection, then the kinds trained from it (static)
                 todo = [st for st in dict.fromkeys(storages) if (kind, dim, seed, st) not in done]
-                if kind not in kinds or not todo:
-                    continue
-                if lambda_class(kind).trainable:
-                    model, seconds, steps = train_from_projection(cfg, kind, projection,
-                                                                  work / f"{kind}-d{dim}-s{seed}", seed)
-                    add(score_points(inputs, model, seed, seconds, steps, todo, types))
-                else:
-                    add(score_points(inputs, projection, seed, 0.0, 0, todo, types))
+                if kind in kinds and todo:
+                    add(score_point_run(inputs, PointRun(cfg, kind, dim, seed, points_root), stages, todo, types,
+                                        force))
     source = inputs.resolved.own_lambda
     if source is not None:  # the run's own Λ, of a requested kind this loop does not compute (transformer)
-        from spar.core.artifacts import read_manifest
-
         run_kind = source.kind
         todo = [st for st in dict.fromkeys(storages) if not any(p.kind == run_kind and p.storage == st
                                                                 for p in points)]
         if run_kind in kinds and run_kind not in computed and todo:
-            stats = read_manifest(source.location).get("stats", {})
-            add(score_points(inputs, source.load(), None, float(stats.get("train_seconds", 0.0)),
-                             int(stats.get("steps", 0)), todo, index_types))
+            add(score_point_run(inputs, PointRun(cfg, run_kind, None, None, points_root), stages, todo, index_types,
+                                force))
     return FrontierReport(Experiment.of(cfg).run.dataset, points,
                           {**inputs.reference_figures,
                            **({"latency": inputs.reference_latency(index_types)} if index_types else {})},
@@ -401,28 +450,3 @@ def run_frontier(cfg, kinds: Sequence[str] | None = None, dims: Sequence[int] = 
                            "index_types": [t for t in index_type_names() if any(t in p.latency for p in points)],
                            "dev_queries": len(inputs.dev.ids), "test_queries": len(inputs.test.ids),
                            "projection": cfg.train.lexical.projection})
-
-
-def train_from_projection(cfg, kind: str, projection, work_dir: Path, seed: int):
-    """Train a Λ of the trainable term-based ``kind`` (static) initialised from ``projection`` on the run's labels
-    (Lightning, as ``spar train``)."""
-    import shutil
-
-    from spar.lexical import lambda_class
-    from spar.train.training import train_lambda
-
-    lex = cfg.train.lexical
-    model = lambda_class(kind).from_projection(  # type: ignore[attr-defined]
-        projection, objective=lex.objective, temperature=lex.temperature)
-    train = cfg.train.model_copy(update={"kind": kind})
-    if work_dir.exists():
-        shutil.rmtree(work_dir)  # a frontier point is cheap: never resume from another configuration
-    start = time.perf_counter()
-    run = Experiment.of(cfg).run
-    result = train_lambda(model, train, run.passages, run.artifact("labels"), work_dir, seed=seed,
-                          use_title=cfg.data.title_field,
-                          run_name=f"{cfg.experiment.name}-frontier-{kind}-d{projection.dim}-s{seed}",
-                          logger_root=cfg.output_dir, enable_progress_bar=False, wandb_group=cfg.experiment.name)
-    seconds = time.perf_counter() - start
-    shutil.rmtree(work_dir / "checkpoints", ignore_errors=True)
-    return model.eval(), seconds, result.steps

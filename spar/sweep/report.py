@@ -57,6 +57,9 @@ class FrontierPoint:
     #: dev SPAR of μ's sweep over the decoded codes (``dev_spar`` is the flat index's, as served; None: made before
     #: the frontier scored through the index, when ``dev_spar`` was this figure)
     dev_decoded: float | None = None
+    #: The point's storage run (:mod:`spar.sweep.points`: its config.yaml, tune/ and index/); None: scored in memory
+    #: or made before points were runs
+    run: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FrontierPoint":
