@@ -347,6 +347,9 @@ def test_each_point_is_a_run_of_the_stages_and_found_up_to_date_again(sample_exp
     # the point's config is one the stages take as it is: each finds its artifact up to date
     cfg = load_config(run / "config.yaml")
     assert cfg.output_dir == run.resolve() and cfg.train.lexical.dim == 16
+    # its own name and results directory: evaluating or publishing a point never replaces the run's results
+    assert cfg.experiment.name == "scifact-sample-projection-d16-s0-float32" and cfg.results_dir == run.resolve(
+        ) / "results"
     for stage, config in ((train_stage.STAGE, load_config(top / "config.yaml")), (tune_stage.STAGE, cfg),
                           (index_stage.STAGE, cfg)):
         assert all(stage.status(config).values()), stage.name

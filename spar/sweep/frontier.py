@@ -42,8 +42,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from spar.core.artifacts import artifact_dir, is_complete
+from spar.core.artifacts import is_complete
 from spar.core.errors import ArtifactError
+from spar.core.run_context import RunContext
 from spar.experiment.plan import Experiment
 from spar.index.storage import FAST_SCAN, STORAGES, code_bytes, fast_scan_codes
 from spar.index.types.registry import exhaustive_type, index_type_names, registered_type
@@ -297,7 +298,7 @@ def score_point_run(inputs: FrontierInputs, point: PointRun, stages: PointStages
         for storage in storages:
             run_dir = point.make_index(stages, storage, force)
             tuned = read_tuned(run_dir)
-            scored = SparIndex.load(artifact_dir(run_dir, "index"))
+            scored = SparIndex.load(RunContext.at(run_dir).artifact("index"))
             points.append(_served_point(inputs, facts["kind"], lam_p, lam_q, storage, scored, tuned.mu(),
                                         tuned.payload["dev_scores"]["spar"], index_types, point.config(storage),
                                         seed=point.seed, train_seconds=round(facts["train_seconds"], 2),

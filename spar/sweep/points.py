@@ -3,7 +3,8 @@
 
 A point (kind, dim, seed) is the run ``frontier/points/<kind>-d<dim>-s<seed>/``; the run's own trained Λ (a kind the
 frontier does not make, e.g. ``transformer``) is ``frontier/points/own-<kind>/``. Its config is the frontier run's
-with the point's settings (:meth:`PointRun.overrides`), written beside it as ``config.yaml``. What every point shares
+with the point's settings (:meth:`PointRun.overrides`: its output directory, name and results directory, its Λ, its
+index), written beside it as ``config.yaml``. What every point shares
 is the frontier run's own artifacts, linked, never copied nor written: ``queries/``, ``teacher_index/``, ``labels/``
 (a trainable kind) and ``embeddings/base/``. For each passage storage, ``<storage>/`` below the point is the run of
 its ``tune`` and ``index`` (the exhaustive index type storing the passages that way, no exact re-ranking: the
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from spar.core.artifacts import artifact_dir, is_complete, read_manifest
+from spar.core.artifacts import is_complete, read_manifest
 from spar.core.config import SparConfig, with_overrides, write_config
 from spar.core.errors import ArtifactError
+from spar.core.run_context import RunContext
 
 __all__ = ["POINTS_DIR", "PointRun", "PointStages", "link"]
 
@@ -103,8 +105,12 @@ class PointRun:
         index: the exhaustive type storing ``storage``, concatenated, not re-ranked."""
         from spar.index.types.registry import exhaustive_type
 
+        directory = (self.storage_dir(storage) if storage else self.directory).resolve()
         out: dict[str, Any] = {
-            "experiment.output_dir": str((self.storage_dir(storage) if storage else self.directory).resolve()),
+            "experiment.output_dir": str(directory),
+            # its own name and results: a point evaluated or published never replaces the run's results
+            "experiment.name": "-".join([self.cfg.experiment.name, self.name, *([storage] if storage else [])]),
+            "experiment.results_dir": str(directory / "results"),
             "encode.encoders": ["lambda"]}  # the base's vectors are the frontier run's, linked
         if not self.own:
             out.update({"experiment.seed": self.seed, "train.kind": self.kind, "train.lexical.dim": self.dim,
@@ -122,32 +128,33 @@ class PointRun:
 
     def make_lambda(self, stages: PointStages, force: bool = False) -> None:
         """``lambda/`` by the train stage (not for the run's own Λ: linked) and ``embeddings/lambda/`` by encode."""
-        parent = Path(self.cfg.output_dir)
-        here = self.directory
-        for name in SHARED:
-            if is_complete(artifact_dir(parent, name)):
-                link(artifact_dir(parent, name), artifact_dir(here, name))
-        link(artifact_dir(parent, "embeddings") / "base", artifact_dir(here, "embeddings") / "base")
+        parent, here = RunContext(self.cfg), RunContext.at(self.directory)
+        self._link_shared(parent, here)
+        link(parent.artifact("embeddings") / "base", here.artifact("embeddings") / "base")
         if self.own and self.cfg.encode.lambda_ is None:
-            link(artifact_dir(parent, "lambda"), artifact_dir(here, "lambda"))
-        self._write_config(here, self.config())
+            link(parent.artifact("lambda"), here.artifact("lambda"))
+        self._write_config(self.directory, self.config())
         if not self.own:
             stages.train.run(self.config(), force=force)
         stages.encode.run(self.config(), force=force)
 
     def make_index(self, stages: PointStages, storage: str, force: bool = False) -> Path:
         """``<storage>/tune/`` and ``<storage>/index/`` by the tune and index stages; returns the storage run."""
-        parent, point, here = Path(self.cfg.output_dir), self.directory, self.storage_dir(storage)
-        for name in SHARED:
-            if is_complete(artifact_dir(parent, name)):
-                link(artifact_dir(parent, name), artifact_dir(here, name))
-        if is_complete(artifact_dir(point, "lambda")):
-            link(artifact_dir(point, "lambda"), artifact_dir(here, "lambda"))
-        link(artifact_dir(point, "embeddings"), artifact_dir(here, "embeddings"))
-        self._write_config(here, self.config(storage))
+        point, here = RunContext.at(self.directory), RunContext.at(self.storage_dir(storage))
+        self._link_shared(RunContext(self.cfg), here)
+        if is_complete(point.artifact("lambda")):
+            link(point.artifact("lambda"), here.artifact("lambda"))
+        link(point.artifact("embeddings"), here.artifact("embeddings"))
+        self._write_config(self.storage_dir(storage), self.config(storage))
         stages.tune.run(self.config(storage), force=force)
         stages.index.run(self.config(storage), force=force)
-        return here
+        return self.storage_dir(storage)
+
+    @staticmethod
+    def _link_shared(parent: RunContext, here: RunContext) -> None:
+        for name in SHARED:
+            if is_complete(parent.artifact(name)):
+                link(parent.artifact(name), here.artifact(name))
 
     @staticmethod
     def _write_config(directory: Path, cfg: SparConfig) -> None:
