@@ -175,19 +175,22 @@ def test_force_recomputes_only_what_it_is_asked_and_every_command_is_recorded(sa
     for name in ("queries", "teacher_index", "lambda", "embeddings"):
         (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
     cfg = experiment_config(root, root / "results")
-    monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16,32", "--seeds", "0,1"])
-    frontier_stage.run(cfg, ("projection",), (16, 32), (0, 1))
+    monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16", "--seeds", "0,1"])
+    frontier_stage.run(cfg, ("projection",), (16,), (0, 1))
     first = json.loads((root / "frontier" / "frontier.json").read_text())
-    assert sorted((p["dim"], p["seed"]) for p in first["points"]) == [(16, 0), (16, 1), (32, 0), (32, 1)]
+    assert sorted((p["dim"], p["seed"]) for p in first["points"]) == [(16, 0), (16, 1)]
+    lam = root / "frontier" / "points" / "projection-d16-s0" / "lambda" / "manifest.json"
+    made = json.loads(lam.read_text())["created"]
 
     monkeypatch.setattr(sys, "argv", ["spar", "frontier", "--dims", "16", "--seeds", "0", "--force"])
     frontier_stage.run(cfg, ("projection",), (16,), (0,), force=True)
     second = json.loads((root / "frontier" / "frontier.json").read_text())
-    assert sorted((p["dim"], p["seed"]) for p in second["points"]) == [(16, 0), (16, 1), (32, 0), (32, 1)]
+    assert sorted((p["dim"], p["seed"]) for p in second["points"]) == [(16, 0), (16, 1)]
+    assert json.loads(lam.read_text())["created"] != made  # --force: the point's stages started over
     before = {(p["dim"], p["seed"]): p for p in first["points"]}
     after = {(p["dim"], p["seed"]): p for p in second["points"]}
-    assert all(after[k] == before[k] for k in before if k != (16, 0))  # the other points are untouched
-    assert second["commands"] == ["spar frontier --dims 16,32 --seeds 0,1", "spar frontier --dims 16 --seeds 0 --force"]
+    assert after[(16, 1)] == before[(16, 1)]  # the other point is untouched
+    assert second["commands"] == ["spar frontier --dims 16 --seeds 0,1", "spar frontier --dims 16 --seeds 0 --force"]
     table = (root / "frontier" / "frontier.md").read_text()
     assert all(f"`{command}`" in table for command in second["commands"])
     assert "| projection | 16 | float32 | " in table and " | 2 | " in table  # two seeds, not three
@@ -208,7 +211,7 @@ def test_force_recomputes_only_what_it_is_asked_and_every_command_is_recorded(sa
     third = json.loads((root / "frontier" / "frontier.json").read_text())
     assert [(p["dim"], p["seed"]) for p in third["points"]] == [(16, 0)]
     aside = list((root / "frontier").glob("superseded-*.json"))
-    assert len(aside) == 1 and len(json.loads(aside[0].read_text())["points"]) == 4
+    assert len(aside) == 1 and len(json.loads(aside[0].read_text())["points"]) == 2
 
 
 def test_a_repeated_point_is_computed_once(sample_experiment, tmp_path):  # noqa: F811
@@ -383,3 +386,28 @@ def test_a_point_never_replaces_what_is_not_its_link(tmp_path):
     (tmp_path / "point" / "teacher_index").symlink_to(other)
     link(target, tmp_path / "point" / "teacher_index")  # a link of its own pointing elsewhere: re-pointed
     assert os.path.realpath(tmp_path / "point" / "teacher_index") == os.path.realpath(target) and other.exists()
+
+
+@pytest.mark.slow
+def test_the_runs_own_lambda_is_a_point_run_too(sample_experiment, tmp_path):  # noqa: F811
+    """The run's own trained Λ (a transformer here, a kind the frontier does not make) is scored as one more point:
+    a run ``points/own-transformer/`` linking the run's ``lambda/`` (never copying or writing it), encoded there by
+    the encode stage, whatever ``encode.lambda`` names."""
+    from spar.core.artifacts import read_manifest
+    from spar.sweep.frontier import run_frontier
+
+    root = tmp_path / "run"
+    root.mkdir()
+    for name in ("queries", "teacher_index", "lambda", "embeddings"):
+        (root / name).symlink_to(artifact_dir(sample_experiment, name), target_is_directory=True)
+    before = read_manifest(root / "lambda")
+    cfg = experiment_config(root, root / "results", f"encode.lambda.path={tmp_path / 'nowhere'}")
+    report = run_frontier(cfg, point_stages(), ("transformer",), (16,), (0,), progress=lambda _: None,
+                          index_types=())
+    (point,) = report.points
+    top = root / "frontier" / "points" / "own-transformer"
+    assert point.kind == "transformer" and point.seed is None and point.run == str(top / "float32")
+    assert (top / "lambda").is_symlink() and os.path.realpath(top / "lambda") == os.path.realpath(
+        artifact_dir(sample_experiment, "lambda"))
+    assert read_manifest(top / "embeddings" / "lambda" / "passages")["stats"]["dim"] == point.dim == 384
+    assert read_manifest(root / "lambda") == before

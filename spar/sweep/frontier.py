@@ -292,11 +292,11 @@ def score_point_run(inputs: FrontierInputs, point: PointRun, stages: PointStages
         raise ArtifactError(f"{point.directory}: Λ's passage vectors are not in the base embeddings' order "
                             "(re-run the frontier with --force)")
     lam_p = np.asarray(stored.vectors, dtype=np.float32)
+    runs = {storage: point.make_index(stages, storage, force) for storage in storages}  # the stages' own threads
     points = []
-    with faiss_threads(1):
+    with faiss_threads(1):  # scoring and timing: one thread, as a served question gets
         alone = _lambda_alone(inputs, lam_p, lam_q)
-        for storage in storages:
-            run_dir = point.make_index(stages, storage, force)
+        for storage, run_dir in runs.items():
             tuned = read_tuned(run_dir)
             scored = SparIndex.load(RunContext.at(run_dir).artifact("index"))
             points.append(_served_point(inputs, facts["kind"], lam_p, lam_q, storage, scored, tuned.mu(),

@@ -86,7 +86,7 @@ class PointRun:
 
     @property
     def own(self) -> bool:
-        """The run's own trained Λ (its ``lambda/`` or ``encode.lambda``), not one the frontier makes."""
+        """The run's own trained Λ (its ``lambda/``), not one the frontier makes."""
         return self.dim is None
 
     @property
@@ -111,10 +111,11 @@ class PointRun:
             # its own name and results: a point evaluated or published never replaces the run's results
             "experiment.name": "-".join([self.cfg.experiment.name, self.name, *([storage] if storage else [])]),
             "experiment.results_dir": str(directory / "results"),
-            "encode.encoders": ["lambda"]}  # the base's vectors are the frontier run's, linked
+            # the base's vectors are the frontier run's, linked; Λ is the point's lambda/ (the run's own: linked)
+            "encode.encoders": ["lambda"], "encode.lambda": None}
         if not self.own:
             out.update({"experiment.seed": self.seed, "train.kind": self.kind, "train.lexical.dim": self.dim,
-                        "train.lexical.seed": self.seed, "encode.lambda": None})
+                        "train.lexical.seed": self.seed})
         if storage is not None:
             out.update({"index.type": exhaustive_type().name, "index.storage": storage, "index.refine": 0,
                         "index.variant": "concat"})
@@ -131,7 +132,7 @@ class PointRun:
         parent, here = RunContext(self.cfg), RunContext.at(self.directory)
         self._link_shared(parent, here)
         link(parent.artifact("embeddings") / "base", here.artifact("embeddings") / "base")
-        if self.own and self.cfg.encode.lambda_ is None:
+        if self.own:  # the Λ the run trained (Experiment.own_lambda), whatever its encode.lambda names
             link(parent.artifact("lambda"), here.artifact("lambda"))
         self._write_config(self.directory, self.config())
         if not self.own:
