@@ -10,9 +10,9 @@ teardown per file), one suite at a time::
     python -m pytest -q --durations=0 | python tests/file_costs.py default
     python -m pytest -q -m slow --durations=0 | python tests/file_costs.py slow
 
-each writes its suite's table in ``tests/file_costs.json`` (the committed one: both suites on 2 busy cores,
-2026-11-29). A file a table does not list is placed as one of median cost; stale figures only change the order,
-never what runs.
+each writes its suite's table in ``tests/file_costs.json`` (the committed one: the default suite on 2 quiet cores,
+2026-12-07, commit dff4a43 + docs; the slow suite on 2 busy cores, 2026-11-29). A file a table does not list is
+placed as one of median cost; stale figures only change the order, never what runs.
 """
 
 from __future__ import annotations
