@@ -344,9 +344,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def with_overrides(cfg: SparConfig, overrides: Mapping[str, Any]) -> SparConfig:
     """A new config: ``cfg`` with dotted ``overrides`` (``{"index.storage": "sq4"}``, values as parsed) applied and
     validated again; its source file is kept (a derived run, e.g. a frontier point's)."""
-    # What was set (by the YAML or an override), as it validated: the defaults, deprecated spellings included, are
-    # filled in again by the validation, never carried over as if given.
-    tree = cfg.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    tree = _given(cfg)
     for key, value in overrides.items():
         _set_dotted(tree, key, value)
     try:
@@ -363,9 +361,14 @@ def write_config(cfg: SparConfig, path: str | Path) -> Path:
     deprecated spellings at their defaults, which loading refuses beside their new keys)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=False),
-                    encoding="utf-8")
+    path.write_text(yaml.safe_dump(_given(cfg), sort_keys=False), encoding="utf-8")
     return path
+
+
+def _given(cfg: SparConfig) -> dict[str, Any]:
+    """What was set (by the YAML or an override), as it validated: the defaults, deprecated spellings included, are
+    left for validation to fill in again, never carried over as if given."""
+    return cfg.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def dump_config(cfg: SparConfig) -> str:

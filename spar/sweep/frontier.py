@@ -299,10 +299,12 @@ def score_point_run(inputs: FrontierInputs, point: PointRun, stages: PointStages
         for storage, run_dir in runs.items():
             tuned = read_tuned(run_dir)
             scored = SparIndex.load(RunContext.at(run_dir).artifact("index"))
+            options = Experiment(point.config(storage)).index_options  # the point's storage, seed, no re-ranking
             points.append(_served_point(inputs, facts["kind"], lam_p, lam_q, storage, scored, tuned.mu(),
-                                        tuned.payload["dev_scores"]["spar"], index_types, point.config(storage),
-                                        seed=point.seed, train_seconds=round(facts["train_seconds"], 2),
-                                        steps=facts["steps"], run=str(run_dir), **alone))
+                                        tuned.payload["dev_scores"]["spar"], index_types, options,
+                                        tuned.payload["metric"], seed=point.seed,
+                                        train_seconds=round(facts["train_seconds"], 2), steps=facts["steps"],
+                                        run=str(run_dir), **alone))
     return points
 
 
@@ -331,29 +333,28 @@ def score_points(inputs: FrontierInputs, model, seed: int | None, train_seconds:
             tuned = choose_mu(inputs.cfg, inputs.base_q["dev"], lam_q["dev"], served_base, served_lambda, inputs.dev,
                               inputs.doc_ids, "concat", metric=metric, confirm=False)
             del served_base, served_lambda
-            cfg = inputs.cfg.model_copy(update={"tune": inputs.cfg.tune.model_copy(update={"metric": metric})})
             points.append(_served_point(inputs, model.kind, lam_p, lam_q, storage, scored, tuned.search.best,
-                                        round(tuned.search.best_score, 6), index_types, cfg, seed=seed,
+                                        round(tuned.search.best_score, 6), index_types, options, metric, seed=seed,
                                         train_seconds=round(train_seconds, 2), steps=steps, **alone))
     return points
 
 
 def _served_point(inputs: FrontierInputs, kind: str, lam_p: np.ndarray, lam_q: Mapping[str, np.ndarray], storage: str,
-                  scored: Any, mu: float, dev_decoded: float, index_types: Sequence[str], cfg: Any,
+                  scored: Any, mu: float, dev_decoded: float, index_types: Sequence[str], options: Any, metric: str,
                   **point: Any) -> FrontierPoint:
     """SPAR through ``scored`` (the exhaustive index of ``storage``) at ``mu`` on dev (the rule's figure, by
-    ``cfg.tune.metric``) and test. Fast-scan indexes score through 8-bit lookup tables whose rounding grows with the
-    number of codes: scoring the decoded codes instead overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev
-    0.830 decoded, 0.735 served). Then the indexes of ``index_types`` that hold ``storage``, each built as the
-    ``index`` stage builds it (``cfg``'s index options): an approximate one holds ``[P, μ₀·PΛ]`` with μ₀ this point's
-    μ (``index.fold: auto``), so its lists and links follow the score that ranks (Λ's half has ~20× the base's
-    norm: on SciFact unfolded IVF lists cost 8 points of nDCG@10 at 32 of 132 lists probed, folded ones 1.7)."""
+    ``metric``) and test. Fast-scan indexes score through 8-bit lookup tables whose rounding grows with the number of
+    codes: scoring the decoded codes instead overstated them (SciFact-sample, 384 + 4608 dims, ``fs2``: dev 0.830
+    decoded, 0.735 served). Then the indexes of ``index_types`` that hold ``storage``, each built as the ``index``
+    stage builds it (``options``: the index options of ``storage``): an approximate one holds ``[P, μ₀·PΛ]`` with μ₀
+    this point's μ (``index.fold: auto``), so its lists and links follow the score that ranks (Λ's half has ~20× the
+    base's norm: on SciFact unfolded IVF lists cost 8 points of nDCG@10 at 32 of 132 lists probed, folded ones
+    1.7)."""
     from spar.index.approximate import fold_factor
     from spar.index.spar_index import SparIndex
     from spar.evaluate.metrics import evaluate_run, ranked_run
 
-    dev, test, metric = inputs.dev, inputs.test, cfg.tune.metric
-    options = Experiment.of(cfg).index_options.model_copy(update={"storage": storage, "refine": 0})
+    dev, test = inputs.dev, inputs.test
     scan = exhaustive_type().name
 
     def served_run(split) -> dict[str, list[tuple[str, float]]]:
@@ -365,7 +366,7 @@ def _served_point(inputs: FrontierInputs, kind: str, lam_p: np.ndarray, lam_q: M
     spar_run = served_run(test)
     indexes = {t: scored if t == scan else
                SparIndex.build(inputs.base_p, lam_p, ids=inputs.doc_ids, variant="concat", index_type=t,
-                               options=options, fold=fold_factor(t, cfg.index.fold, mu))
+                               options=options, fold=fold_factor(t, options.fold, mu))
                for t in index_types if can_hold(t, storage)}
     queries = {t: index.query_vectors(inputs.base_q["test"], lam_q["test"], mu) for t, index in indexes.items()}
     dim = lam_p.shape[1]
